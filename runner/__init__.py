@@ -1,0 +1,1 @@
+"""The runstream worker: arq jobs that execute LangGraph graphs into run streams."""

@@ -1,0 +1,37 @@
+"""The typed worker context: what arq's `ctx` holds once `startup` has filled it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypedDict
+
+from arq.connections import ArqRedis
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import AsyncConnectionPool
+
+from stream_store.log import EventLog
+from stream_store.queue import RunQueue
+from stream_store.records import Records
+from stream_store.settings import Settings
+
+from .graphs import GraphRegistry
+
+__all__ = ["WorkerContext"]
+
+
+class WorkerContext(TypedDict, total=False):
+    # filled by arq
+    redis: ArqRedis
+    job_id: str
+    job_try: int
+    # filled by runner.worker.startup
+    settings: Settings
+    pool: AsyncConnectionPool
+    checkpointer: AsyncPostgresSaver
+    records: Records
+    events: EventLog
+    queue: RunQueue
+    graphs: GraphRegistry
+    running: dict[str, asyncio.Task[None]]
+    cancelling: set[str]
+    cancel_listener: asyncio.Task[None]

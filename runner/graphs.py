@@ -1,0 +1,155 @@
+"""The built-in graphs (`chat`, `approval`) and the registry that `RUNSTREAM_GRAPHS` extends.
+
+Graph nodes get their chat model from the run context (`RunContext.chat_model`), made by the
+model factory for each run, so a graph never knows whether it talks to OpenAI or the fake.
+A registered graph is a `StateGraph` builder or a compiled graph; runstream compiles or copies
+it with its own checkpointer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.pregel import Pregel
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+__all__ = ["BUILTIN_GRAPHS", "GraphRegistry", "RunContext", "UnknownGraph"]
+
+
+@dataclass
+class RunContext:
+    """What runstream hands every node of a run (LangGraph's `context`)."""
+
+    run_id: str
+    thread_id: str
+    chat_model: BaseChatModel
+
+
+class UnknownGraph(LookupError):
+    """No graph is registered under that name."""
+
+
+# -- chat ---------------------------------------------------------------------------------
+
+
+async def respond(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """One model turn over the whole conversation."""
+    reply = await runtime.context.chat_model.ainvoke(state["messages"])
+    return {"messages": [reply]}
+
+
+chat = (
+    StateGraph(MessagesState, context_schema=RunContext)
+    .add_node("respond", respond)
+    .add_edge(START, "respond")
+    .add_edge("respond", END)
+)
+
+
+# -- approval -------------------------------------------------------------------------------
+
+
+@tool
+def save_note(content: str) -> str:
+    """Save a note for the user (a write: it runs only after a person approved it)."""
+    return f"saved note ({len(content)} characters)"
+
+
+async def propose(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """The model answers, or proposes a `save_note` call."""
+    model = runtime.context.chat_model.bind_tools([save_note])
+    reply = await model.ainvoke(state["messages"])
+    return {"messages": [reply]}
+
+
+async def confirm_and_run(state: MessagesState) -> dict[str, Any]:
+    """Ask a person about each proposed call; run the approved ones, skip the others.
+
+    `interrupt()` pauses the run here; code above it re-runs on resume, so nothing with a side
+    effect may come before it.
+    """
+    last = state["messages"][-1]
+    assert isinstance(last, AIMessage)
+    results: list[ToolMessage] = []
+    writer = get_stream_writer()
+    for call in last.tool_calls:
+        decision = interrupt({"tool_call": call, "question": f"Run {call['name']}?"})
+        approved = isinstance(decision, dict) and decision.get("approve") is True
+        if approved:
+            output = await save_note.ainvoke(call["args"])
+            writer({"tool": call["name"], "tool_call_id": call["id"], "executed": True})
+        else:
+            output = f"{call['name']} was not approved and did not run"
+            writer({"tool": call["name"], "tool_call_id": call["id"], "executed": False})
+        results.append(ToolMessage(content=str(output), tool_call_id=call["id"] or ""))
+    return {"messages": results}
+
+
+def _after_propose(state: MessagesState) -> str:
+    last = state["messages"][-1]
+    return "confirm_and_run" if isinstance(last, AIMessage) and last.tool_calls else END
+
+
+approval = (
+    StateGraph(MessagesState, context_schema=RunContext)
+    .add_node("propose", propose)
+    .add_node("confirm_and_run", confirm_and_run)
+    .add_edge(START, "propose")
+    .add_conditional_edges("propose", _after_propose, ["confirm_and_run", END])
+    .add_edge("confirm_and_run", "propose")
+)
+
+BUILTIN_GRAPHS: dict[str, str] = {
+    "chat": "runner.graphs:chat",
+    "approval": "runner.graphs:approval",
+}
+
+
+class GraphRegistry:
+    """Graph names to compiled graphs, each bound to the process's checkpointer."""
+
+    def __init__(self, specs: dict[str, str]) -> None:
+        self.specs = {**BUILTIN_GRAPHS, **specs}
+        self._compiled: dict[str, Pregel] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.specs
+
+    def names(self) -> list[str]:
+        return sorted(self.specs)
+
+    def validate(self) -> None:
+        """Import every graph once at start-up, so a bad `RUNSTREAM_GRAPHS` fails early."""
+        for name in self.specs:
+            self._load(name)
+
+    def _load(self, name: str) -> Any:
+        try:
+            spec = self.specs[name]
+        except KeyError:
+            raise UnknownGraph(name) from None
+        module_name, _, attr = spec.partition(":")
+        obj = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(obj, StateGraph | Pregel):
+            raise TypeError(f"graph {name!r} ({spec}) is neither a StateGraph nor compiled")
+        return obj
+
+    def get(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
+        """The compiled graph named `name`, using `checkpointer`."""
+        if name not in self._compiled:
+            obj = self._load(name)
+            if isinstance(obj, StateGraph):
+                compiled = obj.compile(checkpointer=checkpointer)
+            else:
+                compiled = obj.copy(update={"checkpointer": checkpointer})
+            self._compiled[name] = compiled
+        return self._compiled[name]

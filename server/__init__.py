@@ -1,0 +1,1 @@
+"""The runstream HTTP server (Litestar) and the `runstream` command line."""

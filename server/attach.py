@@ -1,0 +1,67 @@
+"""Attaching a client to a run: replay from the stream, then follow it live, as SSE bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import structlog
+from litestar.response import ServerSentEventMessage
+
+from stream_store.events import parse_event_id
+from stream_store.log import EventLog
+
+from .fanout import StreamFollower, sse_frame
+
+__all__ = ["attach"]
+
+logger = structlog.get_logger()
+
+PING = ServerSentEventMessage(comment="ping").encode()
+REPLAY_PAGE = 1000
+
+
+async def attach(
+    follower: StreamFollower,
+    events: EventLog,
+    run_id: str,
+    after: str,
+    ping_interval_s: float,
+) -> AsyncIterator[bytes]:
+    """SSE frames of every event after `after`, ending after the terminal event.
+
+    Subscribes before replaying, so nothing appended during the replay is missed, and skips
+    live events the replay already sent (see `server.fanout`).
+    """
+    viewer = await follower.subscribe(run_id)
+    try:
+        last = parse_event_id(after)
+        cursor = after
+        while True:
+            page = await events.read_range(run_id, cursor, count=REPLAY_PAGE)
+            for event in page:
+                yield sse_frame(event).data
+                cursor, last = event.id, parse_event_id(event.id)
+                if event.terminal:
+                    return
+            if len(page) < REPLAY_PAGE:
+                break
+        while True:
+            try:
+                frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)
+            except TimeoutError:
+                yield PING
+                continue
+            if frame is None:
+                if viewer.overflowed:
+                    logger.warning("viewer fell behind; disconnecting it", run_id=run_id)
+                return
+            position = parse_event_id(frame.id)
+            if position <= last:
+                continue
+            yield frame.data
+            last = position
+            if frame.terminal:
+                return
+    finally:
+        follower.unsubscribe(run_id, viewer)

@@ -1,0 +1,170 @@
+"""The `runstream` command: serve, worker, migrate, up.
+
+Each subcommand builds the one `Settings` of its process from the environment and passes it
+down; logging is configured here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from stream_store.logs import configure_logging
+from stream_store.settings import Settings, SettingsError
+
+__all__ = ["main"]
+
+logger = structlog.get_logger()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _announce_model(settings: Settings) -> None:
+    if settings.model == "fake":
+        logger.warning(
+            "USING THE FAKE MODEL: replies echo the last user message "
+            "(set OPENAI_API_KEY and RUNSTREAM_MODEL for a real one)",
+            token_delay_ms=settings.fake_token_delay_ms,
+        )
+    else:
+        logger.info("model", model=settings.model, base_url=settings.openai_base_url or "default")
+
+
+def serve(settings: Settings, host: str, port: int) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    if not settings.auth_enabled:
+        if not _is_loopback(host):
+            logger.error(
+                "refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host
+            )
+            return 2
+        logger.warning("no RUNSTREAM_API_KEYS: no authentication, serving loopback only")
+    settings.require_services()
+    _announce_model(settings)
+    logger.info("listening", url=f"http://{host}:{port}", docs=f"http://{host}:{port}/schema")
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+def worker(settings: Settings, concurrency: int | None) -> int:
+    from dataclasses import replace
+
+    from runner.worker import build_worker
+
+    if concurrency is not None:
+        settings = replace(settings, worker_concurrency=concurrency)
+    settings.require_services()
+    _announce_model(settings)
+    build_worker(settings).run()
+    return 0
+
+
+def migrate(settings: Settings) -> int:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from stream_store.connections import open_pg_pool
+    from stream_store.migrations import migrate as apply
+
+    async def run() -> int:
+        pool = await open_pg_pool(settings, max_size=2)
+        try:
+            return await apply(pool, settings.database_schema, AsyncPostgresSaver(pool))  # type: ignore[arg-type]
+        finally:
+            await pool.close()
+
+    applied = asyncio.run(run())
+    logger.info("migrated", applied=applied, schema=settings.database_schema)
+    return 0
+
+
+def up(settings: Settings, host: str, port: int) -> int:
+    """Server and worker as child processes; Ctrl-C stops both."""
+    settings.require_services()
+    migrate(settings)
+    exe = [sys.executable, "-m", "server.cli"]
+    env = dict(os.environ)
+    children = [
+        subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port)], env=env),
+        subprocess.Popen([*exe, "worker"], env=env),
+    ]
+    print(f"runstream is up: http://{host}:{port}  (API docs: http://{host}:{port}/schema)")
+    try:
+        while all(child.poll() is None for child in children):
+            try:
+                children[0].wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    return max((child.returncode or 0) for child in children)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runstream", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("serve", "run the HTTP server"), ("up", "run server and worker")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--host", default=None, help="default RUNSTREAM_HOST or 127.0.0.1")
+        sub.add_argument("--port", type=int, default=None, help="default RUNSTREAM_PORT or 8000")
+    sub = commands.add_parser("worker", help="run a worker")
+    sub.add_argument("--concurrency", type=int, default=None, help="runs at once")
+    commands.add_parser("migrate", help="create or upgrade the Postgres tables")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"runstream: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_json)
+    try:
+        if args.command == "serve":
+            return serve(settings, args.host or settings.host, args.port or settings.port)
+        if args.command == "worker":
+            return worker(settings, args.concurrency)
+        if args.command == "migrate":
+            return migrate(settings)
+        return up(settings, args.host or settings.host, args.port or settings.port)
+    except SettingsError as exc:
+        print(f"runstream: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""`/v1/runs`: submit, poll, attach, cancel and resume runs."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any
+
+import msgspec
+import structlog
+from litestar import Controller, Request, Response, get, post
+from litestar.params import Parameter
+from litestar.response import Stream
+
+from stream_store.errors import Conflict, NotFound, StoreUnavailable, StreamGone
+from stream_store.events import TERMINAL_STATUSES, DoneData, RunStatusData, encode_data
+from stream_store.records import NewRun, RunRecord
+from stream_store.records import TITLE_CHARS
+
+from . import inputs
+from .attach import attach
+from .auth import Caller, caller_from_request
+from .errors import ApiError
+from .resources import Resources
+from .schemas import ResumeRequest, RunCreate, RunOut
+
+__all__ = ["RunsController", "run_out", "submit_run"]
+
+logger = structlog.get_logger()
+
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+IdempotencyHeader = Annotated[
+    str | None, Parameter(header="Idempotency-Key", required=False, description="1-255 chars")
+]
+
+
+def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = None) -> RunOut:
+    token = resources.tokens.issue(run.run_id, run.owner)
+    return RunOut(
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        graph=run.graph,
+        status=run.status,
+        attempt=run.attempt,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        last_event_id=last_event_id or run.last_event_id,
+        error=run.error,
+        interrupt=run.interrupt,
+        stream_url=f"/v1/runs/{run.run_id}/events?token={token}",
+        metadata=run.metadata,
+        multitask=run.multitask,
+    )
+
+
+def _request_hash(body: RunCreate, thread_id: str | None) -> str:
+    canonical = msgspec.json.encode({"thread": thread_id, "body": body}, order="sorted")
+    return hashlib.sha256(canonical).hexdigest()
+
+
+async def submit_run(
+    resources: Resources,
+    caller: Caller,
+    body: RunCreate,
+    *,
+    path_thread_id: str | None,
+    idempotency_key: str | None,
+) -> Response[RunOut]:
+    """Record, open the stream of, and enqueue a run: 202, or 200 for an idempotent replay."""
+    if body.graph not in resources.graphs:
+        raise ApiError(
+            400,
+            "unknown_graph",
+            f"unknown graph {body.graph!r}; known: {', '.join(resources.graphs.names())}",
+        )
+    body_thread = str(body.thread_id) if body.thread_id else None
+    if path_thread_id and body_thread and body_thread != path_thread_id:
+        raise ApiError(400, "thread_mismatch", "thread_id in the body differs from the path")
+    thread_id = path_thread_id or body_thread
+    key = inputs.idempotency_key(idempotency_key)
+    first_user = next((m.content for m in body.input.messages if m.role == "user"), None)
+    new = NewRun(
+        owner=caller.owner,
+        graph=body.graph,
+        input=msgspec.to_builtins(body.input),
+        thread_id=thread_id,
+        config=msgspec.to_builtins(body.config),
+        metadata=body.metadata,
+        multitask=body.multitask,
+        idempotency_key=key,
+        request_hash=_request_hash(body, thread_id) if key else None,
+        title=first_user[:TITLE_CHARS] if first_user else None,
+    )
+
+    async def open_stream(run: RunRecord) -> None:
+        queued = RunStatusData(status="queued", attempt=run.attempt)
+        await resources.events.open(
+            run.run_id,
+            owner=run.owner,
+            thread_id=run.thread_id,
+            attempt=run.attempt,
+            event="run",
+            data=encode_data(queued),
+        )
+
+    created = await resources.records.create_run(new, before_commit=open_stream)
+    run = created.run
+    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+    if created.dispatch_now:
+        try:
+            await resources.queue.enqueue(run)
+        except StoreUnavailable:
+            await resources.records.fail_unqueued(run.run_id, "the queue was unavailable")
+            raise
+    logger.info("run submitted" if created.created else "run replayed by idempotency key")
+    return Response(run_out(resources, run), status_code=202 if created.created else 200)
+
+
+async def _owned_run(resources: Resources, run_id: str, caller: Caller) -> RunRecord:
+    run = await resources.records.get_run(inputs.object_id(run_id, "run"), caller.owner)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+    return run
+
+
+class RunsController(Controller):
+    path = "/v1/runs"
+    tags = ["runs"]
+
+    @post("/", status_code=202, summary="Start a run")
+    async def create(
+        self,
+        data: RunCreate,
+        resources: Resources,
+        caller: Caller,
+        idempotency_key: IdempotencyHeader = None,
+    ) -> Response[RunOut]:
+        return await submit_run(
+            resources, caller, data, path_thread_id=None, idempotency_key=idempotency_key
+        )
+
+    @get("/{run_id:str}", summary="A run's status, for polling")
+    async def read(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
+        run = await _owned_run(resources, run_id, caller)
+        record = await resources.events.record(run.run_id)
+        return run_out(resources, run, record.get("last_event_id"))
+
+    @get(
+        "/{run_id:str}/events",
+        summary="Attach over SSE: replay, then live",
+        media_type="text/event-stream",
+    )
+    async def events(
+        self,
+        request: Request[Any, Any, Any],
+        run_id: str,
+        resources: Resources,
+        last_event_id_query: Annotated[
+            str | None, Parameter(query="last_event_id", required=False)
+        ] = None,
+        token: Annotated[str | None, Parameter(query="token", required=False)] = None,
+    ) -> Stream:
+        run_id = inputs.object_id(run_id, "run")
+        header = request.headers.get("last-event-id")
+        after = inputs.event_id(header if header is not None else last_event_id_query)
+        if token:
+            caller = resources.tokens.verify(token, run_id)
+        else:
+            caller = caller_from_request(request, resources.settings)
+        run = await _owned_run(resources, run_id, caller)
+        record = await resources.events.record(run.run_id)
+        if not record:
+            raise StreamGone(
+                f"the events of run {run.run_id} are no longer kept; read the outcome at "
+                f"/v1/runs/{run.run_id} and the messages at /v1/threads/{run.thread_id}"
+            )
+        logger.debug("viewer attached", after=after)
+        frames = attach(
+            resources.follower,
+            resources.events,
+            run.run_id,
+            after,
+            resources.settings.ping_interval_s,
+        )
+        return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")
+    async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
+        run = await _owned_run(resources, run_id, caller)
+        if run.status in TERMINAL_STATUSES:
+            raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
+        cancelled = await resources.records.cancel_idle_run(run.run_id, caller.owner)
+        if cancelled is not None:
+            await _write_cancelled(resources, cancelled)
+            await resources.queue.dispatch_next(cancelled.thread_id)
+            logger.info("run cancelled")
+            return run_out(resources, cancelled)
+        # Running (or just claimed): the worker that holds it stops it and writes the end.
+        await resources.events.request_cancel(run.run_id)
+        logger.info("cancel requested from the worker")
+        latest = await _owned_run(resources, run_id, caller)
+        return run_out(resources, latest)
+
+    @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt")
+    async def resume(
+        self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
+    ) -> RunOut:
+        run = await _owned_run(resources, run_id, caller)
+        resumed = await resources.records.resume_run(run.run_id, caller.owner, data.resume)
+        if resumed is None:
+            raise Conflict(
+                f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
+            )
+        queued = RunStatusData(status="queued", attempt=resumed.attempt)
+        await resources.events.append(
+            resumed.run_id, resumed.attempt, "run", encode_data(queued), status="queued"
+        )
+        await resources.queue.enqueue(resumed)
+        logger.info("run resumed")
+        return run_out(resources, resumed)
+
+
+async def _write_cancelled(resources: Resources, run: RunRecord) -> None:
+    status = RunStatusData(status="cancelled", attempt=run.attempt)
+    await resources.events.append(
+        run.run_id, run.attempt, "run", encode_data(status), status="cancelled"
+    )
+    last = await resources.events.append(
+        run.run_id, run.attempt, "done", encode_data(DoneData(status="cancelled"))
+    )
+    await resources.records.set_last_event_id(run.run_id, last)

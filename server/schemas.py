@@ -1,0 +1,117 @@
+"""Request and response bodies of the HTTP API (design.md section 2), as msgspec Structs.
+
+Event payloads live in `stream_store.events`; these are the REST shapes around them. Litestar
+validates request bodies against these types, and the OpenAPI schema is generated from them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from stream_store.events import WireMessage
+
+__all__ = [
+    "ErrorBody",
+    "ErrorDetail",
+    "InputMessage",
+    "ResumeRequest",
+    "RunConfig",
+    "RunCreate",
+    "RunInput",
+    "RunOut",
+    "ThreadCreate",
+    "ThreadDetail",
+    "ThreadList",
+    "ThreadOut",
+]
+
+MAX_MESSAGES = 500
+MAX_MESSAGE_CHARS = 100_000
+
+
+class Body(msgspec.Struct, forbid_unknown_fields=True):
+    """Base of request bodies: an unknown field is a mistake worth a 400, not a silent no-op."""
+
+
+class InputMessage(Body):
+    role: Literal["user", "assistant", "system"]
+    content: Annotated[str, Meta(min_length=1, max_length=MAX_MESSAGE_CHARS)]
+    id: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+
+
+class RunInput(Body):
+    messages: Annotated[list[InputMessage], Meta(min_length=1, max_length=MAX_MESSAGES)]
+
+
+class RunConfig(Body):
+    configurable: dict[str, Any] = {}
+
+
+class RunCreate(Body):
+    input: RunInput
+    graph: Annotated[str, Meta(min_length=1, max_length=100)] = "chat"
+    thread_id: uuid.UUID | None = None
+    metadata: dict[str, Any] = {}
+    config: RunConfig = msgspec.field(default_factory=RunConfig)
+    multitask: Literal["reject", "enqueue"] = "reject"
+
+
+class ResumeRequest(Body):
+    resume: Any
+
+
+class ThreadCreate(Body):
+    metadata: dict[str, Any] = {}
+
+
+class ErrorDetail(msgspec.Struct):
+    code: str
+    message: str
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorDetail
+
+
+class RunOut(msgspec.Struct):
+    run_id: str
+    thread_id: str
+    graph: str
+    status: str
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_event_id: str | None
+    error: dict[str, Any] | None
+    interrupt: Any
+    stream_url: str
+    metadata: dict[str, Any]
+    multitask: str
+
+
+class ThreadOut(msgspec.Struct):
+    thread_id: str
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    metadata: dict[str, Any]
+
+
+class ThreadDetail(ThreadOut):
+    messages: list[WireMessage] = []
+
+
+class ThreadList(msgspec.Struct):
+    threads: list[ThreadOut]
+    next_cursor: str | None
+
+
+class RunList(msgspec.Struct):
+    runs: list[RunOut]

@@ -1,0 +1,117 @@
+"""`/v1/threads`: conversations that outlive runs, processes and restarts."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import structlog
+from litestar import Controller, Response, delete, get, post
+from litestar.params import Body, Parameter
+
+from runner.translate import to_wire_message
+from stream_store.errors import NotFound
+from stream_store.records import ThreadRecord
+
+from . import inputs
+from .auth import Caller
+from .resources import Resources
+from .runs import IdempotencyHeader, run_out, submit_run
+from .schemas import RunCreate, RunList, RunOut, ThreadCreate, ThreadDetail, ThreadList, ThreadOut
+
+__all__ = ["ThreadsController"]
+
+logger = structlog.get_logger()
+
+
+def thread_out(thread: ThreadRecord) -> ThreadOut:
+    return ThreadOut(
+        thread_id=thread.thread_id,
+        title=thread.title,
+        created_at=thread.created_at,
+        updated_at=thread.updated_at,
+        status=thread.status,
+        metadata=thread.metadata,
+    )
+
+
+async def _owned_thread(resources: Resources, thread_id: str, caller: Caller) -> ThreadRecord:
+    thread = await resources.records.get_thread(inputs.object_id(thread_id, "thread"), caller.owner)
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found")
+    structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
+    return thread
+
+
+class ThreadsController(Controller):
+    path = "/v1/threads"
+    tags = ["threads"]
+
+    @post("/", status_code=201, summary="Create an empty thread")
+    async def create(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[ThreadCreate | None, Body()] = None,
+    ) -> ThreadOut:
+        metadata = data.metadata if data else {}
+        thread = await resources.records.create_thread(caller.owner, metadata)
+        logger.info("thread created", thread_id=thread.thread_id)
+        return thread_out(thread)
+
+    @get("/", summary="The caller's threads, newest first")
+    async def list_threads(
+        self,
+        resources: Resources,
+        caller: Caller,
+        limit: Annotated[int, Parameter(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> ThreadList:
+        before = inputs.decode_cursor(cursor) if cursor else None
+        threads = await resources.records.list_threads(caller.owner, limit + 1, before)
+        page, more = threads[:limit], len(threads) > limit
+        next_cursor = inputs.encode_cursor(page[-1].created_at, page[-1].thread_id) if more else None
+        return ThreadList(threads=[thread_out(t) for t in page], next_cursor=next_cursor)
+
+    @get("/{thread_id:str}", summary="A thread and its messages")
+    async def read(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadDetail:
+        thread = await _owned_thread(resources, thread_id, caller)
+        config = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ""}}
+        saved = await resources.checkpointer.aget_tuple(config)  # type: ignore[arg-type]
+        values = saved.checkpoint["channel_values"] if saved else {}
+        messages = [to_wire_message(m) for m in values.get("messages", [])]
+        base = thread_out(thread)
+        return ThreadDetail(**{f: getattr(base, f) for f in base.__struct_fields__}, messages=messages)
+
+    @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")
+    async def runs(self, thread_id: str, resources: Resources, caller: Caller) -> RunList:
+        thread = await _owned_thread(resources, thread_id, caller)
+        runs = await resources.records.thread_runs(thread.thread_id, caller.owner)
+        return RunList(runs=[run_out(resources, run) for run in runs])
+
+    @post("/{thread_id:str}/runs", status_code=202, summary="Start a run on the thread")
+    async def create_run(
+        self,
+        thread_id: str,
+        data: RunCreate,
+        resources: Resources,
+        caller: Caller,
+        idempotency_key: IdempotencyHeader = None,
+    ) -> Response[RunOut]:
+        return await submit_run(
+            resources,
+            caller,
+            data,
+            path_thread_id=inputs.object_id(thread_id, "thread"),
+            idempotency_key=idempotency_key,
+        )
+
+    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good")
+    async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
+        tid = inputs.object_id(thread_id, "thread")
+
+        async def purge(run_ids: list[str]) -> None:
+            await resources.checkpointer.adelete_thread(tid)
+            await resources.events.delete(run_ids)
+
+        await resources.records.delete_thread(tid, caller.owner, before_commit=purge)
+        logger.info("thread deleted", thread_id=tid)

@@ -1,0 +1,120 @@
+"""Wire types of the event protocol (design.md section 3) and their one encoding.
+
+An event is stored in the run's Redis stream as three fields: `e` (event name), `d` (the JSON
+data, encoded once by the writer) and `a` (the attempt that wrote it). Servers never re-encode
+`d`: each server frames the stored bytes once per event and shares the frame among viewers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "TERMINAL_EVENTS",
+    "CustomData",
+    "DoneData",
+    "ErrorData",
+    "Event",
+    "MessageData",
+    "PendingData",
+    "RetryData",
+    "RunStatus",
+    "RunStatusData",
+    "TokenData",
+    "WireMessage",
+    "decode_data",
+    "encode_data",
+    "is_event_id",
+    "parse_event_id",
+]
+
+RunStatus = Literal["queued", "running", "interrupted", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL_EVENTS: frozenset[str] = frozenset({"done", "error"})
+
+_EVENT_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+class WireBase(msgspec.Struct, omit_defaults=True):
+    """Base of every wire type: absent optional fields are left out of the JSON."""
+
+
+class WireMessage(WireBase):
+    """A complete chat message as it appears in `message` events and thread reads."""
+
+    id: str
+    role: str
+    content: Any
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class RunStatusData(WireBase):
+    status: RunStatus
+    attempt: int
+
+
+class TokenData(WireBase):
+    message_id: str
+    text: str
+
+
+class MessageData(WireBase):
+    message: WireMessage
+
+
+class PendingData(WireBase):
+    interrupt: Any
+
+
+class RetryData(WireBase):
+    attempt: int
+    discard: list[str]
+
+
+class DoneData(WireBase):
+    status: Literal["succeeded", "cancelled"]
+    output: WireMessage | None = None
+
+
+class ErrorData(WireBase):
+    code: str
+    message: str
+
+
+CustomData = Any
+
+EventName = Literal["run", "token", "message", "custom", "pending", "retry", "done", "error"]
+
+
+class Event(WireBase):
+    """One event of a run's stream as a client sees it."""
+
+    id: str
+    event: str
+    data: Any
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_data(data: Any) -> bytes:
+    """Encode event data to JSON once, at the writer."""
+    return _encoder.encode(data)
+
+
+def decode_data(raw: bytes) -> Any:
+    return msgspec.json.decode(raw)
+
+
+def is_event_id(value: str) -> bool:
+    """True for a stream position as the server hands them out (`<ms>-<seq>`)."""
+    return bool(_EVENT_ID.match(value))
+
+
+def parse_event_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq)

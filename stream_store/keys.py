@@ -1,0 +1,38 @@
+"""The Redis key layout: every key runstream writes is spelled here and nowhere else.
+
+Per-run keys carry the run id in a hash tag (`{run_id}`) so that a Redis Cluster keeps all of a
+run's keys on one slot and the append script can touch them atomically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["KeySpace"]
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Keys under one prefix; tests give each test its own prefix."""
+
+    prefix: str = "runstream"
+
+    def run_events(self, run_id: str) -> str:
+        """Stream: the run's event log (XADD by the worker, XRANGE/XREAD by servers)."""
+        return f"{self.prefix}:run:{{{run_id}}}:events"
+
+    def run_record(self, run_id: str) -> str:
+        """Hash: live state of the run (owner, thread, status, attempt, last event id)."""
+        return f"{self.prefix}:run:{{{run_id}}}:record"
+
+    def run_cancel(self, run_id: str) -> str:
+        """String: set when a cancel was requested, so a worker starting late still sees it."""
+        return f"{self.prefix}:run:{{{run_id}}}:cancel"
+
+    def cancel_channel(self) -> str:
+        """Pub/sub channel on which servers tell workers to stop a running run."""
+        return f"{self.prefix}:cancel"
+
+    def queue(self) -> str:
+        """The arq queue (a sorted set) that workers of this deployment poll."""
+        return f"{self.prefix}:queue"

@@ -1,0 +1,97 @@
+"""Postgres schema for runstream's own tables; `runstream migrate` applies it.
+
+Migrations are append-only and applied under an advisory lock, so servers and workers that
+start together can all call `migrate` safely. The LangGraph checkpointer's tables are created
+by its own `setup()`, in the same schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["migrate"]
+
+_LOCK_ID = 0x72756E73  # "runs"
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE runstream_threads (
+        thread_id uuid PRIMARY KEY,
+        owner text NOT NULL,
+        title text,
+        metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX runstream_threads_owner_created
+        ON runstream_threads (owner, created_at DESC, thread_id DESC);
+    CREATE TABLE runstream_runs (
+        run_id uuid PRIMARY KEY,
+        thread_id uuid NOT NULL REFERENCES runstream_threads ON DELETE CASCADE,
+        owner text NOT NULL,
+        graph text NOT NULL,
+        status text NOT NULL,
+        attempt integer NOT NULL DEFAULT 1,
+        dispatch integer NOT NULL DEFAULT 1,
+        input jsonb NOT NULL,
+        config jsonb NOT NULL DEFAULT '{}'::jsonb,
+        metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+        multitask text NOT NULL DEFAULT 'reject',
+        resume jsonb,
+        idempotency_key text,
+        request_hash text,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        started_at timestamptz,
+        finished_at timestamptz,
+        error jsonb,
+        interrupt jsonb,
+        output jsonb,
+        last_event_id text
+    );
+    CREATE UNIQUE INDEX runstream_runs_idempotency
+        ON runstream_runs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+    CREATE INDEX runstream_runs_thread ON runstream_runs (thread_id, created_at);
+    CREATE INDEX runstream_runs_active ON runstream_runs (status)
+        WHERE status IN ('queued', 'running', 'interrupted');
+    """,
+]
+
+
+async def migrate(pool: AsyncConnectionPool, schema: str, checkpointer: Any) -> int:
+    """Create the schema, apply pending migrations and the checkpointer's; returns how many.
+
+    One session-level advisory lock covers both, so concurrent start-ups queue behind it.
+    """
+    applied = 0
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+        try:
+            await conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+            )
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS runstream_migrations ("
+                " version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute(
+                "SELECT coalesce(max(version), -1) AS v FROM runstream_migrations"
+            )
+            row = await cur.fetchone()
+            done = row["v"] if isinstance(row, dict) else row[0]  # type: ignore[index]
+            for version, statement in enumerate(MIGRATIONS):
+                if version <= done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(statement)  # type: ignore[arg-type]
+                    await conn.execute(
+                        "INSERT INTO runstream_migrations (version) VALUES (%s)", (version,)
+                    )
+                applied += 1
+            await checkpointer.setup()
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+    return applied

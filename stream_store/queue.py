@@ -1,0 +1,39 @@
+"""The run queue: arq jobs that name a run; Postgres says what the run is.
+
+A job carries only the run id. Its arq job id is `<run_id>:<dispatch>`, so enqueueing the same
+dispatch twice (a race between two finishers handing a thread its next run) is a no-op.
+"""
+
+from __future__ import annotations
+
+from arq.connections import ArqRedis
+from redis.exceptions import RedisError
+
+from .errors import StoreUnavailable
+from .keys import KeySpace
+from .records import Records, RunRecord
+
+__all__ = ["EXECUTE_RUN", "RunQueue"]
+
+EXECUTE_RUN = "execute_run"
+
+
+class RunQueue:
+    def __init__(self, redis: ArqRedis, keys: KeySpace, records: Records) -> None:
+        self.redis = redis
+        self.records = records
+        self.queue_name = keys.queue()
+
+    async def enqueue(self, run: RunRecord) -> None:
+        try:
+            await self.redis.enqueue_job(
+                EXECUTE_RUN, run.run_id, _job_id=run.job_id, _queue_name=self.queue_name
+            )
+        except RedisError as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+
+    async def dispatch_next(self, thread_id: str) -> None:
+        """Hand the thread's next queued run (multitask `enqueue`) to the workers, if it may go."""
+        following = await self.records.next_queued(thread_id)
+        if following is not None:
+            await self.enqueue(following)

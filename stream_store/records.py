@@ -1,0 +1,407 @@
+"""Run and thread records in Postgres, the system of record.
+
+Every state change is one conditional UPDATE (`WHERE status = ...`), so two processes racing
+on one run (a cancel and a worker's claim, two resumes) cannot both win. Owner scoping lives in
+the SQL: a query for another owner's row finds nothing, which the server answers as 404.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from .errors import Conflict, IdempotencyMismatch, NotFound, StoreUnavailable
+
+__all__ = ["ACTIVE_STATUSES", "NewRun", "Records", "RunRecord", "ThreadRecord"]
+
+ACTIVE_STATUSES = ("queued", "running", "interrupted")
+TITLE_CHARS = 80
+
+_RUN_COLUMNS = (
+    "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
+    " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
+    " finished_at, error, interrupt, output, last_event_id"
+)
+_THREAD_STATUS = """
+    CASE
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status IN ('queued', 'running')) THEN 'busy'
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status = 'interrupted') THEN 'interrupted'
+      ELSE 'idle'
+    END
+"""
+_THREAD_COLUMNS = (
+    "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
+    f" {_THREAD_STATUS} AS status"
+)
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """One row of `runstream_runs`."""
+
+    run_id: str
+    thread_id: str
+    owner: str
+    graph: str
+    status: str
+    attempt: int
+    dispatch: int
+    input: dict[str, Any]
+    config: dict[str, Any]
+    metadata: dict[str, Any]
+    multitask: str
+    resume: Any = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: dict[str, Any] | None = None
+    interrupt: Any = None
+    output: dict[str, Any] | None = None
+    last_event_id: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The arq job id of this dispatch: enqueueing the same dispatch twice is a no-op."""
+        return f"{self.run_id}:{self.dispatch}"
+
+
+class ThreadRecord(msgspec.Struct, kw_only=True):
+    thread_id: str
+    owner: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    status: str
+
+
+class NewRun(msgspec.Struct, kw_only=True):
+    """What the server asks `create_run` to record."""
+
+    owner: str
+    graph: str
+    input: dict[str, Any]
+    thread_id: str | None = None
+    config: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    multitask: str = "reject"
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    title: str | None = None
+
+
+class _KeyTaken(Exception):
+    """Internal: the idempotency key already names a run."""
+
+
+class Created(msgspec.Struct):
+    run: RunRecord
+    created: bool
+    dispatch_now: bool
+
+
+def _run(row: dict[str, Any]) -> RunRecord:
+    return msgspec.convert(row, RunRecord, from_attributes=False)
+
+
+def _thread(row: dict[str, Any]) -> ThreadRecord:
+    return msgspec.convert(row, ThreadRecord)
+
+
+@asynccontextmanager
+async def _translated() -> AsyncIterator[None]:
+    """Turn connection-level psycopg failures into StoreUnavailable where they enter."""
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailable(f"postgres: {exc}") from exc
+
+
+class Records:
+    """Queries on runs and threads; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def create_run(
+        self, new: NewRun, *, before_commit: Callable[[RunRecord], Awaitable[None]]
+    ) -> Created:
+        """Record a run (and its thread when none is given), honouring idempotency and multitask.
+
+        `before_commit` runs inside the transaction once the run is known to be new, so the
+        run's stream exists before anyone can read the run; if it raises, nothing is recorded.
+
+        Raises:
+            NotFound: `new.thread_id` is unknown or not the owner's.
+            Conflict: the thread has an active run and `multitask` is `reject`.
+            IdempotencyMismatch: the key was used for a different request.
+        """
+        try:
+            return await self._insert_run(new, before_commit)
+        except _KeyTaken:
+            pass
+        existing = await self._run_by_key(new.owner, new.idempotency_key or "")
+        if existing is None:  # the first request rolled back after we waited on it: retry
+            return await self.create_run(new, before_commit=before_commit)
+        if existing.request_hash != new.request_hash:
+            raise IdempotencyMismatch("Idempotency-Key was already used with a different request")
+        return Created(run=existing, created=False, dispatch_now=False)
+
+    async def _insert_run(
+        self, new: NewRun, before_commit: Callable[[RunRecord], Awaitable[None]]
+    ) -> Created:
+        run_id = str(uuid.uuid4())
+        async with _translated(), self.pool.connection() as conn, conn.transaction():
+            if new.thread_id is None:
+                thread_id = str(uuid.uuid4())
+                await conn.execute(
+                    "INSERT INTO runstream_threads (thread_id, owner, title, metadata)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (thread_id, new.owner, new.title, Jsonb({})),
+                )
+            else:
+                thread_id = new.thread_id
+                cur = await conn.execute(
+                    "SELECT thread_id FROM runstream_threads"
+                    " WHERE thread_id = %s AND owner = %s FOR UPDATE",
+                    (thread_id, new.owner),
+                )
+                if await cur.fetchone() is None:
+                    raise NotFound(f"thread {thread_id} not found")
+            cur = await conn.execute(
+                f"INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input,"
+                f" config, metadata, multitask, idempotency_key, request_hash)"
+                f" VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s)"
+                f" ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL"
+                f" DO NOTHING RETURNING {_RUN_COLUMNS}",
+                (
+                    run_id,
+                    thread_id,
+                    new.owner,
+                    new.graph,
+                    Jsonb(new.input),
+                    Jsonb(new.config),
+                    Jsonb(new.metadata),
+                    new.multitask,
+                    new.idempotency_key,
+                    new.request_hash,
+                ),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                # The key was used before: leaving by exception rolls back any new thread.
+                raise _KeyTaken
+            run = _run(row)
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM runstream_runs"
+                " WHERE thread_id = %s AND run_id <> %s AND status = ANY(%s)",
+                (thread_id, run_id, list(ACTIVE_STATUSES)),
+            )
+            busy = (await cur.fetchone())["n"] > 0  # type: ignore[index]
+            if busy and new.multitask == "reject":
+                raise Conflict(f"thread {thread_id} already has an active run", code="thread_busy")
+            await conn.execute(
+                "UPDATE runstream_threads SET updated_at = clock_timestamp(),"
+                " title = coalesce(title, %s) WHERE thread_id = %s",
+                (new.title, thread_id),
+            )
+            await before_commit(run)
+        return Created(run=run, created=True, dispatch_now=not busy)
+
+    async def _run_by_key(self, owner: str, key: str) -> RunRecord | None:
+        return await self._one_run(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE owner = %s AND idempotency_key = %s",
+            (owner, key),
+        )
+
+    async def _one_run(self, query: str, params: tuple[Any, ...]) -> RunRecord | None:
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(query, params)  # type: ignore[arg-type]
+            row = await cur.fetchone()
+        return _run(row) if row else None  # type: ignore[arg-type]
+
+    async def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
+        """The run, or None when unknown or (with `owner`) not that owner's."""
+        if owner is None:
+            return await self._one_run(
+                f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE run_id = %s", (run_id,)
+            )
+        return await self._one_run(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE run_id = %s AND owner = %s",
+            (run_id, owner),
+        )
+
+    async def claim_run(self, run_id: str) -> RunRecord | None:
+        """queued -> running, for the worker that got the job; None if someone else won."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'running',"
+            " started_at = coalesce(started_at, clock_timestamp())"
+            f" WHERE run_id = %s AND status = 'queued' RETURNING {_RUN_COLUMNS}",
+            (run_id,),
+        )
+
+    async def finish_run(
+        self,
+        run_id: str,
+        attempt: int,
+        status: str,
+        *,
+        output: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """running -> succeeded/failed/cancelled by the attempt that holds it."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = %s, finished_at = clock_timestamp(),"
+            " output = %s, error = %s, resume = NULL"
+            " WHERE run_id = %s AND attempt = %s AND status = 'running'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (
+                status,
+                Jsonb(output) if output else None,
+                Jsonb(error) if error else None,
+                run_id,
+                attempt,
+            ),
+        )
+
+    async def interrupt_run(self, run_id: str, attempt: int, interrupt: Any) -> RunRecord | None:
+        """running -> interrupted: the graph is waiting for `/resume`."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'interrupted', interrupt = %s, resume = NULL"
+            " WHERE run_id = %s AND attempt = %s AND status = 'running'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (Jsonb(interrupt), run_id, attempt),
+        )
+
+    async def cancel_idle_run(self, run_id: str, owner: str) -> RunRecord | None:
+        """queued/interrupted -> cancelled directly: no worker is executing it."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'cancelled', finished_at = clock_timestamp()"
+            " WHERE run_id = %s AND owner = %s AND status IN ('queued', 'interrupted')"
+            f" RETURNING {_RUN_COLUMNS}",
+            (run_id, owner),
+        )
+
+    async def resume_run(self, run_id: str, owner: str, value: Any) -> RunRecord | None:
+        """interrupted -> queued with the resume value, as a new dispatch of the same run."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'queued', resume = %s, interrupt = NULL,"
+            " dispatch = dispatch + 1"
+            " WHERE run_id = %s AND owner = %s AND status = 'interrupted'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (Jsonb({"value": value}), run_id, owner),
+        )
+
+    async def next_queued(self, thread_id: str) -> RunRecord | None:
+        """The oldest queued run of the thread, if nothing else on the thread is in flight."""
+        return await self._one_run(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs r WHERE thread_id = %s"
+            " AND status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
+            "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
+            " ORDER BY created_at LIMIT 1",
+            (thread_id,),
+        )
+
+    async def set_last_event_id(self, run_id: str, event_id: str) -> None:
+        async with _translated(), self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runstream_runs SET last_event_id = %s WHERE run_id = %s",
+                (event_id, run_id),
+            )
+
+    async def fail_unqueued(self, run_id: str, message: str) -> None:
+        """Mark a run that could not be enqueued as failed, so it never lingers as active."""
+        async with _translated(), self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runstream_runs SET status = 'failed', finished_at = clock_timestamp(),"
+                " error = %s WHERE run_id = %s AND status = 'queued'",
+                (Jsonb({"code": "enqueue_failed", "message": message}), run_id),
+            )
+
+    # -- threads ----------------------------------------------------------------------------
+
+    async def create_thread(self, owner: str, metadata: dict[str, Any]) -> ThreadRecord:
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
+                f" VALUES (%s, %s, %s) RETURNING {_THREAD_COLUMNS}",
+                (str(uuid.uuid4()), owner, Jsonb(metadata)),
+            )
+            row = await cur.fetchone()
+        return _thread(row)  # type: ignore[arg-type]
+
+    async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+                " WHERE t.thread_id = %s AND t.owner = %s",
+                (thread_id, owner),
+            )
+            row = await cur.fetchone()
+        return _thread(row) if row else None  # type: ignore[arg-type]
+
+    async def list_threads(
+        self, owner: str, limit: int, before: tuple[datetime, str] | None
+    ) -> list[ThreadRecord]:
+        """The owner's threads, newest first; `before` is the (created_at, id) keyset cursor."""
+        query = f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t WHERE t.owner = %s"
+        params: list[Any] = [owner]
+        if before is not None:
+            query += " AND (t.created_at, t.thread_id) < (%s, %s)"
+            params += [before[0], before[1]]
+        query += " ORDER BY t.created_at DESC, t.thread_id DESC LIMIT %s"
+        params.append(limit)
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(query, params)  # type: ignore[arg-type]
+            rows = await cur.fetchall()
+        return [_thread(row) for row in rows]  # type: ignore[arg-type]
+
+    async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+                " WHERE thread_id = %s AND owner = %s ORDER BY created_at",
+                (thread_id, owner),
+            )
+            rows = await cur.fetchall()
+        return [_run(row) for row in rows]  # type: ignore[arg-type]
+
+    async def delete_thread(
+        self, thread_id: str, owner: str, *, before_commit: Callable[[list[str]], Awaitable[None]]
+    ) -> None:
+        """Delete the thread and its runs; `before_commit` gets the run ids to clean elsewhere.
+
+        Raises:
+            NotFound: unknown or not the owner's.
+            Conflict: a run of the thread is queued, running or interrupted.
+        """
+        async with _translated(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT thread_id FROM runstream_threads"
+                " WHERE thread_id = %s AND owner = %s FOR UPDATE",
+                (thread_id, owner),
+            )
+            if await cur.fetchone() is None:
+                raise NotFound(f"thread {thread_id} not found")
+            cur = await conn.execute(
+                "SELECT run_id::text AS run_id, status FROM runstream_runs WHERE thread_id = %s",
+                (thread_id,),
+            )
+            runs = await cur.fetchall()
+            if any(r["status"] in ACTIVE_STATUSES for r in runs):  # type: ignore[call-overload]
+                raise Conflict(f"thread {thread_id} has an active run", code="thread_busy")
+            await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
+            await before_commit([r["run_id"] for r in runs])  # type: ignore[call-overload]

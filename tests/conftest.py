@@ -1,0 +1,175 @@
+"""Fixtures: every test gets its own Postgres schema and Redis key prefix, real services.
+
+`RUNSTREAM_TEST_REDIS_URL` / `RUNSTREAM_TEST_DATABASE_URL` name the services (default: the
+local Redis and Postgres). Factories start servers and workers in this event loop; each is
+stopped, and the test's schema and keys dropped, after the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from arq.worker import Worker
+from redis.asyncio import Redis
+
+from runner.worker import build_worker
+from server.app import create_app
+from stream_store.logs import configure_logging
+from stream_store.settings import Settings
+
+REDIS_URL = os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+DATABASE_URL = os.environ.get(
+    "RUNSTREAM_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+configure_logging("warning")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def test_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def settings(test_id: str) -> AsyncIterator[Settings]:
+    """Settings on a private schema and prefix; both are dropped after the test."""
+    schema = f"t_{test_id}"
+    prefix = f"rs-test-{test_id}"
+    yield Settings(
+        redis_url=REDIS_URL,
+        database_url=DATABASE_URL,
+        database_schema=schema,
+        redis_prefix=prefix,
+        fake_token_delay_ms=0,
+        poll_delay_s=0.02,
+        ping_interval_s=15.0,
+        stream_ttl_s=600,
+        signing_key="test-signing-key",
+    )
+    async with await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+    finally:
+        await redis.aclose()
+
+
+class ServerHandle:
+    def __init__(self, url: str, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+        self.url = url
+        self.server = server
+        self.task = task
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 15)
+
+
+StartServer = Callable[..., Awaitable[ServerHandle]]
+StartWorker = Callable[..., Awaitable[Worker]]
+
+
+@pytest.fixture
+async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
+    """Start an in-process uvicorn server (real HTTP on loopback); `**changes` edit settings."""
+    handles: list[ServerHandle] = []
+
+    async def start(**changes: Any) -> ServerHandle:
+        port = free_port()
+        config = uvicorn.Config(
+            create_app(replace(settings, **changes)),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        task = asyncio.create_task(server.serve())
+        for _ in range(500):
+            if server.started:
+                break
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        handle = ServerHandle(f"http://127.0.0.1:{port}", server, task)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        if not handle.task.done():
+            await handle.stop()
+
+
+@pytest.fixture
+async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
+    """Start an in-process arq worker on the test's queue; `**changes` edit settings."""
+    workers: list[tuple[Worker, asyncio.Task[None]]] = []
+
+    async def start(**changes: Any) -> Worker:
+        worker = build_worker(replace(settings, **changes), handle_signals=False)
+        task = asyncio.create_task(worker.main())
+        for _ in range(500):
+            if "records" in worker.ctx:
+                break
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        workers.append((worker, task))
+        return worker
+
+    yield start
+    for worker, task in workers:
+        await stop_worker(worker, task)
+
+
+async def stop_worker(worker: Worker, task: asyncio.Task[None] | None = None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+    for job in list(worker.tasks.values()):
+        job.cancel()
+    await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+    if worker.on_shutdown and "records" in worker.ctx:
+        await worker.on_shutdown(worker.ctx)
+        worker.ctx.pop("records", None)
+    if worker._pool is not None:
+        await worker._pool.aclose()
+        worker._pool = None
+
+
+@pytest.fixture
+async def server(start_server: StartServer) -> ServerHandle:
+    return await start_server()
+
+
+@pytest.fixture
+async def worker(start_worker: StartWorker) -> Worker:
+    return await start_worker()
+
+
+@pytest.fixture
+async def client(server: ServerHandle) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        yield http

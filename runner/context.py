@@ -7,8 +7,8 @@ from typing import TypedDict
 
 from arq.connections import ArqRedis
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg_pool import AsyncConnectionPool
 
+from stream_store.connections import PgPool
 from stream_store.log import EventLog
 from stream_store.queue import RunQueue
 from stream_store.records import Records
@@ -26,7 +26,7 @@ class WorkerContext(TypedDict, total=False):
     job_try: int
     # filled by runner.worker.startup
     settings: Settings
-    pool: AsyncConnectionPool
+    pool: PgPool
     checkpointer: AsyncPostgresSaver
     records: Records
     events: EventLog

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import structlog
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
-from langgraph.types import Command
+from langgraph.types import Command, StreamMode
 
 from stream_store.events import (
     DoneData,
@@ -35,7 +35,7 @@ __all__ = ["execute_run"]
 
 logger = structlog.get_logger()
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
 
 class _Writer:
@@ -89,7 +89,11 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         await _finish(ctx, run, writer, "cancelled")
     except Exception as exc:
         logger.exception("run failed")
-        error = {"code": "graph_error", "message": f"{type(exc).__name__}: {exc}"[:1000]}
+        message = f"{type(exc).__name__}: {exc}"
+        secret = ctx["settings"].openai_api_key
+        if secret:  # an upstream may echo the key back in its error text
+            message = message.replace(secret, "***")
+        error = {"code": "graph_error", "message": message[:1000]}
         await _finish(ctx, run, writer, "failed", error=error)
     finally:
         ctx["running"].pop(run_id, None)
@@ -120,13 +124,10 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         graph_input = {"messages": messages}
 
     translator = StreamTranslator()
-    async for mode, chunk in graph.astream(
-        graph_input,
-        config,  # type: ignore[arg-type]
-        context=context,
-        stream_mode=STREAM_MODES,  # type: ignore[arg-type]
-        durability="sync",
-    ):
+    stream = graph.astream(  # type: ignore[call-overload]
+        graph_input, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+    )
+    async for mode, chunk in stream:
         for event, data in translator.translate(mode, chunk):
             await writer.emit(event, data)
 

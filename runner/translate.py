@@ -78,10 +78,7 @@ class StreamTranslator:
         text = message_text(message.content)
         if not text:
             return
-        if isinstance(message, AIMessageChunk):
-            self.streamed.add(message.id)
-            yield "token", TokenData(message_id=message.id, text=text)
-        elif message.id not in self.streamed:
+        if isinstance(message, AIMessageChunk) or message.id not in self.streamed:
             self.streamed.add(message.id)
             yield "token", TokenData(message_id=message.id, text=text)
 

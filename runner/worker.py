@@ -38,21 +38,19 @@ async def startup(ctx: dict[str, Any]) -> None:
     settings = wctx["settings"]
     keys = KeySpace(settings.redis_prefix)
     pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 20)))
-    checkpointer = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+    checkpointer = AsyncPostgresSaver(pool)
     await migrate(pool, settings.database_schema, checkpointer)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
     records = Records(pool)
-    wctx.update(
-        pool=pool,
-        checkpointer=checkpointer,
-        records=records,
-        events=EventLog(wctx["redis"], keys, settings.stream_ttl_s),
-        queue=RunQueue(wctx["redis"], keys, records),
-        graphs=graphs,
-        running={},
-        cancelling=set(),
-    )
+    wctx["pool"] = pool
+    wctx["checkpointer"] = checkpointer
+    wctx["records"] = records
+    wctx["events"] = EventLog(wctx["redis"], keys, settings.stream_ttl_s)
+    wctx["queue"] = RunQueue(wctx["redis"], keys, records)
+    wctx["graphs"] = graphs
+    wctx["running"] = {}
+    wctx["cancelling"] = set()
     wctx["cancel_listener"] = asyncio.create_task(_listen_for_cancels(wctx, keys))
     logger.info(
         "worker ready",
@@ -107,7 +105,7 @@ def build_worker(settings: Settings, *, handle_signals: bool = True) -> Worker:
         max_jobs=settings.worker_concurrency,
         job_timeout=settings.job_timeout_s,
         poll_delay=settings.poll_delay_s,
-        keep_result=60,
+        keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
         health_check_key=f"{keys.queue()}:health-check",
         ctx={"settings": settings},

@@ -47,7 +47,7 @@ def create_app(settings: Settings) -> Litestar:
             yield
 
     def provide_resources(request: Request[Any, Any, Any]) -> Resources:
-        return request.app.state.resources  # type: ignore[no-any-return]
+        return request.app.state.resources
 
     def provide_caller(request: Request[Any, Any, Any]) -> Caller:
         return caller_from_request(request, request.app.state.resources.settings)

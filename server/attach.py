@@ -46,6 +46,9 @@ async def attach(
                     return
             if len(page) < REPLAY_PAGE:
                 break
+        newest = await events.last_event(run_id)
+        if newest is not None and newest.terminal and parse_event_id(newest.id) <= last:
+            return  # the client already has the terminal event: nothing will follow it
         while True:
             try:
                 frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import os
 import signal
@@ -52,9 +53,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
 
     if not settings.auth_enabled:
         if not _is_loopback(host):
-            logger.error(
-                "refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host
-            )
+            logger.error("refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host)
             return 2
         logger.warning("no RUNSTREAM_API_KEYS: no authentication, serving loopback only")
     settings.require_services()
@@ -95,7 +94,7 @@ def migrate(settings: Settings) -> int:
     async def run() -> int:
         pool = await open_pg_pool(settings, max_size=2)
         try:
-            return await apply(pool, settings.database_schema, AsyncPostgresSaver(pool))  # type: ignore[arg-type]
+            return await apply(pool, settings.database_schema, AsyncPostgresSaver(pool))
         finally:
             await pool.close()
 
@@ -117,10 +116,8 @@ def up(settings: Settings, host: str, port: int) -> int:
     print(f"runstream is up: http://{host}:{port}  (API docs: http://{host}:{port}/schema)")
     try:
         while all(child.poll() is None for child in children):
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 children[0].wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
     except KeyboardInterrupt:
         pass
     finally:

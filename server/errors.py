@@ -1,10 +1,10 @@
 """Every error the API answers, as `{"error": {"code", "message"}}`, mapped in one place.
 
-    ApiError          bad input found by the server itself (400, 401, 413 ...)
-    StoreError        from stream_store: 404, 409, 410, 422, 503
-    Unauthorized      401
-    HTTPException     Litestar's own (validation 400, unknown route 404, 405, 413)
-    anything else     500, logged with its traceback, never shown to the client
+ApiError          bad input found by the server itself (400, 401, 413 ...)
+StoreError        from stream_store: 404, 409, 410, 422, 503
+Unauthorized      401
+HTTPException     Litestar's own (validation 400, unknown route 404, 405, 413)
+anything else     500, logged with its traceback, never shown to the client
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ def _unauthorized(_: Request[Any, Any, Any], exc: Unauthorized) -> Response[Any]
 
 def _validation(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
     details = exc.extra if isinstance(exc.extra, list) else []
-    parts = [f"{d.get('key') or 'body'}: {d.get('message')}" for d in details if isinstance(d, dict)]
+    parts = [
+        f"{d.get('key') or 'body'}: {d.get('message')}" for d in details if isinstance(d, dict)
+    ]
     message = "; ".join(parts) or exc.detail
     return error_response(400, "invalid_request", message)
 
@@ -105,7 +107,7 @@ def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return error_response(500, "internal", "internal server error")
 
 
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {
     ApiError: _api_error,
     StoreError: _store_error,
     Unauthorized: _unauthorized,

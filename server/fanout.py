@@ -130,7 +130,8 @@ class StreamFollower:
         if feed is None:
             feed = self._feeds[run_id] = _Feed()
             try:
-                feed.cursor = await self._events.last_id(run_id) or "0-0"
+                newest = await self._events.last_event(run_id)
+                feed.cursor = newest.id if newest else "0-0"
             except BaseException:
                 del self._feeds[run_id]
                 feed.ready.set()

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import structlog
 from arq.connections import ArqRedis
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from runner.graphs import GraphRegistry
-from stream_store.connections import open_pg_pool, open_redis
+from stream_store.connections import PgPool, open_pg_pool, open_redis
 from stream_store.keys import KeySpace
 from stream_store.log import EventLog
 from stream_store.migrations import migrate
@@ -33,7 +32,7 @@ logger = structlog.get_logger()
 class Resources:
     settings: Settings
     redis: ArqRedis
-    pool: AsyncConnectionPool
+    pool: PgPool
     checkpointer: AsyncPostgresSaver
     records: Records
     events: EventLog
@@ -51,16 +50,14 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     try:
         pool = await open_pg_pool(settings)
         try:
-            checkpointer = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            checkpointer = AsyncPostgresSaver(pool)
             await migrate(pool, settings.database_schema, checkpointer)
             graphs = GraphRegistry(settings.graphs)
             graphs.validate()
             records = Records(pool)
             events = EventLog(redis, keys, settings.stream_ttl_s)
             reader = Redis.from_url(settings.require_services()[0], single_connection_client=True)
-            follower = StreamFollower(
-                reader, redis, events, queue_size=settings.viewer_queue_size
-            )
+            follower = StreamFollower(reader, redis, events, queue_size=settings.viewer_queue_size)
             await follower.start()
             try:
                 yield Resources(

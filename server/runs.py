@@ -13,8 +13,7 @@ from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound, StoreUnavailable, StreamGone
 from stream_store.events import TERMINAL_STATUSES, DoneData, RunStatusData, encode_data
-from stream_store.records import NewRun, RunRecord
-from stream_store.records import TITLE_CHARS
+from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 
 from . import inputs
 from .attach import attach

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 import structlog
 from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
@@ -69,7 +70,10 @@ class ThreadsController(Controller):
         before = inputs.decode_cursor(cursor) if cursor else None
         threads = await resources.records.list_threads(caller.owner, limit + 1, before)
         page, more = threads[:limit], len(threads) > limit
-        next_cursor = inputs.encode_cursor(page[-1].created_at, page[-1].thread_id) if more else None
+        last = page[-1] if page else None
+        next_cursor = (
+            inputs.encode_cursor(last.created_at, last.thread_id) if more and last else None
+        )
         return ThreadList(threads=[thread_out(t) for t in page], next_cursor=next_cursor)
 
     @get("/{thread_id:str}", summary="A thread and its messages")
@@ -79,8 +83,7 @@ class ThreadsController(Controller):
         saved = await resources.checkpointer.aget_tuple(config)  # type: ignore[arg-type]
         values = saved.checkpoint["channel_values"] if saved else {}
         messages = [to_wire_message(m) for m in values.get("messages", [])]
-        base = thread_out(thread)
-        return ThreadDetail(**{f: getattr(base, f) for f in base.__struct_fields__}, messages=messages)
+        return ThreadDetail(**msgspec.structs.asdict(thread_out(thread)), messages=messages)
 
     @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")
     async def runs(self, thread_id: str, resources: Resources, caller: Caller) -> RunList:

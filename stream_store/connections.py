@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from arq.connections import ArqRedis
-from psycopg.rows import dict_row
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from .settings import Settings
 
-__all__ = ["open_pg_pool", "open_redis"]
+__all__ = ["PgPool", "open_pg_pool", "open_redis"]
+
+PgPool = AsyncConnectionPool[AsyncConnection[DictRow]]
 
 
 def open_redis(settings: Settings) -> ArqRedis:
@@ -17,15 +20,16 @@ def open_redis(settings: Settings) -> ArqRedis:
     return ArqRedis.from_url(url, health_check_interval=30, socket_keepalive=True)
 
 
-async def open_pg_pool(settings: Settings, max_size: int = 10) -> AsyncConnectionPool:
+async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
     """A psycopg pool in autocommit with dict rows, on the configured schema.
 
     These are the connection settings the LangGraph Postgres checkpointer requires; our own
     queries open explicit transactions where they need one.
     """
     _, url = settings.require_services()
-    pool = AsyncConnectionPool(
+    pool: PgPool = AsyncConnectionPool(
         url,
+        connection_class=AsyncConnection[DictRow],
         min_size=1,
         max_size=max_size,
         open=False,

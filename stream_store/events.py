@@ -110,9 +110,15 @@ def decode_data(raw: bytes) -> Any:
     return msgspec.json.decode(raw)
 
 
+_U64 = 2**64 - 1
+
+
 def is_event_id(value: str) -> bool:
-    """True for a stream position as the server hands them out (`<ms>-<seq>`)."""
-    return bool(_EVENT_ID.match(value))
+    """True for a stream position as Redis could hand it out (`<ms>-<seq>`, each a u64)."""
+    if not _EVENT_ID.match(value):
+        return False
+    ms, seq = parse_event_id(value)
+    return ms <= _U64 and seq <= _U64
 
 
 def parse_event_id(value: str) -> tuple[int, int]:

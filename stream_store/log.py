@@ -85,7 +85,7 @@ class EventLog:
     ) -> str:
         """Create the run record and write the stream's first event; a no-op if it exists."""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        args = [owner, thread_id, attempt, event, data, "queued"]
+        args: list[str | bytes | int] = [owner, thread_id, attempt, event, data, "queued"]
         try:
             result = await self._open(keys=keys, args=args)
         except RedisError as exc:
@@ -132,18 +132,20 @@ class EventLog:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
 
-    async def last_id(self, run_id: str) -> str | None:
-        """The id of the newest event, or None when the stream does not exist."""
+    async def last_event(self, run_id: str) -> StoredEvent | None:
+        """The newest event, or None when the stream does not exist."""
         try:
             entries = await self.redis.xrevrange(self.keys.run_events(run_id), count=1)
         except RedisError as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
-        return entries[0][0].decode() if entries else None
+        return StoredEvent.from_entry(*entries[0]) if entries else None
 
     async def record(self, run_id: str) -> dict[str, str]:
         """The live run record (empty when the stream expired or was never written)."""
         try:
-            raw = await self.redis.hgetall(self.keys.run_record(run_id))
+            raw: dict[bytes, bytes] = await self.redis.hgetall(  # type: ignore[misc]
+                self.keys.run_record(run_id)
+            )
         except RedisError as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return {k.decode(): v.decode() for k, v in raw.items()}

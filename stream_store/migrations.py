@@ -7,10 +7,12 @@ by its own `setup()`, in the same schema.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
+
+from .connections import PgPool
 
 __all__ = ["migrate"]
 
@@ -60,14 +62,22 @@ MIGRATIONS: list[str] = [
 ]
 
 
-async def migrate(pool: AsyncConnectionPool, schema: str, checkpointer: Any) -> int:
+async def migrate(pool: PgPool, schema: str, checkpointer: Any) -> int:
     """Create the schema, apply pending migrations and the checkpointer's; returns how many.
 
     One session-level advisory lock covers both, so concurrent start-ups queue behind it.
     """
     applied = 0
     async with pool.connection() as conn:
-        await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+        # Poll instead of blocking in pg_advisory_lock: a session blocked in a statement holds
+        # a snapshot, and the checkpointer's CREATE INDEX CONCURRENTLY waits for every such
+        # snapshot in the database, so a blocking wait would deadlock with the lock holder.
+        while True:
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_LOCK_ID,))
+            locked = await cur.fetchone()
+            if locked is not None and locked["ok"]:
+                break
+            await asyncio.sleep(0.05)
         try:
             await conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
@@ -80,13 +90,13 @@ async def migrate(pool: AsyncConnectionPool, schema: str, checkpointer: Any) -> 
             cur = await conn.execute(
                 "SELECT coalesce(max(version), -1) AS v FROM runstream_migrations"
             )
-            row = await cur.fetchone()
-            done = row["v"] if isinstance(row, dict) else row[0]  # type: ignore[index]
+            latest = await cur.fetchone()
+            done = latest["v"] if latest is not None else -1
             for version, statement in enumerate(MIGRATIONS):
                 if version <= done:
                     continue
                 async with conn.transaction():
-                    await conn.execute(statement)  # type: ignore[arg-type]
+                    await conn.execute(statement)
                     await conn.execute(
                         "INSERT INTO runstream_migrations (version) VALUES (%s)", (version,)
                     )

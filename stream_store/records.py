@@ -16,8 +16,9 @@ from typing import Any
 import msgspec
 import psycopg
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
+from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, NotFound, StoreUnavailable
 
 __all__ = ["ACTIVE_STATUSES", "NewRun", "Records", "RunRecord", "ThreadRecord"]
@@ -131,7 +132,7 @@ async def _translated() -> AsyncIterator[None]:
 class Records:
     """Queries on runs and threads; one instance per process, over its connection pool."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: PgPool) -> None:
         self.pool = pool
 
     # -- runs -------------------------------------------------------------------------------
@@ -210,7 +211,8 @@ class Records:
                 " WHERE thread_id = %s AND run_id <> %s AND status = ANY(%s)",
                 (thread_id, run_id, list(ACTIVE_STATUSES)),
             )
-            busy = (await cur.fetchone())["n"] > 0  # type: ignore[index]
+            counted = await cur.fetchone()
+            busy = counted is not None and counted["n"] > 0
             if busy and new.multitask == "reject":
                 raise Conflict(f"thread {thread_id} already has an active run", code="thread_busy")
             await conn.execute(
@@ -229,9 +231,9 @@ class Records:
 
     async def _one_run(self, query: str, params: tuple[Any, ...]) -> RunRecord | None:
         async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(query, params)  # type: ignore[arg-type]
+            cur = await conn.execute(query, params)
             row = await cur.fetchone()
-        return _run(row) if row else None  # type: ignore[arg-type]
+        return _run(row) if row else None
 
     async def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
         """The run, or None when unknown or (with `owner`) not that owner's."""
@@ -341,7 +343,8 @@ class Records:
                 (str(uuid.uuid4()), owner, Jsonb(metadata)),
             )
             row = await cur.fetchone()
-        return _thread(row)  # type: ignore[arg-type]
+        assert row is not None  # INSERT ... RETURNING always returns the row
+        return _thread(row)
 
     async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
         async with _translated(), self.pool.connection() as conn:
@@ -351,7 +354,7 @@ class Records:
                 (thread_id, owner),
             )
             row = await cur.fetchone()
-        return _thread(row) if row else None  # type: ignore[arg-type]
+        return _thread(row) if row else None
 
     async def list_threads(
         self, owner: str, limit: int, before: tuple[datetime, str] | None
@@ -365,9 +368,9 @@ class Records:
         query += " ORDER BY t.created_at DESC, t.thread_id DESC LIMIT %s"
         params.append(limit)
         async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(query, params)  # type: ignore[arg-type]
+            cur = await conn.execute(query, params)
             rows = await cur.fetchall()
-        return [_thread(row) for row in rows]  # type: ignore[arg-type]
+        return [_thread(row) for row in rows]
 
     async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
         async with _translated(), self.pool.connection() as conn:
@@ -377,7 +380,7 @@ class Records:
                 (thread_id, owner),
             )
             rows = await cur.fetchall()
-        return [_run(row) for row in rows]  # type: ignore[arg-type]
+        return [_run(row) for row in rows]
 
     async def delete_thread(
         self, thread_id: str, owner: str, *, before_commit: Callable[[list[str]], Awaitable[None]]
@@ -401,7 +404,7 @@ class Records:
                 (thread_id,),
             )
             runs = await cur.fetchall()
-            if any(r["status"] in ACTIVE_STATUSES for r in runs):  # type: ignore[call-overload]
+            if any(r["status"] in ACTIVE_STATUSES for r in runs):
                 raise Conflict(f"thread {thread_id} has an active run", code="thread_busy")
             await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
-            await before_commit([r["run_id"] for r in runs])  # type: ignore[call-overload]
+            await before_commit([r["run_id"] for r in runs])

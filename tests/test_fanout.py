@@ -1,0 +1,74 @@
+"""Many viewers of one run, in one server process or several, see the same sequence."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from arq.worker import Worker
+
+from tests.conftest import ServerHandle, StartServer
+from tests.sse import Received, read_events
+from tests.test_runs import run_body
+
+TEXT = " ".join(f"tok{i}" for i in range(60))
+SLOW = {"configurable": {"fake_token_delay_ms": 10}}
+
+
+async def watch(url: str, path: str, delay_s: float) -> list[Received]:
+    await asyncio.sleep(delay_s)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        return await read_events(http, path)
+
+
+class TestManyViewers:
+    """Viewers joining at different moments of a live run receive identical sequences."""
+
+    async def test_three_viewers_attached_at_different_moments_agree(
+        self, server: ServerHandle, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        run = (await client.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
+        path = f"/v1/runs/{run['run_id']}/events"
+        results = await asyncio.gather(
+            watch(server.url, path, 0.0), watch(server.url, path, 0.2), watch(server.url, path, 0.4)
+        )
+        assert results[0][-1].event == "done"
+        assert results[0] == results[1] == results[2]
+        assert len(results[0]) > len(TEXT.split())
+
+    async def test_viewers_on_two_server_processes_agree(
+        self, start_server: StartServer, worker: Worker
+    ) -> None:
+        a, b = await start_server(), await start_server()
+        async with httpx.AsyncClient(base_url=a.url) as http:
+            run = (await http.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
+        path = f"/v1/runs/{run['run_id']}/events"
+        on_a, on_b, late_b = await asyncio.gather(
+            watch(a.url, path, 0.0), watch(b.url, path, 0.1), watch(b.url, path, 0.3)
+        )
+        assert on_a[-1].event == "done"
+        assert on_a == on_b == late_b
+
+    async def test_reconnect_to_another_server_process_skips_nothing(
+        self, start_server: StartServer, worker: Worker
+    ) -> None:
+        a, b = await start_server(), await start_server()
+        async with (
+            httpx.AsyncClient(base_url=a.url) as on_a,
+            httpx.AsyncClient(base_url=b.url) as on_b,
+        ):
+            run = (await on_a.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
+            path = f"/v1/runs/{run['run_id']}/events"
+            first = await read_events(on_a, path, limit=10)
+            rest = await read_events(on_b, path, headers={"Last-Event-ID": first[-1].id})
+            assert first + rest == await read_events(on_a, path)
+
+    async def test_hundred_viewers_of_one_run_each_get_every_event(
+        self, server: ServerHandle, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        run = (await client.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
+        path = f"/v1/runs/{run['run_id']}/events"
+        results = await asyncio.gather(*(watch(server.url, path, i * 0.005) for i in range(100)))
+        reference = results[0]
+        assert reference[-1].event == "done"
+        assert all(result == reference for result in results)

@@ -14,7 +14,8 @@ import structlog
 __all__ = ["configure_logging"]
 
 
-def configure_logging(level: str = "info", json: bool = False) -> None:
+def configure_logging(level: str = "info", json: bool = False, *, cache: bool = True) -> None:
+    """Set up structlog; `cache=False` lets tests reconfigure it later."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -35,7 +36,7 @@ def configure_logging(level: str = "info", json: bool = False) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
     # arq, uvicorn and psycopg log through the standard library: same level, same stream.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, force=True)

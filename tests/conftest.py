@@ -32,7 +32,7 @@ DATABASE_URL = os.environ.get(
     "RUNSTREAM_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 
-configure_logging("warning")
+configure_logging("warning", cache=False)
 
 
 def free_port() -> int:

@@ -121,7 +121,7 @@ class TestApproval:
         run = await self.start(client)
         await client.post(f"/v1/runs/{run['run_id']}/resume", json={"resume": {"approve": False}})
         events = await read_events(client, f"/v1/runs/{run['run_id']}/events")
-        assert [e.data for e in events if e.event == "custom"][0]["executed"] is False
+        assert next(e.data for e in events if e.event == "custom")["executed"] is False
         tool = [
             e.data["message"]
             for e in events

@@ -34,4 +34,6 @@ class WorkerContext(TypedDict, total=False):
     graphs: GraphRegistry
     running: dict[str, asyncio.Task[None]]
     cancelling: set[str]
+    lost: set[str]
+    reaper: asyncio.Task[None]
     cancel_listener: asyncio.Task[None]

@@ -1,8 +1,12 @@
-"""The job: execute one run's graph and write its events, start to terminal (or interrupt).
+"""The job: execute one attempt of a run and write its events, to terminal or interrupt.
 
-Order of writes at every status change: Postgres first (the system of record, by a conditional
-update that only the current attempt can make), then the event. A viewer that sees `done` can
-therefore always read the final status back from `GET /v1/runs/{id}`.
+An attempt holds a lease on the run (renewed by a heartbeat) and every write it makes is
+fenced by its attempt number: event appends by the Redis script, status changes by
+conditional UPDATEs, checkpoints by `FencedPostgresSaver`. An attempt that loses its lease
+stops without writing anything more; the reaper gives the run to the next attempt.
+
+Order of writes at every status change: Postgres first (the system of record), then the event.
+A viewer that sees `done` can therefore always read the final status back.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ import uuid
 from typing import Any
 
 import msgspec
+import psycopg
 import structlog
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langgraph.pregel import Pregel
 from langgraph.types import Command, StreamMode
+from redis.exceptions import RedisError
 
+from stream_store.errors import Fenced, StoreUnavailable, StreamGone
 from stream_store.events import (
     DoneData,
     ErrorData,
@@ -26,9 +34,11 @@ from stream_store.events import (
 )
 from stream_store.records import RunRecord
 
+from .checkpointer import attempt_fence
 from .context import WorkerContext
 from .graphs import RunContext
 from .models import make_chat_model
+from .recovery import hand_back
 from .translate import StreamTranslator, to_wire_message
 
 __all__ = ["execute_run"]
@@ -36,6 +46,10 @@ __all__ = ["execute_run"]
 logger = structlog.get_logger()
 
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
+
+# Failures of the services rather than of the graph: the attempt is abandoned, its lease runs
+# out, and the reaper gives the run to a new attempt.
+INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError, OSError)
 
 
 class _Writer:
@@ -51,12 +65,12 @@ class _Writer:
         )
 
     async def status(self, status: str) -> str:
-        data = RunStatusData(status=status, attempt=self.run.attempt)  # type: ignore[arg-type]
+        data = RunStatusData(status=status, attempt=self.run.attempt)
         return await self.emit("run", data, status=status)
 
 
 def _input_messages(run: RunRecord) -> list[BaseMessage]:
-    """The run's input messages, each given an id so its `message` event can name it."""
+    """The run's input messages; their ids were fixed at submit, so a retry repeats them."""
     messages = convert_to_messages(run.input.get("messages", []))
     for message in messages:
         if message.id is None:
@@ -64,29 +78,61 @@ def _input_messages(run: RunRecord) -> list[BaseMessage]:
     return messages
 
 
+async def _keep_lease(ctx: WorkerContext, run: RunRecord, task: asyncio.Task[None]) -> None:
+    lease_s = ctx["settings"].lease_s
+    while True:
+        await asyncio.sleep(lease_s / 3)
+        try:
+            await ctx["events"].renew(run.run_id, run.attempt, lease_s)
+        except (Fenced, StreamGone):
+            logger.warning("lease lost; stopping this attempt", run_id=run.run_id)
+            ctx["lost"].add(run.run_id)
+            task.cancel()
+            return
+        except StoreUnavailable as exc:
+            logger.warning("lease renewal failed; will retry", run_id=run.run_id, error=str(exc))
+
+
 async def execute_run(ctx: WorkerContext, run_id: str) -> None:
     """Claim the run, stream its graph into its event log, and record the outcome."""
-    records = ctx["records"]
-    run = await records.claim_run(run_id)
+    run = await ctx["records"].claim_run(run_id)
     if run is None:
         logger.info("run not claimable, skipping", run_id=run_id)
         return
     structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+    try:
+        await ctx["events"].claim(run.run_id, run.attempt, ctx["settings"].lease_s)
+    except (Fenced, StreamGone) as exc:
+        logger.warning("could not take the run's lease; leaving it to the reaper", error=str(exc))
+        structlog.contextvars.unbind_contextvars("run_id", "thread_id")
+        return
     task = asyncio.current_task()
     assert task is not None
     ctx["running"][run_id] = task
+    keeper = asyncio.create_task(_keep_lease(ctx, run, task))
+    fence = attempt_fence.set((run.run_id, run.attempt))
     writer = _Writer(ctx, run)
+    finished = False
     try:
         if await ctx["events"].cancel_requested(run_id):
             raise asyncio.CancelledError
         await writer.status("running")
         logger.info("run started", graph=run.graph, attempt=run.attempt)
-        await _stream_graph(ctx, run, writer)
+        finished = await _stream_graph(ctx, run, writer)
     except asyncio.CancelledError:
-        if run_id not in ctx["cancelling"] and not await ctx["events"].cancel_requested(run_id):
-            raise  # the worker is shutting down, not a user's cancel
         task.uncancel()
-        await _finish(ctx, run, writer, "cancelled")
+        keeper.cancel()
+        if run_id in ctx["lost"]:
+            logger.warning("attempt abandoned: lease lost")
+        elif run_id in ctx["cancelling"] or await ctx["events"].cancel_requested(run_id):
+            finished = await _finish(ctx, run, writer, "cancelled")
+        else:
+            logger.info("worker stopping; handing the run back")
+            await hand_back(ctx, run)
+    except (Fenced, StreamGone) as exc:
+        logger.warning("attempt fenced out; stopping without writing", error=str(exc))
+    except INFRASTRUCTURE_ERRORS as exc:
+        logger.warning("attempt abandoned: a service failed", error=str(exc))
     except Exception as exc:
         logger.exception("run failed")
         message = f"{type(exc).__name__}: {exc}"
@@ -94,15 +140,36 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         if secret:  # an upstream may echo the key back in its error text
             message = message.replace(secret, "***")
         error = {"code": "graph_error", "message": message[:1000]}
-        await _finish(ctx, run, writer, "failed", error=error)
+        finished = await _finish(ctx, run, writer, "failed", error=error)
     finally:
+        keeper.cancel()
+        attempt_fence.reset(fence)
         ctx["running"].pop(run_id, None)
         ctx["cancelling"].discard(run_id)
+        ctx["lost"].discard(run_id)
         structlog.contextvars.unbind_contextvars("run_id", "thread_id")
-    await ctx["queue"].dispatch_next(run.thread_id)
+    if finished:
+        await ctx["queue"].dispatch_next(run.thread_id)
 
 
-async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> None:
+async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
+    """What to invoke the graph with, given what the checkpoint says this run already did.
+
+    Returns `...` when the graph already ran to its end in an earlier attempt.
+    """
+    state = await graph.aget_state(config)  # type: ignore[arg-type]
+    started = (state.metadata or {}).get("run_id") == run.run_id
+    if run.resume is not None and state.interrupts:
+        return Command(resume=run.resume.get("value"))
+    if started and state.next:
+        return None  # continue from the last checkpoint (a retried attempt)
+    if started and run.attempt > 1:
+        return ...
+    return {"messages": _input_messages(run)}
+
+
+async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> bool:
+    """Run the graph; True when the run finished (False when it is now interrupted)."""
     graph = ctx["graphs"].get(run.graph, ctx["checkpointer"])
     configurable = dict(run.config.get("configurable") or {})
     config: dict[str, Any] = {
@@ -114,35 +181,33 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         thread_id=run.thread_id,
         chat_model=make_chat_model(ctx["settings"], configurable),
     )
-    graph_input: Any
-    if run.resume is not None:
-        graph_input = Command(resume=run.resume.get("value"))
-    else:
-        messages = _input_messages(run)
-        for message in messages:
+    graph_input = await _graph_input(graph, run, config)
+    if isinstance(graph_input, dict):
+        for message in graph_input["messages"]:
             await writer.emit("message", MessageData(message=to_wire_message(message)))
-        graph_input = {"messages": messages}
-
-    translator = StreamTranslator()
-    stream = graph.astream(  # type: ignore[call-overload]
-        graph_input, config, context=context, stream_mode=STREAM_MODES, durability="sync"
-    )
-    async for mode, chunk in stream:
-        for event, data in translator.translate(mode, chunk):
-            await writer.emit(event, data)
+    if graph_input is not ...:
+        translator = StreamTranslator()
+        stream = graph.astream(  # type: ignore[call-overload]
+            graph_input, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+        )
+        async for mode, chunk in stream:
+            for event, data in translator.translate(mode, chunk):
+                await writer.emit(event, data)
 
     state = await graph.aget_state(config)  # type: ignore[arg-type]
+    if state.interrupts and await ctx["events"].cancel_requested(run.run_id):
+        return await _finish(ctx, run, writer, "cancelled")  # cancelled while it ran
     if state.interrupts:
         value = state.interrupts[0].value
         if await ctx["records"].interrupt_run(run.run_id, run.attempt, value) is not None:
             await writer.emit("pending", PendingData(interrupt=value))
             await writer.status("interrupted")
             logger.info("run interrupted")
-        return
+        return False
     messages = state.values.get("messages") or []
     last = messages[-1] if messages else None
     output = to_wire_message(last) if isinstance(last, AIMessage) else None
-    await _finish(ctx, run, writer, "succeeded", output=output)
+    return await _finish(ctx, run, writer, "succeeded", output=output)
 
 
 async def _finish(
@@ -153,19 +218,21 @@ async def _finish(
     *,
     output: Any = None,
     error: dict[str, str] | None = None,
-) -> None:
+) -> bool:
     output_dict = msgspec.to_builtins(output) if output is not None else None
     done = await ctx["records"].finish_run(
         run.run_id, run.attempt, status, output=output_dict, error=error
     )
     if done is None:
         logger.warning("run changed hands before it finished; writing nothing", status=status)
-        return
+        return False
     await writer.status(status)
     if status == "failed":
         assert error is not None
         last_id = await writer.emit("error", ErrorData(**error))
     else:
-        last_id = await writer.emit("done", DoneData(status=status, output=output))  # type: ignore[arg-type]
+        done_data = DoneData(status=status, output=output)  # type: ignore[arg-type]
+        last_id = await writer.emit("done", done_data)
     await ctx["records"].set_last_event_id(run.run_id, last_id)
     logger.info("run finished", status=status)
+    return True

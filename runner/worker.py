@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import structlog
 from arq.worker import Worker, func
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from redis.exceptions import RedisError
 
 from stream_store.connections import open_pg_pool, open_redis
@@ -24,9 +23,11 @@ from stream_store.queue import EXECUTE_RUN, RunQueue
 from stream_store.records import Records
 from stream_store.settings import Settings
 
+from .checkpointer import FencedPostgresSaver
 from .context import WorkerContext
 from .execute import execute_run
 from .graphs import GraphRegistry
+from .recovery import reap_forever
 
 __all__ = ["build_worker"]
 
@@ -38,7 +39,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     settings = wctx["settings"]
     keys = KeySpace(settings.redis_prefix)
     pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 20)))
-    checkpointer = AsyncPostgresSaver(pool)
+    checkpointer = FencedPostgresSaver(pool)
     await migrate(pool, settings.database_schema, checkpointer)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
@@ -51,6 +52,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     wctx["graphs"] = graphs
     wctx["running"] = {}
     wctx["cancelling"] = set()
+    wctx["lost"] = set()
+    wctx["reaper"] = asyncio.create_task(reap_forever(wctx))
     wctx["cancel_listener"] = asyncio.create_task(_listen_for_cancels(wctx, keys))
     logger.info(
         "worker ready",
@@ -63,11 +66,12 @@ async def startup(ctx: dict[str, Any]) -> None:
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     wctx = cast(WorkerContext, ctx)
-    listener = wctx.get("cancel_listener")
-    if listener is not None:
-        listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
+    for name in ("cancel_listener", "reaper"):
+        background = wctx.get(name)
+        if isinstance(background, asyncio.Task):
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
     if "pool" in wctx:
         await wctx["pool"].close()
     logger.info("worker stopped")
@@ -102,12 +106,13 @@ def build_worker(settings: Settings, *, handle_signals: bool = True) -> Worker:
         on_startup=startup,
         on_shutdown=shutdown,
         handle_signals=handle_signals,
+        job_completion_wait=int(settings.shutdown_grace_s),
         max_jobs=settings.worker_concurrency,
         job_timeout=settings.job_timeout_s,
         poll_delay=settings.poll_delay_s,
         keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
-        health_check_key=f"{keys.queue()}:health-check",
+        health_check_key=keys.worker_health(),
         ctx={"settings": settings},
         log_results=False,
     )

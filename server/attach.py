@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import structlog
-from litestar.response import ServerSentEventMessage
 
 from stream_store.events import parse_event_id
 from stream_store.log import EventLog
@@ -17,7 +16,7 @@ __all__ = ["attach"]
 
 logger = structlog.get_logger()
 
-PING = ServerSentEventMessage(comment="ping").encode()
+PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty data line)
 REPLAY_PAGE = 1000
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Annotated, Any
 
 import msgspec
@@ -12,7 +13,13 @@ from litestar.params import Parameter
 from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound, StoreUnavailable, StreamGone
-from stream_store.events import TERMINAL_STATUSES, DoneData, RunStatusData, encode_data
+from stream_store.events import (
+    TERMINAL_STATUSES,
+    DoneData,
+    RunStatusData,
+    encode_data,
+    parse_event_id,
+)
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 
 from . import inputs
@@ -58,6 +65,14 @@ def _request_hash(body: RunCreate, thread_id: str | None) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+def _with_message_ids(run_input: dict[str, Any]) -> dict[str, Any]:
+    """Give every input message an id now, so each attempt of the run names it the same."""
+    for message in run_input["messages"]:
+        message.setdefault("id", None)
+        message["id"] = message["id"] or str(uuid.uuid4())
+    return run_input
+
+
 async def submit_run(
     resources: Resources,
     caller: Caller,
@@ -82,7 +97,7 @@ async def submit_run(
     new = NewRun(
         owner=caller.owner,
         graph=body.graph,
-        input=msgspec.to_builtins(body.input),
+        input=_with_message_ids(msgspec.to_builtins(body.input)),
         thread_id=thread_id,
         config=msgspec.to_builtins(body.config),
         metadata=body.metadata,
@@ -109,9 +124,9 @@ async def submit_run(
     if created.dispatch_now:
         try:
             await resources.queue.enqueue(run)
-        except StoreUnavailable:
-            await resources.records.fail_unqueued(run.run_id, "the queue was unavailable")
-            raise
+        except StoreUnavailable as exc:
+            # Recorded and its stream opened: the workers' reaper enqueues it once Redis answers.
+            logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
     logger.info("run submitted" if created.created else "run replayed by idempotency key")
     return Response(run_out(resources, run), status_code=202 if created.created else 200)
 
@@ -170,10 +185,24 @@ class RunsController(Controller):
             caller = caller_from_request(request, resources.settings)
         run = await _owned_run(resources, run_id, caller)
         record = await resources.events.record(run.run_id)
+        pointer = (
+            f"read the outcome at /v1/runs/{run.run_id} and the messages at "
+            f"/v1/threads/{run.thread_id}"
+        )
         if not record:
+            raise StreamGone(f"the events of run {run.run_id} are no longer kept; {pointer}")
+        first_id = record.get("first_id", "0-0")
+        newest = record.get("last_event_id", "0-0")
+        if parse_event_id(after) > parse_event_id(newest):
+            raise ApiError(
+                400,
+                "invalid_last_event_id",
+                f"Last-Event-ID {after} is after the newest event of run {run.run_id} ({newest})",
+            )
+        if after != "0-0" and parse_event_id(after) < parse_event_id(first_id):
             raise StreamGone(
-                f"the events of run {run.run_id} are no longer kept; read the outcome at "
-                f"/v1/runs/{run.run_id} and the messages at /v1/threads/{run.thread_id}"
+                f"run {run.run_id}'s stream was lost and started again at {first_id}; "
+                f"attach without Last-Event-ID to read it from its start, or {pointer}"
             )
         logger.debug("viewer attached", after=after)
         frames = attach(
@@ -227,6 +256,6 @@ async def _write_cancelled(resources: Resources, run: RunRecord) -> None:
         run.run_id, run.attempt, "run", encode_data(status), status="cancelled"
     )
     last = await resources.events.append(
-        run.run_id, run.attempt, "done", encode_data(DoneData(status="cancelled"))
+        run.run_id, run.attempt, "done", encode_data(DoneData(status="cancelled", output=None))
     )
     await resources.records.set_last_event_id(run.run_id, last)

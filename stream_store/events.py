@@ -35,7 +35,7 @@ RunStatus = Literal["queued", "running", "interrupted", "succeeded", "failed", "
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 TERMINAL_EVENTS: frozenset[str] = frozenset({"done", "error"})
 
-_EVENT_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+_EVENT_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 
 
 class WireBase(msgspec.Struct, omit_defaults=True):
@@ -53,7 +53,7 @@ class WireMessage(WireBase):
 
 
 class RunStatusData(WireBase):
-    status: RunStatus
+    status: str  # one of RunStatus
     attempt: int
 
 
@@ -77,7 +77,7 @@ class RetryData(WireBase):
 
 class DoneData(WireBase):
     status: Literal["succeeded", "cancelled"]
-    output: WireMessage | None = None
+    output: WireMessage | None  # no default: sent as null, never left out
 
 
 class ErrorData(WireBase):

@@ -33,6 +33,10 @@ class KeySpace:
         """Pub/sub channel on which servers tell workers to stop a running run."""
         return f"{self.prefix}:cancel"
 
+    def worker_health(self) -> str:
+        """String: arq's health-check line for the workers of this deployment."""
+        return f"{self.prefix}:queue:health-check"
+
     def queue(self) -> str:
         """The arq queue (a sorted set) that workers of this deployment poll."""
         return f"{self.prefix}:queue"

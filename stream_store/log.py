@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
@@ -20,31 +21,93 @@ from .keys import KeySpace
 
 __all__ = ["EventLog", "StoredEvent"]
 
+_NOW_MS = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
 # KEYS: record, events. ARGV: attempt, event, data, status ('' = unchanged), ttl_s ('' = keep).
-_APPEND = """
-local current = redis.call('HGET', KEYS[1], 'attempt')
-if not current then return redis.error_reply('GONE run record missing') end
-if current ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. current) end
+# Refused when another attempt owns the run, or when the writer's lease has run out: a worker
+# that was paused past its lease cannot write even before anyone has taken the run over.
+_APPEND = (
+    _NOW_MS
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+if not rec[1] then return redis.error_reply('GONE run record missing') end
+if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
+if rec[2] and tonumber(rec[2]) < now then return redis.error_reply('FENCED lease expired') end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'd', ARGV[3], 'a', ARGV[1])
 redis.call('HSET', KEYS[1], 'last_event_id', id)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'status', ARGV[4]) end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', ARGV[4])
+  if ARGV[4] ~= 'running' then redis.call('HDEL', KEYS[1], 'lease_until') end
+end
 if ARGV[5] ~= '' then
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
 end
 return id
 """
+)
 
 # KEYS: record, events. ARGV: owner, thread_id, attempt, event, data, status.
 _OPEN = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HGET', KEYS[1], 'last_event_id')
 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'thread_id', ARGV[2], 'attempt', ARGV[3])
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[4], 'd', ARGV[5], 'a', ARGV[3])
-redis.call('HSET', KEYS[1], 'last_event_id', id, 'status', ARGV[6])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'thread_id', ARGV[2], 'attempt', ARGV[3],
+           'first_id', id, 'last_event_id', id, 'status', ARGV[6])
 return id
 """
+
+# KEYS: record. ARGV: attempt, lease_ms. Returns the attempt that last started executing.
+_CLAIM = (
+    _NOW_MS
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'started_attempt')
+if not rec[1] then return redis.error_reply('GONE run record missing') end
+if tonumber(rec[1]) > tonumber(ARGV[1]) then
+  return redis.error_reply('FENCED attempt ' .. rec[1])
+end
+redis.call('HSET', KEYS[1], 'attempt', ARGV[1], 'started_attempt', ARGV[1],
+           'lease_until', now + tonumber(ARGV[2]))
+return tonumber(rec[2] or '0')
+"""
+)
+
+# KEYS: record. ARGV: attempt, lease_ms.
+_RENEW = (
+    _NOW_MS
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+if not rec[1] then return redis.error_reply('GONE run record missing') end
+if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
+if not rec[2] or tonumber(rec[2]) < now then
+  return redis.error_reply('FENCED lease expired')
+end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+return 1
+"""
+)
+
+# KEYS: record. ARGV: the attempt Postgres says is running, '1' to ignore the lease (hand-back).
+# 'alive' (lease still held), 'missing' (record lost), 'taken' (fenced: attempt+1 now owns it;
+# idempotent, so a reaper that died half-way can be finished by another), 'stale' otherwise.
+_TAKE_OVER = (
+    _NOW_MS
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+if not rec[1] then return 'missing' end
+local current, seen = tonumber(rec[1]), tonumber(ARGV[1])
+if current == seen + 1 then return 'taken' end
+if current ~= seen then return 'stale' end
+if ARGV[2] ~= '1' and rec[2] and tonumber(rec[2]) >= now then return 'alive' end
+redis.call('HSET', KEYS[1], 'attempt', seen + 1)
+redis.call('HDEL', KEYS[1], 'lease_until')
+return 'taken'
+"""
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +142,38 @@ class EventLog:
         self.stream_ttl_s = stream_ttl_s
         self._append = redis.register_script(_APPEND)
         self._open = redis.register_script(_OPEN)
+        self._claim = redis.register_script(_CLAIM)
+        self._renew = redis.register_script(_RENEW)
+        self._take_over = redis.register_script(_TAKE_OVER)
+
+    async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await script(keys=keys, args=args)
+        except ResponseError as exc:
+            message = str(exc)
+            if message.startswith("FENCED"):
+                raise Fenced(f"run {run_id}: {message}") from exc
+            if message.startswith("GONE"):
+                raise StreamGone(f"run {run_id}: {message}") from exc
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        except RedisError as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def open(
-        self, run_id: str, *, owner: str, thread_id: str, attempt: int, event: str, data: bytes
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        thread_id: str,
+        attempt: int,
+        event: str,
+        data: bytes,
+        status: str = "queued",
     ) -> str:
         """Create the run record and write the stream's first event; a no-op if it exists."""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        args: list[str | bytes | int] = [owner, thread_id, attempt, event, data, "queued"]
-        try:
-            result = await self._open(keys=keys, args=args)
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+        args: list[str | bytes | int] = [owner, thread_id, attempt, event, data, status]
+        result = await self._call(self._open, run_id, keys, args)
         return result.decode() if isinstance(result, bytes) else str(result)
 
     async def append(
@@ -109,18 +193,48 @@ class EventLog:
         """
         ttl = str(self.stream_ttl_s) if event in TERMINAL_EVENTS else ""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        try:
-            result = await self._append(keys=keys, args=[attempt, event, data, status or "", ttl])
-        except ResponseError as exc:
-            message = str(exc)
-            if message.startswith("FENCED"):
-                raise Fenced(f"run {run_id}: {message}") from exc
-            if message.startswith("GONE"):
-                raise StreamGone(f"run {run_id}: {message}") from exc
-            raise StoreUnavailable(f"redis: {exc}") from exc
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+        result = await self._call(
+            self._append, run_id, keys, [attempt, event, data, status or "", ttl]
+        )
         return result.decode() if isinstance(result, bytes) else str(result)
+
+    async def claim(self, run_id: str, attempt: int, lease_s: float) -> int:
+        """Take the run's lease as `attempt`; returns the attempt that started before this one.
+
+        Raises:
+            Fenced: a newer attempt owns the run.
+        """
+        keys = [self.keys.run_record(run_id)]
+        return int(await self._call(self._claim, run_id, keys, [attempt, int(lease_s * 1000)]))
+
+    async def renew(self, run_id: str, attempt: int, lease_s: float) -> None:
+        """Extend the lease. Raises Fenced when it was lost (expired or taken over)."""
+        keys = [self.keys.run_record(run_id)]
+        await self._call(self._renew, run_id, keys, [attempt, int(lease_s * 1000)])
+
+    async def take_over(self, run_id: str, attempt: int, *, force: bool = False) -> str:
+        """Fence out `attempt` if its lease ran out (or, `force`, anyway).
+
+        Returns 'taken' (attempt + 1 now owns the run), 'alive', 'missing' or 'stale'.
+        """
+        keys = [self.keys.run_record(run_id)]
+        result = await self._call(self._take_over, run_id, keys, [attempt, "1" if force else ""])
+        return result.decode() if isinstance(result, bytes) else str(result)
+
+    async def message_ids(self, run_id: str) -> list[str]:
+        """Ids of the messages the stream has tokens or `message` events for, in order."""
+        seen: dict[str, None] = {}
+        cursor = "0-0"
+        while True:
+            page = await self.read_range(run_id, cursor, count=1000)
+            for event in page:
+                if event.event == "token":
+                    seen[msgspec.json.decode(event.data)["message_id"]] = None
+                elif event.event == "message":
+                    seen[msgspec.json.decode(event.data)["message"]["id"]] = None
+            if len(page) < 1000:
+                return list(seen)
+            cursor = page[-1].id
 
     async def read_range(self, run_id: str, after: str, count: int = 1000) -> list[StoredEvent]:
         """Up to `count` events strictly after `after` ("0-0" reads from the start)."""
@@ -149,6 +263,13 @@ class EventLog:
         except RedisError as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def exists(self, run_id: str) -> bool:
+        """Whether the run's record is in Redis (False after expiry or data loss)."""
+        try:
+            return bool(await self.redis.exists(self.keys.run_record(run_id)))
+        except RedisError as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def request_cancel(self, run_id: str) -> None:
         """Flag the run as cancelled and tell every worker; the one running it stops it."""

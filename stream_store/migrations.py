@@ -59,6 +59,26 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runstream_runs_active ON runstream_runs (status)
         WHERE status IN ('queued', 'running', 'interrupted');
     """,
+    """
+    ALTER TABLE runstream_runs ADD COLUMN claimed_at timestamptz;
+    CREATE TABLE runstream_tool_executions (
+        run_id uuid NOT NULL REFERENCES runstream_runs ON DELETE CASCADE,
+        tool_call_id text NOT NULL,
+        tool text NOT NULL,
+        attempt integer NOT NULL,
+        result jsonb,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (run_id, tool_call_id)
+    );
+    CREATE TABLE runstream_notes (
+        note_id bigserial PRIMARY KEY,
+        thread_id uuid NOT NULL REFERENCES runstream_threads ON DELETE CASCADE,
+        run_id uuid NOT NULL,
+        tool_call_id text NOT NULL,
+        content text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    """,
 ]
 
 

@@ -249,11 +249,66 @@ class Records:
     async def claim_run(self, run_id: str) -> RunRecord | None:
         """queued -> running, for the worker that got the job; None if someone else won."""
         return await self._one_run(
-            "UPDATE runstream_runs SET status = 'running',"
+            "UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
             " started_at = coalesce(started_at, clock_timestamp())"
             f" WHERE run_id = %s AND status = 'queued' RETURNING {_RUN_COLUMNS}",
             (run_id,),
         )
+
+    async def running_claimed_before(self, age_s: float) -> list[RunRecord]:
+        """Runs running for at least `age_s` since their claim: the reaper checks their leases."""
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE status = 'running'"
+                " AND claimed_at < clock_timestamp() - make_interval(secs => %s)",
+                (age_s,),
+            )
+            rows = await cur.fetchall()
+        return [_run(row) for row in rows]
+
+    async def queued_heads(self) -> list[RunRecord]:
+        """Per thread, the queued run that may go next (nothing else of its thread in flight)."""
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT DISTINCT ON (thread_id) {_RUN_COLUMNS} FROM runstream_runs r"
+                " WHERE status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
+                "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
+                " ORDER BY thread_id, created_at"
+            )
+            rows = await cur.fetchall()
+        return [_run(row) for row in rows]
+
+    async def requeue_attempt(self, run_id: str, attempt: int) -> RunRecord | None:
+        """running as `attempt` -> queued as `attempt + 1`: the attempt died or handed back."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'queued', attempt = attempt + 1,"
+            " dispatch = dispatch + 1, claimed_at = NULL"
+            " WHERE run_id = %s AND attempt = %s AND status = 'running'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (run_id, attempt),
+        )
+
+    async def fail_attempts_exhausted(
+        self, run_id: str, attempt: int, error: dict[str, Any]
+    ) -> RunRecord | None:
+        """running as `attempt` -> failed as `attempt + 1`: no attempts left."""
+        return await self._one_run(
+            "UPDATE runstream_runs SET status = 'failed', attempt = attempt + 1,"
+            " finished_at = clock_timestamp(), error = %s"
+            " WHERE run_id = %s AND attempt = %s AND status = 'running'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (Jsonb(error), run_id, attempt),
+        )
+
+    async def active_runs(self) -> list[RunRecord]:
+        """Every queued, running or interrupted run (recovery after Redis lost its data)."""
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+                " WHERE status IN ('queued', 'running', 'interrupted')"
+            )
+            rows = await cur.fetchall()
+        return [_run(row) for row in rows]
 
     async def finish_run(
         self,
@@ -317,20 +372,19 @@ class Records:
             (thread_id,),
         )
 
+    async def set_attempt(self, run_id: str, attempt: int) -> None:
+        """Align an interrupted run's attempt with the Redis record after a repair."""
+        async with _translated(), self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runstream_runs SET attempt = %s WHERE run_id = %s AND attempt < %s",
+                (attempt, run_id, attempt),
+            )
+
     async def set_last_event_id(self, run_id: str, event_id: str) -> None:
         async with _translated(), self.pool.connection() as conn:
             await conn.execute(
                 "UPDATE runstream_runs SET last_event_id = %s WHERE run_id = %s",
                 (event_id, run_id),
-            )
-
-    async def fail_unqueued(self, run_id: str, message: str) -> None:
-        """Mark a run that could not be enqueued as failed, so it never lingers as active."""
-        async with _translated(), self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE runstream_runs SET status = 'failed', finished_at = clock_timestamp(),"
-                " error = %s WHERE run_id = %s AND status = 'queued'",
-                (Jsonb({"code": "enqueue_failed", "message": message}), run_id),
             )
 
     # -- threads ----------------------------------------------------------------------------

@@ -70,6 +70,10 @@ class Settings:
     worker_concurrency: int = 100
     job_timeout_s: int = 3600
     poll_delay_s: float = 0.05
+    lease_s: float = 5.0
+    reaper_interval_s: float = 1.0
+    max_attempts: int = 3
+    shutdown_grace_s: float = 10.0
     openai_api_key: str | None = None
     openai_base_url: str | None = None
     model: str = "fake"
@@ -109,6 +113,10 @@ class Settings:
             worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
             job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),
             poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 50, minimum=1) / 1000,
+            lease_s=_int(env, "RUNSTREAM_LEASE_MS", 5000, minimum=100) / 1000,
+            reaper_interval_s=_int(env, "RUNSTREAM_REAPER_INTERVAL_MS", 1000, minimum=10) / 1000,
+            max_attempts=_int(env, "RUNSTREAM_MAX_ATTEMPTS", 3, minimum=1),
+            shutdown_grace_s=_int(env, "RUNSTREAM_SHUTDOWN_GRACE_MS", 10000) / 1000,
             openai_api_key=openai_key,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             model=model,

@@ -8,6 +8,7 @@ can change that state while a test looks.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -22,7 +23,7 @@ from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
 from stream_store.settings import Settings
-from tests.conftest import StartServer
+from tests.conftest import ServerHandle, StartServer
 
 MAX_BODY = 2048
 RANDOM_ID = "5f0c2a7e-9d1b-4c3e-8a6f-2b7d9e1c4a50"
@@ -126,9 +127,24 @@ class Api:
         return error
 
 
+async def started(server: ServerHandle) -> ServerHandle:
+    """Wait for a server whose start-up outlasted `start_server`'s own wait.
+
+    Migrations take a database-wide advisory lock, so start-up can queue behind other test
+    processes sharing the Postgres server.
+    """
+    async with asyncio.timeout(60):
+        while not server.server.started:
+            if server.task.done():
+                server.task.result()
+                raise AssertionError("the server stopped before it started")
+            await asyncio.sleep(0.05)
+    return server
+
+
 @pytest.fixture
 async def api(settings: Settings, start_server: StartServer) -> AsyncIterator[Api]:
-    server = await start_server(max_body_bytes=MAX_BODY)
+    server = await started(await start_server(max_body_bytes=MAX_BODY))
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         thread = await client.post("/v1/threads", json={})
         assert thread.status_code == 201, thread.text
@@ -444,6 +460,24 @@ class TestEventIds:
     ) -> None:
         url = f"/v1/runs/{api.run_id}/events"
         await api.refused(400, "GET", url, params={"last_event_id": value})
+
+    @pytest.mark.parametrize(
+        "value",
+        ["18446744073709551615-18446744073709551615", "18446744073709551615-0", "99999999999999-0"],
+        ids=["redis-max", "max-ms", "year-5138"],
+    )
+    @pytest.mark.parametrize("where", ["header", "query"])
+    async def test_event_id_after_the_newest_event_is_rejected_without_side_effects(
+        self, api: Api, value: str, where: str
+    ) -> None:
+        """An id the run never issued is bad input, not an empty stream that never ends."""
+        url = f"/v1/runs/{api.run_id}/events"
+        kwargs: dict[str, Any] = (
+            {"headers": {"Last-Event-ID": value}}
+            if where == "header"
+            else {"params": {"last_event_id": value}}
+        )
+        await api.refused(400, "GET", url, **kwargs)
 
     async def test_bad_header_wins_over_good_query(self, api: Api) -> None:
         url = f"/v1/runs/{api.run_id}/events"

@@ -42,7 +42,7 @@ class TestCancel:
                 assert response.status_code == 202
         elapsed = time.monotonic() - cancelled_at
         assert events[-1].event == "done"
-        assert events[-1].data == {"status": "cancelled"}
+        assert events[-1].data == {"status": "cancelled", "output": None}
         assert elapsed < 1.0
         assert len(reassemble(events)[next(iter(reassemble(events)))]) < len(LONG)
         final = (await client.get(f"/v1/runs/{run['run_id']}")).json()
@@ -147,7 +147,7 @@ class TestApproval:
         run = await self.start(client)
         assert (await client.post(f"/v1/runs/{run['run_id']}/cancel")).status_code == 202
         events = await read_events(client, f"/v1/runs/{run['run_id']}/events")
-        assert events[-1].data == {"status": "cancelled"}
+        assert events[-1].data == {"status": "cancelled", "output": None}
 
 
 class TestMultitask:

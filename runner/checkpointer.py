@@ -1,0 +1,54 @@
+"""The LangGraph Postgres checkpointer, fenced by run attempt.
+
+Inside a run (the `attempt_fence` context is set) every checkpoint write runs in a transaction
+that first takes a share lock on the run's row and checks that the run is still `running` as
+this attempt. The reaper's take-over (an UPDATE of that row) therefore either happens before
+the check, and the stale write is refused, or waits for the write to commit: a worker that lost
+its run never writes a checkpoint after the run moved on.
+
+This overrides `_cursor`, a private method of `AsyncPostgresSaver` (langgraph-checkpoint-postgres
+3.x): the public API has no hook for running a statement in the write's transaction.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from langgraph.checkpoint.postgres import _ainternal
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow, dict_row
+
+from stream_store.errors import Fenced
+
+__all__ = ["FencedPostgresSaver", "attempt_fence"]
+
+attempt_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "runstream_attempt_fence", default=None
+)
+
+
+class FencedPostgresSaver(AsyncPostgresSaver):
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        fence = attempt_fence.get()
+        if fence is None or not pipeline:  # reads, and writes outside a run, are not fenced
+            async with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+            return
+        async with (
+            self.lock,
+            _ainternal.get_connection(self.conn) as conn,
+            conn.transaction(),
+            conn.cursor(binary=True, row_factory=dict_row) as cur,
+        ):
+            await cur.execute(
+                "SELECT 1 FROM runstream_runs WHERE run_id = %s AND attempt = %s"
+                " AND status = 'running' FOR SHARE",
+                fence,
+            )
+            if await cur.fetchone() is None:
+                raise Fenced(f"run {fence[0]}: attempt {fence[1]} no longer owns the run")
+            yield cur

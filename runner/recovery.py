@@ -1,0 +1,240 @@
+"""Bringing runs back when an attempt dies: the reaper, hand-back, and Redis-loss repair.
+
+Every step is conditional, so any number of workers may run the reaper at once:
+- Redis decides who may write the stream (`EventLog.take_over` bumps the record's attempt
+  only if the holder's lease ran out), Postgres decides the run's state (`requeue_attempt`
+  only moves a run that is still `running` as the attempt that died).
+- A reaper that dies half-way leaves state the next pass completes: a Redis take-over is
+  idempotent, and queued runs are re-enqueued on every pass (arq drops duplicate job ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from redis.exceptions import RedisError
+
+from stream_store.errors import StoreError
+from stream_store.events import (
+    TERMINAL_STATUSES,
+    ErrorData,
+    PendingData,
+    RetryData,
+    RunStatusData,
+    encode_data,
+)
+from stream_store.records import RunRecord
+
+from .context import WorkerContext
+
+__all__ = ["hand_back", "reap_forever", "reap_once"]
+
+logger = structlog.get_logger()
+
+
+async def incomplete_messages(ctx: WorkerContext, run: RunRecord) -> list[str]:
+    """Messages the stream has tokens or events for that the checkpoint does not hold."""
+    seen = await ctx["events"].message_ids(run.run_id)
+    config = {"configurable": {"thread_id": run.thread_id, "checkpoint_ns": ""}}
+    saved = await ctx["checkpointer"].aget_tuple(config)  # type: ignore[arg-type]
+    kept = {m.id for m in (saved.checkpoint["channel_values"].get("messages", []) if saved else [])}
+    return [message_id for message_id in seen if message_id not in kept]
+
+
+async def _emit(
+    ctx: WorkerContext,
+    run_id: str,
+    attempt: int,
+    event: str,
+    data: object,
+    status: str | None = None,
+) -> str:
+    return await ctx["events"].append(run_id, attempt, event, encode_data(data), status=status)
+
+
+async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
+    """Queue attempt `run.attempt + 1` (Redis already fenced `run.attempt` out), or fail it."""
+    records, settings = ctx["records"], ctx["settings"]
+    following = run.attempt + 1
+    log = logger.bind(run_id=run.run_id, thread_id=run.thread_id, attempt=following)
+    if following > settings.max_attempts:
+        error = {
+            "code": "attempts_exhausted",
+            "message": f"gave up after {run.attempt} attempts; the last one ended: {reason}",
+        }
+        failed = await records.fail_attempts_exhausted(run.run_id, run.attempt, error)
+        if failed is None:
+            await repair(ctx, run.run_id, following)
+            return
+        await _emit(
+            ctx,
+            run.run_id,
+            following,
+            "run",
+            RunStatusData(status="failed", attempt=following),
+            "failed",
+        )
+        last = await _emit(ctx, run.run_id, following, "error", ErrorData(**error))
+        await records.set_last_event_id(run.run_id, last)
+        await ctx["queue"].dispatch_next(run.thread_id)
+        log.warning("run failed: attempts exhausted", reason=reason)
+        return
+    queued = await records.requeue_attempt(run.run_id, run.attempt)
+    if queued is None:
+        await repair(ctx, run.run_id, following)
+        return
+    discard = await incomplete_messages(ctx, queued)
+    await _emit(ctx, run.run_id, following, "retry", RetryData(attempt=following, discard=discard))
+    await _emit(
+        ctx,
+        run.run_id,
+        following,
+        "run",
+        RunStatusData(status="queued", attempt=following),
+        "queued",
+    )
+    await ctx["queue"].enqueue(queued)
+    log.warning("run re-queued", reason=reason, discard=len(discard))
+
+
+async def repair(ctx: WorkerContext, run_id: str, attempt: int) -> None:
+    """The stale attempt finished in Postgres just before it lost Redis: finish the stream.
+
+    `attempt` owns the Redis record now; the events are rebuilt from the Postgres record.
+    """
+    run = await ctx["records"].get_run(run_id)
+    if run is None:
+        return
+    last = await ctx["events"].last_event(run_id)
+    if last is not None and last.terminal:
+        return
+    if run.status in TERMINAL_STATUSES:
+        await _emit(
+            ctx,
+            run_id,
+            attempt,
+            "run",
+            RunStatusData(status=run.status, attempt=attempt),
+            run.status,
+        )
+        if run.status == "failed":
+            error = run.error or {"code": "failed", "message": "the run failed"}
+            final = await _emit(
+                ctx,
+                run_id,
+                attempt,
+                "error",
+                ErrorData(code=str(error.get("code")), message=str(error.get("message"))),
+            )
+        else:
+            final = await _emit(
+                ctx, run_id, attempt, "done", {"status": run.status, "output": run.output}
+            )
+        await ctx["records"].set_last_event_id(run_id, final)
+    elif run.status == "interrupted":
+        await ctx["records"].set_attempt(run_id, attempt)
+        await _emit(ctx, run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
+        await _emit(
+            ctx,
+            run_id,
+            attempt,
+            "run",
+            RunStatusData(status="interrupted", attempt=attempt),
+            "interrupted",
+        )
+    logger.warning("run stream repaired from postgres", run_id=run_id, status=run.status)
+
+
+async def restore_stream(ctx: WorkerContext, run: RunRecord) -> None:
+    """Redis lost the run's record and stream: start a new stream with a `retry` event."""
+    running = run.status == "running"
+    attempt = run.attempt + 1 if running else run.attempt
+    await ctx["events"].open(
+        run.run_id,
+        owner=run.owner,
+        thread_id=run.thread_id,
+        attempt=attempt,
+        event="retry",
+        data=encode_data(RetryData(attempt=attempt, discard=[])),
+        status=run.status,
+    )
+    logger.warning("run stream restored after redis lost it", run_id=run.run_id, status=run.status)
+    if running:
+        await requeue_after_restore(ctx, run)
+    elif run.status == "queued":
+        await _emit(
+            ctx, run.run_id, attempt, "run", RunStatusData(status="queued", attempt=attempt)
+        )
+    elif run.status == "interrupted":
+        await _emit(ctx, run.run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
+        await _emit(
+            ctx,
+            run.run_id,
+            attempt,
+            "run",
+            RunStatusData(status="interrupted", attempt=attempt),
+            "interrupted",
+        )
+
+
+async def requeue_after_restore(ctx: WorkerContext, run: RunRecord) -> None:
+    queued = await ctx["records"].requeue_attempt(run.run_id, run.attempt)
+    if queued is None:
+        await repair(ctx, run.run_id, run.attempt + 1)
+        return
+    await _emit(
+        ctx,
+        run.run_id,
+        queued.attempt,
+        "run",
+        RunStatusData(status="queued", attempt=queued.attempt),
+        "queued",
+    )
+    await ctx["queue"].enqueue(queued)
+
+
+async def hand_back(ctx: WorkerContext, run: RunRecord) -> None:
+    """This worker is stopping: give the run to the next attempt now, not after its lease."""
+    if await ctx["events"].take_over(run.run_id, run.attempt, force=True) == "taken":
+        await requeue(ctx, run, "the worker shut down")
+
+
+async def reap_once(ctx: WorkerContext) -> None:
+    """One pass: expired leases, queued runs without a job, runs whose stream Redis lost."""
+    records, events, settings = ctx["records"], ctx["events"], ctx["settings"]
+    for run in await records.running_claimed_before(settings.lease_s):
+        if run.run_id in ctx["running"]:
+            continue  # executing here; its heartbeat holds the lease
+        verdict = await events.take_over(run.run_id, run.attempt)
+        if verdict == "taken":
+            await requeue(ctx, run, "its worker stopped renewing the lease")
+        elif verdict == "missing":
+            await restore_stream(ctx, run)
+    for run in await records.queued_heads():
+        if not await events.exists(run.run_id):
+            await restore_stream(ctx, run)
+        await ctx["queue"].enqueue(run)
+
+
+async def restore_interrupted(ctx: WorkerContext) -> None:
+    """At start-up: interrupted runs whose stream Redis lost get it back (resume needs it)."""
+    for run in await ctx["records"].active_runs():
+        if run.status == "interrupted" and not await ctx["events"].exists(run.run_id):
+            await restore_stream(ctx, run)
+
+
+async def reap_forever(ctx: WorkerContext) -> None:
+    interval = ctx["settings"].reaper_interval_s
+    passes = 0
+    while True:
+        try:
+            if passes % 30 == 0:
+                await restore_interrupted(ctx)
+            await reap_once(ctx)
+        except (StoreError, RedisError, OSError) as exc:
+            logger.warning("reaper pass failed; retrying", error=str(exc))
+        except Exception:
+            logger.exception("reaper pass failed")
+        passes += 1
+        await asyncio.sleep(interval)

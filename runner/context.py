@@ -15,6 +15,7 @@ from stream_store.records import Records
 from stream_store.settings import Settings
 
 from .graphs import GraphRegistry
+from .tools import ToolLedger
 
 __all__ = ["WorkerContext"]
 
@@ -32,8 +33,10 @@ class WorkerContext(TypedDict, total=False):
     events: EventLog
     queue: RunQueue
     graphs: GraphRegistry
+    ledger: ToolLedger
     running: dict[str, asyncio.Task[None]]
     cancelling: set[str]
     lost: set[str]
+    settling: set[str]
     reaper: asyncio.Task[None]
     cancel_listener: asyncio.Task[None]

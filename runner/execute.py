@@ -59,14 +59,21 @@ class _Writer:
         self.events = ctx["events"]
         self.run = run
 
-    async def emit(self, event: str, data: Any, *, status: str | None = None) -> str:
+    async def emit(
+        self, event: str, data: Any, *, status: str | None = None, settled: bool = False
+    ) -> str:
         return await self.events.append(
-            self.run.run_id, self.run.attempt, event, encode_data(data), status=status
+            self.run.run_id,
+            self.run.attempt,
+            event,
+            encode_data(data),
+            status=status,
+            settled=settled,
         )
 
-    async def status(self, status: str) -> str:
+    async def status(self, status: str, *, settled: bool = False) -> str:
         data = RunStatusData(status=status, attempt=self.run.attempt)
-        return await self.emit("run", data, status=status)
+        return await self.emit("run", data, status=status, settled=settled)
 
 
 def _input_messages(run: RunRecord) -> list[BaseMessage]:
@@ -85,6 +92,8 @@ async def _keep_lease(ctx: WorkerContext, run: RunRecord, task: asyncio.Task[Non
         try:
             await ctx["events"].renew(run.run_id, run.attempt, lease_s)
         except (Fenced, StreamGone):
+            if run.run_id in ctx["settling"]:
+                return  # the outcome is recorded; its events are exempt from the lease
             logger.warning("lease lost; stopping this attempt", run_id=run.run_id)
             ctx["lost"].add(run.run_id)
             task.cancel()
@@ -147,6 +156,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         ctx["running"].pop(run_id, None)
         ctx["cancelling"].discard(run_id)
         ctx["lost"].discard(run_id)
+        ctx["settling"].discard(run_id)
         structlog.contextvars.unbind_contextvars("run_id", "thread_id")
     if finished:
         await ctx["queue"].dispatch_next(run.thread_id)
@@ -159,12 +169,23 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
     """
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     started = (state.metadata or {}).get("run_id") == run.run_id
+    if run.attempt > 1 or run.resume is not None:
+        logger.info(
+            "continuing run",
+            attempt=run.attempt,
+            checkpoint_of_this_run=started,
+            next=list(state.next),
+            interrupts=len(state.interrupts),
+            checkpoint_metadata=state.metadata,
+        )
     if run.resume is not None and state.interrupts:
         return Command(resume=run.resume.get("value"))
     if started and state.next:
         return None  # continue from the last checkpoint (a retried attempt)
-    if started and run.attempt > 1:
-        return ...
+    if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
+        return ...  # an earlier attempt ran the graph to its end
+    # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
+    # given at submit, so the checkpointer's reducer replaces rather than repeats them.
     return {"messages": _input_messages(run)}
 
 
@@ -179,7 +200,9 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
     context = RunContext(
         run_id=run.run_id,
         thread_id=run.thread_id,
+        attempt=run.attempt,
         chat_model=make_chat_model(ctx["settings"], configurable),
+        ledger=ctx["ledger"],
     )
     graph_input = await _graph_input(graph, run, config)
     if isinstance(graph_input, dict):
@@ -199,9 +222,11 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         return await _finish(ctx, run, writer, "cancelled")  # cancelled while it ran
     if state.interrupts:
         value = state.interrupts[0].value
+        ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
         if await ctx["records"].interrupt_run(run.run_id, run.attempt, value) is not None:
-            await writer.emit("pending", PendingData(interrupt=value))
-            await writer.status("interrupted")
+            await writer.emit("pending", PendingData(interrupt=value), settled=True)
+            last_id = await writer.status("interrupted", settled=True)
+            await ctx["records"].set_last_event_id(run.run_id, last_id)
             logger.info("run interrupted")
         return False
     messages = state.values.get("messages") or []
@@ -220,19 +245,20 @@ async def _finish(
     error: dict[str, str] | None = None,
 ) -> bool:
     output_dict = msgspec.to_builtins(output) if output is not None else None
+    ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
     done = await ctx["records"].finish_run(
         run.run_id, run.attempt, status, output=output_dict, error=error
     )
     if done is None:
         logger.warning("run changed hands before it finished; writing nothing", status=status)
         return False
-    await writer.status(status)
+    await writer.status(status, settled=True)
     if status == "failed":
         assert error is not None
-        last_id = await writer.emit("error", ErrorData(**error))
+        last_id = await writer.emit("error", ErrorData(**error), settled=True)
     else:
         done_data = DoneData(status=status, output=output)  # type: ignore[arg-type]
-        last_id = await writer.emit("done", done_data)
+        last_id = await writer.emit("done", done_data, settled=True)
     await ctx["records"].set_last_event_id(run.run_id, last_id)
     logger.info("run finished", status=status)
     return True

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_stream_writer
@@ -21,6 +21,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.pregel import Pregel
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
+from .tools import Effect, Execution, ToolLedger
 
 __all__ = ["BUILTIN_GRAPHS", "GraphRegistry", "RunContext", "UnknownGraph"]
 
@@ -31,7 +35,19 @@ class RunContext:
 
     run_id: str
     thread_id: str
+    attempt: int
     chat_model: BaseChatModel
+    ledger: ToolLedger
+
+    async def write(self, tool: str, tool_call_id: str, effect: Effect) -> Execution:
+        """Run a write tool's effect at most once for this tool call (see `runner.tools`)."""
+        return await self.ledger.execute(
+            run_id=self.run_id,
+            tool_call_id=tool_call_id,
+            tool=tool,
+            attempt=self.attempt,
+            effect=effect,
+        )
 
 
 class UnknownGraph(LookupError):
@@ -61,7 +77,23 @@ chat = (
 @tool
 def save_note(content: str) -> str:
     """Save a note for the user (a write: it runs only after a person approved it)."""
-    return f"saved note ({len(content)} characters)"
+    raise NotImplementedError("executed through RunContext.write; this is the schema")
+
+
+async def run_save_note(context: RunContext, call: ToolCall) -> Execution:
+    """The `save_note` effect: one row in `runstream_notes`, at most once per tool call."""
+    content = str(call["args"].get("content", ""))
+    call_id = call["id"] or ""
+
+    async def insert(conn: AsyncConnection[DictRow]) -> str:
+        await conn.execute(
+            "INSERT INTO runstream_notes (thread_id, run_id, tool_call_id, content)"
+            " VALUES (%s, %s, %s, %s)",
+            (context.thread_id, context.run_id, call_id, content),
+        )
+        return f"saved note ({len(content)} characters)"
+
+    return await context.write("save_note", call_id, insert)
 
 
 async def propose(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -71,7 +103,7 @@ async def propose(state: MessagesState, runtime: Runtime[RunContext]) -> dict[st
     return {"messages": [reply]}
 
 
-async def confirm_and_run(state: MessagesState) -> dict[str, Any]:
+async def confirm_and_run(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Ask a person about each proposed call; run the approved ones, skip the others.
 
     `interrupt()` pauses the run here; code above it re-runs on resume, so nothing with a side
@@ -85,8 +117,16 @@ async def confirm_and_run(state: MessagesState) -> dict[str, Any]:
         decision = interrupt({"tool_call": call, "question": f"Run {call['name']}?"})
         approved = isinstance(decision, dict) and decision.get("approve") is True
         if approved:
-            output = await save_note.ainvoke(call["args"])
-            writer({"tool": call["name"], "tool_call_id": call["id"], "executed": True})
+            execution = await run_save_note(runtime.context, call)
+            output = execution.result
+            writer(
+                {
+                    "tool": call["name"],
+                    "tool_call_id": call["id"],
+                    "executed": True,
+                    "replayed": execution.replayed,
+                }
+            )
         else:
             output = f"{call['name']} was not approved and did not run"
             writer({"tool": call["name"], "tool_call_id": call["id"], "executed": False})

@@ -65,7 +65,7 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
         }
         failed = await records.fail_attempts_exhausted(run.run_id, run.attempt, error)
         if failed is None:
-            await repair(ctx, run.run_id, following)
+            await repair(ctx, run.run_id)
             return
         await _emit(
             ctx,
@@ -82,7 +82,7 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
         return
     queued = await records.requeue_attempt(run.run_id, run.attempt)
     if queued is None:
-        await repair(ctx, run.run_id, following)
+        await repair(ctx, run.run_id)
         return
     discard = await incomplete_messages(ctx, queued)
     await _emit(ctx, run.run_id, following, "retry", RetryData(attempt=following, discard=discard))
@@ -98,18 +98,22 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
     log.warning("run re-queued", reason=reason, discard=len(discard))
 
 
-async def repair(ctx: WorkerContext, run_id: str, attempt: int) -> None:
-    """The stale attempt finished in Postgres just before it lost Redis: finish the stream.
+async def repair(ctx: WorkerContext, run_id: str) -> None:
+    """Postgres holds the run's outcome but its stream was never told: tell it.
 
-    `attempt` owns the Redis record now; the events are rebuilt from the Postgres record.
+    The caller has fenced the old attempt out of the stream; the events are written as the
+    record's current attempt, rebuilt from the Postgres record, once.
     """
     run = await ctx["records"].get_run(run_id)
-    if run is None:
+    record = await ctx["events"].record(run_id)
+    if run is None or not record:
         return
+    attempt = int(record["attempt"])
     last = await ctx["events"].last_event(run_id)
-    if last is not None and last.terminal:
-        return
     if run.status in TERMINAL_STATUSES:
+        if last is not None and last.terminal:
+            await ctx["records"].set_last_event_id(run_id, last.id)
+            return
         await _emit(
             ctx,
             run_id,
@@ -120,29 +124,31 @@ async def repair(ctx: WorkerContext, run_id: str, attempt: int) -> None:
         )
         if run.status == "failed":
             error = run.error or {"code": "failed", "message": "the run failed"}
-            final = await _emit(
-                ctx,
-                run_id,
-                attempt,
-                "error",
-                ErrorData(code=str(error.get("code")), message=str(error.get("message"))),
-            )
+            data: object = ErrorData(code=str(error.get("code")), message=str(error.get("message")))
+            final = await _emit(ctx, run_id, attempt, "error", data)
         else:
             final = await _emit(
                 ctx, run_id, attempt, "done", {"status": run.status, "output": run.output}
             )
         await ctx["records"].set_last_event_id(run_id, final)
+        await ctx["queue"].dispatch_next(run.thread_id)
     elif run.status == "interrupted":
         await ctx["records"].set_attempt(run_id, attempt)
-        await _emit(ctx, run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
-        await _emit(
-            ctx,
-            run_id,
-            attempt,
-            "run",
-            RunStatusData(status="interrupted", attempt=attempt),
-            "interrupted",
-        )
+        if last is None or last.event != "run" or b"interrupted" not in last.data:
+            await _emit(ctx, run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
+            await _emit(
+                ctx,
+                run_id,
+                attempt,
+                "run",
+                RunStatusData(status="interrupted", attempt=attempt),
+                "interrupted",
+            )
+        final_event = await ctx["events"].last_event(run_id)
+        if final_event is not None:
+            await ctx["records"].set_last_event_id(run_id, final_event.id)
+    else:
+        return
     logger.warning("run stream repaired from postgres", run_id=run_id, status=run.status)
 
 
@@ -181,7 +187,7 @@ async def restore_stream(ctx: WorkerContext, run: RunRecord) -> None:
 async def requeue_after_restore(ctx: WorkerContext, run: RunRecord) -> None:
     queued = await ctx["records"].requeue_attempt(run.run_id, run.attempt)
     if queued is None:
-        await repair(ctx, run.run_id, run.attempt + 1)
+        await repair(ctx, run.run_id)
         return
     await _emit(
         ctx,
@@ -211,10 +217,23 @@ async def reap_once(ctx: WorkerContext) -> None:
             await requeue(ctx, run, "its worker stopped renewing the lease")
         elif verdict == "missing":
             await restore_stream(ctx, run)
+    for run in await records.unsettled(settings.lease_s):
+        if run.run_id in ctx["running"]:
+            continue
+        verdict = await events.take_over(run.run_id, run.attempt, force=True)
+        if verdict == "missing":  # the stream expired or was lost: nothing left to tell
+            if run.status == "interrupted":
+                await restore_stream(ctx, run)
+            else:
+                await records.set_last_event_id(run.run_id, "0-0")
+        else:
+            await repair(ctx, run.run_id)
+    stuck_after_s = max(5.0, 3 * settings.lease_s)
     for run in await records.queued_heads():
         if not await events.exists(run.run_id):
             await restore_stream(ctx, run)
-        await ctx["queue"].enqueue(run)
+        fresh = await records.redispatch_if_stuck(run.run_id, run.dispatch, stuck_after_s)
+        await ctx["queue"].enqueue(fresh or run)
 
 
 async def restore_interrupted(ctx: WorkerContext) -> None:

@@ -28,6 +28,7 @@ from .context import WorkerContext
 from .execute import execute_run
 from .graphs import GraphRegistry
 from .recovery import reap_forever
+from .tools import ToolLedger
 
 __all__ = ["build_worker"]
 
@@ -50,9 +51,11 @@ async def startup(ctx: dict[str, Any]) -> None:
     wctx["events"] = EventLog(wctx["redis"], keys, settings.stream_ttl_s)
     wctx["queue"] = RunQueue(wctx["redis"], keys, records)
     wctx["graphs"] = graphs
+    wctx["ledger"] = ToolLedger(pool)
     wctx["running"] = {}
     wctx["cancelling"] = set()
     wctx["lost"] = set()
+    wctx["settling"] = set()
     wctx["reaper"] = asyncio.create_task(reap_forever(wctx))
     wctx["cancel_listener"] = asyncio.create_task(_listen_for_cancels(wctx, keys))
     logger.info(
@@ -87,7 +90,7 @@ async def _listen_for_cancels(ctx: WorkerContext, keys: KeySpace) -> None:
                 async for message in pubsub.listen():
                     run_id = message["data"].decode()
                     task = ctx["running"].get(run_id)
-                    if task is not None:
+                    if task is not None and run_id not in ctx["settling"]:
                         logger.info("cancelling run", run_id=run_id)
                         ctx["cancelling"].add(run_id)
                         task.cancel()

@@ -20,12 +20,18 @@ PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty da
 REPLAY_PAGE = 1000
 
 
+async def _stream_was_reset(events: EventLog, run_id: str, first_id: str) -> bool:
+    record = await events.record(run_id)
+    return record.get("first_id", first_id) != first_id
+
+
 async def attach(
     follower: StreamFollower,
     events: EventLog,
     run_id: str,
     after: str,
     ping_interval_s: float,
+    first_id: str,
 ) -> AsyncIterator[bytes]:
     """SSE frames of every event after `after`, ending after the terminal event.
 
@@ -61,6 +67,8 @@ async def attach(
             position = parse_event_id(frame.id)
             if position <= last:
                 continue
+            if frame.event == "retry" and await _stream_was_reset(events, run_id, first_id):
+                return  # Redis lost the stream; on reconnect the client learns it (410)
             yield frame.data
             last = position
             if frame.terminal:

@@ -29,29 +29,38 @@ __all__ = ["Frame", "StreamFollower", "Viewer", "sse_frame"]
 
 logger = structlog.get_logger()
 
+CUT_OFF_GRACE_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
     """An event with its SSE bytes, encoded once and shared by all viewers."""
 
     id: str
+    event: str
     terminal: bool
     data: bytes
 
 
 def sse_frame(event: StoredEvent) -> Frame:
     message = ServerSentEventMessage(id=event.id, event=event.event, data=event.data.decode())
-    return Frame(id=event.id, terminal=event.terminal, data=message.encode())
+    return Frame(id=event.id, event=event.event, terminal=event.terminal, data=message.encode())
 
 
 class Viewer:
-    """One attached client: a bounded queue; `overflowed` once it fell too far behind."""
+    """One attached client: a bounded queue; `overflowed` once it fell too far behind.
 
-    __slots__ = ("overflowed", "queue")
+    A viewer that overflows is ended: it gets `None` next, and if its task is stuck sending to
+    a client that stopped reading, that task is cancelled after `CUT_OFF_GRACE_S`, which
+    closes the connection. The run and the other viewers never wait for it.
+    """
+
+    __slots__ = ("overflowed", "queue", "task")
 
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(maxsize=size)
         self.overflowed = False
+        self.task = asyncio.current_task()
 
     def offer(self, frame: Frame) -> None:
         if self.overflowed:
@@ -61,6 +70,13 @@ class Viewer:
         except asyncio.QueueFull:
             self.overflowed = True
             self.close()
+            if self.task is not None:
+                asyncio.get_running_loop().call_later(CUT_OFF_GRACE_S, self._cut_off)
+
+    def _cut_off(self) -> None:
+        if self.task is not None and not self.task.done():
+            logger.warning("cutting off a viewer that stopped reading")
+            self.task.cancel()
 
     def close(self) -> None:
         """End the viewer's response: it gets `None` next (it may reconnect and replay)."""

@@ -211,6 +211,7 @@ class RunsController(Controller):
             run.run_id,
             after,
             resources.settings.ping_interval_s,
+            first_id,
         )
         return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
 

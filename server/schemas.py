@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 MAX_MESSAGES = 500
-MAX_MESSAGE_CHARS = 100_000
 
 
 class Body(msgspec.Struct, forbid_unknown_fields=True):
@@ -40,7 +39,7 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
 
 class InputMessage(Body):
     role: Literal["user", "assistant", "system"]
-    content: Annotated[str, Meta(min_length=1, max_length=MAX_MESSAGE_CHARS)]
+    content: Annotated[str, Meta(min_length=1)]  # RUNSTREAM_MAX_BODY_BYTES bounds its size
     id: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
 
 

@@ -38,8 +38,12 @@ async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
             "autocommit": True,
             "prepare_threshold": None,
             "row_factory": dict_row,
-            "options": f"-c search_path={settings.database_schema}",
+            # A paused or partitioned process must not hold row locks (the checkpoint fence's
+            # FOR SHARE) past its lease: Postgres ends such sessions on its own.
+            "options": f"-c search_path={settings.database_schema}"
+            f" -c idle_in_transaction_session_timeout={max(1000, int(settings.lease_s * 1000))}",
         },
+        check=AsyncConnectionPool.check_connection,
     )
     await pool.open(wait=True, timeout=10)
     return pool

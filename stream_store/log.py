@@ -26,16 +26,21 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
-# KEYS: record, events. ARGV: attempt, event, data, status ('' = unchanged), ttl_s ('' = keep).
+# KEYS: record, events. ARGV: attempt, event, data, status ('' = unchanged), ttl_s ('' = keep),
+# settled ('1' = Postgres already recorded this attempt's outcome).
 # Refused when another attempt owns the run, or when the writer's lease has run out: a worker
-# that was paused past its lease cannot write even before anyone has taken the run over.
+# that was paused past its lease cannot write even before anyone has taken the run over. The
+# events that report an outcome Postgres accepted from this attempt are exempt from the lease
+# (not from the attempt check): the outcome is decided, and its stream must say so.
 _APPEND = (
     _NOW_MS
     + """
 local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
 if not rec[1] then return redis.error_reply('GONE run record missing') end
 if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
-if rec[2] and tonumber(rec[2]) < now then return redis.error_reply('FENCED lease expired') end
+if ARGV[6] ~= '1' and rec[2] and tonumber(rec[2]) < now then
+  return redis.error_reply('FENCED lease expired')
+end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'd', ARGV[3], 'a', ARGV[1])
 redis.call('HSET', KEYS[1], 'last_event_id', id)
 if ARGV[4] ~= '' then
@@ -184,8 +189,12 @@ class EventLog:
         data: bytes,
         *,
         status: str | None = None,
+        settled: bool = False,
     ) -> str:
         """Append one event as `attempt`; returns its id.
+
+        `settled` marks events reporting an outcome Postgres already accepted from `attempt`;
+        they are written even if the lease ran out meanwhile (never if the run changed hands).
 
         Raises:
             Fenced: another attempt owns the run.
@@ -194,7 +203,10 @@ class EventLog:
         ttl = str(self.stream_ttl_s) if event in TERMINAL_EVENTS else ""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         result = await self._call(
-            self._append, run_id, keys, [attempt, event, data, status or "", ttl]
+            self._append,
+            run_id,
+            keys,
+            [attempt, event, data, status or "", ttl, "1" if settled else ""],
         )
         return result.decode() if isinstance(result, bytes) else str(result)
 

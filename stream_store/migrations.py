@@ -79,6 +79,13 @@ MIGRATIONS: list[str] = [
         created_at timestamptz NOT NULL DEFAULT clock_timestamp()
     );
     """,
+    """
+    ALTER TABLE runstream_runs ADD COLUMN queued_at timestamptz NOT NULL
+        DEFAULT clock_timestamp();
+    ALTER TABLE runstream_runs ADD COLUMN settled_at timestamptz;
+    CREATE INDEX runstream_runs_unsettled ON runstream_runs (settled_at)
+        WHERE last_event_id IS NULL AND settled_at IS NOT NULL;
+    """,
 ]
 
 

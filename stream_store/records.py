@@ -278,11 +278,27 @@ class Records:
             rows = await cur.fetchall()
         return [_run(row) for row in rows]
 
+    async def redispatch_if_stuck(
+        self, run_id: str, dispatch: int, age_s: float
+    ) -> RunRecord | None:
+        """A new job id for a run queued longer than `age_s` (its job may be stuck in arq).
+
+        arq keeps a picked job "in progress" for the whole job timeout even if its worker
+        died before claiming the run; a fresh dispatch number gives the run a fresh job.
+        """
+        return await self._one_run(
+            "UPDATE runstream_runs SET dispatch = dispatch + 1, queued_at = clock_timestamp()"
+            " WHERE run_id = %s AND dispatch = %s AND status = 'queued'"
+            " AND queued_at < clock_timestamp() - make_interval(secs => %s)"
+            f" RETURNING {_RUN_COLUMNS}",
+            (run_id, dispatch, age_s),
+        )
+
     async def requeue_attempt(self, run_id: str, attempt: int) -> RunRecord | None:
         """running as `attempt` -> queued as `attempt + 1`: the attempt died or handed back."""
         return await self._one_run(
             "UPDATE runstream_runs SET status = 'queued', attempt = attempt + 1,"
-            " dispatch = dispatch + 1, claimed_at = NULL"
+            " dispatch = dispatch + 1, claimed_at = NULL, queued_at = clock_timestamp()"
             " WHERE run_id = %s AND attempt = %s AND status = 'running'"
             f" RETURNING {_RUN_COLUMNS}",
             (run_id, attempt),
@@ -294,11 +310,23 @@ class Records:
         """running as `attempt` -> failed as `attempt + 1`: no attempts left."""
         return await self._one_run(
             "UPDATE runstream_runs SET status = 'failed', attempt = attempt + 1,"
-            " finished_at = clock_timestamp(), error = %s"
+            " finished_at = clock_timestamp(), settled_at = clock_timestamp(), error = %s"
             " WHERE run_id = %s AND attempt = %s AND status = 'running'"
             f" RETURNING {_RUN_COLUMNS}",
             (Jsonb(error), run_id, attempt),
         )
+
+    async def unsettled(self, age_s: float) -> list[RunRecord]:
+        """Runs whose outcome Postgres holds but whose stream was never told (writer died)."""
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+                " WHERE last_event_id IS NULL AND settled_at IS NOT NULL"
+                " AND settled_at < clock_timestamp() - make_interval(secs => %s)",
+                (age_s,),
+            )
+            rows = await cur.fetchall()
+        return [_run(row) for row in rows]
 
     async def active_runs(self) -> list[RunRecord]:
         """Every queued, running or interrupted run (recovery after Redis lost its data)."""
@@ -322,7 +350,7 @@ class Records:
         """running -> succeeded/failed/cancelled by the attempt that holds it."""
         return await self._one_run(
             "UPDATE runstream_runs SET status = %s, finished_at = clock_timestamp(),"
-            " output = %s, error = %s, resume = NULL"
+            " settled_at = clock_timestamp(), output = %s, error = %s, resume = NULL"
             " WHERE run_id = %s AND attempt = %s AND status = 'running'"
             f" RETURNING {_RUN_COLUMNS}",
             (
@@ -337,7 +365,8 @@ class Records:
     async def interrupt_run(self, run_id: str, attempt: int, interrupt: Any) -> RunRecord | None:
         """running -> interrupted: the graph is waiting for `/resume`."""
         return await self._one_run(
-            "UPDATE runstream_runs SET status = 'interrupted', interrupt = %s, resume = NULL"
+            "UPDATE runstream_runs SET status = 'interrupted', interrupt = %s, resume = NULL,"
+            " settled_at = clock_timestamp(), last_event_id = NULL"
             " WHERE run_id = %s AND attempt = %s AND status = 'running'"
             f" RETURNING {_RUN_COLUMNS}",
             (Jsonb(interrupt), run_id, attempt),
@@ -346,7 +375,8 @@ class Records:
     async def cancel_idle_run(self, run_id: str, owner: str) -> RunRecord | None:
         """queued/interrupted -> cancelled directly: no worker is executing it."""
         return await self._one_run(
-            "UPDATE runstream_runs SET status = 'cancelled', finished_at = clock_timestamp()"
+            "UPDATE runstream_runs SET status = 'cancelled', finished_at = clock_timestamp(),"
+            " settled_at = clock_timestamp()"
             " WHERE run_id = %s AND owner = %s AND status IN ('queued', 'interrupted')"
             f" RETURNING {_RUN_COLUMNS}",
             (run_id, owner),
@@ -356,7 +386,8 @@ class Records:
         """interrupted -> queued with the resume value, as a new dispatch of the same run."""
         return await self._one_run(
             "UPDATE runstream_runs SET status = 'queued', resume = %s, interrupt = NULL,"
-            " dispatch = dispatch + 1"
+            " dispatch = dispatch + 1, queued_at = clock_timestamp(), settled_at = NULL,"
+            " last_event_id = NULL"
             " WHERE run_id = %s AND owner = %s AND status = 'interrupted'"
             f" RETURNING {_RUN_COLUMNS}",
             (Jsonb({"value": value}), run_id, owner),

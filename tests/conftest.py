@@ -173,3 +173,11 @@ async def worker(start_worker: StartWorker) -> Worker:
 async def client(server: ServerHandle) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         yield http
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test item, so fixtures can tell a failed test."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

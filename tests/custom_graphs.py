@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.runtime import Runtime
+
+from runner.graphs import RunContext, run_save_note
 
 
 async def count_words(state: MessagesState) -> dict[str, Any]:
@@ -20,3 +25,32 @@ async def count_words(state: MessagesState) -> dict[str, Any]:
 builder = StateGraph(MessagesState).add_node("count", count_words)
 builder.add_edge(START, "count").add_edge("count", END)
 compiled = builder.compile()
+
+
+# A write tool whose node lingers after the write committed and before the node returns (and
+# so before the checkpoint): the window in which a crash would make a naive tool run twice.
+async def propose_note(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    call_id = f"call-{runtime.context.run_id}"
+    call = {"name": "save_note", "args": {"content": "write me once"}, "id": call_id}
+    return {"messages": [AIMessage(content="", tool_calls=[call], id=f"ai-{call_id}")]}
+
+
+async def write_then_linger(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    last = state["messages"][-1]
+    assert isinstance(last, AIMessage)
+    call = last.tool_calls[0]
+    execution = await run_save_note(runtime.context, call)
+    get_stream_writer()({"wrote": True, "replayed": execution.replayed})
+    await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_LINGER_S", "3")))
+    message = ToolMessage(content=str(execution.result), tool_call_id=call["id"] or "")
+    return {"messages": [message]}
+
+
+slow_writer = (
+    StateGraph(MessagesState, context_schema=RunContext)
+    .add_node("propose_note", propose_note)
+    .add_node("write_then_linger", write_then_linger)
+    .add_edge(START, "propose_note")
+    .add_edge("propose_note", "write_then_linger")
+    .add_edge("write_then_linger", END)
+)

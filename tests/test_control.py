@@ -106,7 +106,12 @@ class TestApproval:
         assert statuses == ["queued", "running", "interrupted", "queued", "running", "succeeded"]
         executed = [e.data for e in events if e.event == "custom"]
         assert executed == [
-            {"tool": "save_note", "tool_call_id": executed[0]["tool_call_id"], "executed": True}
+            {
+                "tool": "save_note",
+                "tool_call_id": executed[0]["tool_call_id"],
+                "executed": True,
+                "replayed": False,
+            }
         ]
         tool_messages = [
             e.data["message"]

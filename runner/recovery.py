@@ -13,33 +13,46 @@ from __future__ import annotations
 import asyncio
 
 import structlog
+from langchain_core.messages import BaseMessage
 from redis.exceptions import RedisError
 
-from stream_store.errors import StoreError
+from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.events import (
     TERMINAL_STATUSES,
     ErrorData,
+    MessageData,
     PendingData,
     RetryData,
     RunStatusData,
+    TokenData,
     encode_data,
 )
 from stream_store.records import RunRecord
 
 from .context import WorkerContext
+from .thread_state import thread_messages
+from .translate import message_text, to_wire_message
 
 __all__ = ["hand_back", "reap_forever", "reap_once"]
 
 logger = structlog.get_logger()
 
 
-async def incomplete_messages(ctx: WorkerContext, run: RunRecord) -> list[str]:
-    """Messages the stream has tokens or events for that the checkpoint does not hold."""
-    seen = await ctx["events"].message_ids(run.run_id)
-    config = {"configurable": {"thread_id": run.thread_id, "checkpoint_ns": ""}}
-    saved = await ctx["checkpointer"].aget_tuple(config)  # type: ignore[arg-type]
-    kept = {m.id for m in (saved.checkpoint["channel_values"].get("messages", []) if saved else [])}
-    return [message_id for message_id in seen if message_id not in kept]
+async def incomplete_messages(
+    ctx: WorkerContext, run: RunRecord
+) -> tuple[list[str], list[BaseMessage]]:
+    """What a retry must tell clients: the messages to discard, and those to send again.
+
+    A message the thread kept (checkpointed, or in pending writes the next attempt applies
+    without re-running its node) stays; if the stream never got its `message` event, clients
+    drop its partial tokens and get it again whole. Anything else the stream started is
+    dropped: the node that made it runs again and streams it under a new id.
+    """
+    seen, completed = await ctx["events"].message_ids(run.run_id)
+    kept = {m.id: m for m in await thread_messages(ctx["checkpointer"], run.thread_id)}
+    discard = [mid for mid in seen if mid not in kept or mid not in completed]
+    resend = [kept[mid] for mid in discard if mid in kept]
+    return discard, resend
 
 
 async def _emit(
@@ -84,8 +97,13 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
     if queued is None:
         await repair(ctx, run.run_id)
         return
-    discard = await incomplete_messages(ctx, queued)
+    discard, resend = await incomplete_messages(ctx, queued)
     await _emit(ctx, run.run_id, following, "retry", RetryData(attempt=following, discard=discard))
+    for message in resend:
+        text = message_text(message.content)
+        if text and message.id:
+            await _emit(ctx, run.run_id, following, "token", TokenData(message.id, text))
+        await _emit(ctx, run.run_id, following, "message", MessageData(to_wire_message(message)))
     await _emit(
         ctx,
         run.run_id,
@@ -236,6 +254,24 @@ async def reap_once(ctx: WorkerContext) -> None:
         await ctx["queue"].enqueue(fresh or run)
 
 
+async def expire_idle_threads(ctx: WorkerContext) -> None:
+    """Delete threads idle longer than RUNSTREAM_THREAD_RETENTION, as DELETE would."""
+    retention_s = ctx["settings"].thread_retention_s
+    if not retention_s:
+        return
+    for thread_id, owner in await ctx["records"].idle_threads(retention_s):
+
+        async def purge(run_ids: list[str], thread_id: str = thread_id) -> None:
+            await ctx["checkpointer"].adelete_thread(thread_id)
+            await ctx["events"].delete(run_ids)
+
+        try:
+            await ctx["records"].delete_thread(thread_id, owner, before_commit=purge)
+        except (NotFound, Conflict):
+            continue  # deleted or used meanwhile
+        logger.info("thread expired", thread_id=thread_id, retention_s=retention_s)
+
+
 async def restore_interrupted(ctx: WorkerContext) -> None:
     """At start-up: interrupted runs whose stream Redis lost get it back (resume needs it)."""
     for run in await ctx["records"].active_runs():
@@ -251,6 +287,7 @@ async def reap_forever(ctx: WorkerContext) -> None:
             if passes % 30 == 0:
                 await restore_interrupted(ctx)
             await reap_once(ctx)
+            await expire_idle_threads(ctx)
         except (StoreError, RedisError, OSError) as exc:
             logger.warning("reaper pass failed; retrying", error=str(exc))
         except Exception:

@@ -59,8 +59,25 @@ def serve(settings: Settings, host: str, port: int) -> int:
     settings.require_services()
     _announce_model(settings)
     logger.info("listening", url=f"http://{host}:{port}", docs=f"http://{host}:{port}/schema")
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        """On SIGTERM/SIGINT, also end every SSE response at once (not after the timeout)."""
+
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            resources = getattr(app.state, "resources", None)
+            if resources is not None and self.loop is not None:
+                self.loop.call_soon_threadsafe(resources.follower.close_all)
+
+        async def serve(self, sockets: object = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)  # type: ignore[arg-type]
+
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         log_config=None,
@@ -68,7 +85,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run()
+    Server(config).run()
     return 0
 
 

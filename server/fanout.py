@@ -117,6 +117,7 @@ class StreamFollower:
         self._reader_id: int | None = None
         self._blocked = False
         self._generation = 0
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -140,6 +141,13 @@ class StreamFollower:
                 viewer.close()
         await self._reader.aclose()
 
+    def close_all(self) -> None:
+        """End every viewer's response now (server shutdown): clients reconnect elsewhere."""
+        self._closing = True
+        for feed in self._feeds.values():
+            for viewer in feed.viewers:
+                viewer.close()
+
     async def subscribe(self, run_id: str) -> Viewer:
         """Join the run's feed; every event after the feed's cursor will reach the viewer."""
         feed = self._feeds.get(run_id)
@@ -158,6 +166,8 @@ class StreamFollower:
             await feed.ready.wait()
         viewer = Viewer(self._queue_size)
         feed.viewers.add(viewer)
+        if self._closing:
+            viewer.close()
         return viewer
 
     def unsubscribe(self, run_id: str, viewer: Viewer) -> None:

@@ -9,6 +9,7 @@ import structlog
 from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
 
+from runner.thread_state import thread_messages
 from runner.translate import to_wire_message
 from stream_store.errors import NotFound
 from stream_store.records import ThreadRecord
@@ -79,10 +80,8 @@ class ThreadsController(Controller):
     @get("/{thread_id:str}", summary="A thread and its messages")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadDetail:
         thread = await _owned_thread(resources, thread_id, caller)
-        config = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ""}}
-        saved = await resources.checkpointer.aget_tuple(config)  # type: ignore[arg-type]
-        values = saved.checkpoint["channel_values"] if saved else {}
-        messages = [to_wire_message(m) for m in values.get("messages", [])]
+        saved = await thread_messages(resources.checkpointer, thread.thread_id)
+        messages = [to_wire_message(m) for m in saved]
         return ThreadDetail(**msgspec.structs.asdict(thread_out(thread)), messages=messages)
 
     @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")

@@ -233,9 +233,11 @@ class EventLog:
         result = await self._call(self._take_over, run_id, keys, [attempt, "1" if force else ""])
         return result.decode() if isinstance(result, bytes) else str(result)
 
-    async def message_ids(self, run_id: str) -> list[str]:
-        """Ids of the messages the stream has tokens or `message` events for, in order."""
+    async def message_ids(self, run_id: str) -> tuple[list[str], set[str]]:
+        """Ids of the messages the stream has tokens or `message` events for, in order, and
+        the subset that has its `message` event."""
         seen: dict[str, None] = {}
+        completed: set[str] = set()
         cursor = "0-0"
         while True:
             page = await self.read_range(run_id, cursor, count=1000)
@@ -243,9 +245,11 @@ class EventLog:
                 if event.event == "token":
                     seen[msgspec.json.decode(event.data)["message_id"]] = None
                 elif event.event == "message":
-                    seen[msgspec.json.decode(event.data)["message"]["id"]] = None
+                    message_id = msgspec.json.decode(event.data)["message"]["id"]
+                    seen[message_id] = None
+                    completed.add(message_id)
             if len(page) < 1000:
-                return list(seen)
+                return list(seen), completed
             cursor = page[-1].id
 
     async def read_range(self, run_id: str, after: str, count: int = 1000) -> list[StoredEvent]:

@@ -85,6 +85,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runstream_runs ADD COLUMN settled_at timestamptz;
     CREATE INDEX runstream_runs_unsettled ON runstream_runs (settled_at)
         WHERE last_event_id IS NULL AND settled_at IS NOT NULL;
+    CREATE INDEX runstream_threads_updated ON runstream_threads (updated_at);
     """,
 ]
 

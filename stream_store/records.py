@@ -457,6 +457,20 @@ class Records:
             rows = await cur.fetchall()
         return [_thread(row) for row in rows]
 
+    async def idle_threads(self, idle_s: int, limit: int = 100) -> list[tuple[str, str]]:
+        """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight."""
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
+                " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
+                " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
+                "   AND r.status IN ('queued', 'running', 'interrupted'))"
+                " ORDER BY t.updated_at LIMIT %s",
+                (idle_s, limit),
+            )
+            rows = await cur.fetchall()
+        return [(row["thread_id"], row["owner"]) for row in rows]
+
     async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
         async with _translated(), self.pool.connection() as conn:
             cur = await conn.execute(

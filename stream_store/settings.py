@@ -74,6 +74,7 @@ class Settings:
     reaper_interval_s: float = 1.0
     max_attempts: int = 3
     shutdown_grace_s: float = 10.0
+    thread_retention_s: int | None = None
     openai_api_key: str | None = None
     openai_base_url: str | None = None
     model: str = "fake"
@@ -117,6 +118,7 @@ class Settings:
             reaper_interval_s=_int(env, "RUNSTREAM_REAPER_INTERVAL_MS", 1000, minimum=10) / 1000,
             max_attempts=_int(env, "RUNSTREAM_MAX_ATTEMPTS", 3, minimum=1),
             shutdown_grace_s=_int(env, "RUNSTREAM_SHUTDOWN_GRACE_MS", 10000) / 1000,
+            thread_retention_s=_int(env, "RUNSTREAM_THREAD_RETENTION", 0, minimum=0) or None,
             openai_api_key=openai_key,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             model=model,

@@ -66,6 +66,11 @@ async def _emit(
     return await ctx["events"].append(run_id, attempt, event, encode_data(data), status=status)
 
 
+async def _status(ctx: WorkerContext, run_id: str, attempt: int, status: str) -> str:
+    data = RunStatusData(status=status, attempt=attempt)
+    return await _emit(ctx, run_id, attempt, "run", data, status)
+
+
 async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
     """Queue attempt `run.attempt + 1` (Redis already fenced `run.attempt` out), or fail it."""
     records, settings = ctx["records"], ctx["settings"]
@@ -80,14 +85,7 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
         if failed is None:
             await repair(ctx, run.run_id)
             return
-        await _emit(
-            ctx,
-            run.run_id,
-            following,
-            "run",
-            RunStatusData(status="failed", attempt=following),
-            "failed",
-        )
+        await _status(ctx, run.run_id, following, "failed")
         last = await _emit(ctx, run.run_id, following, "error", ErrorData(**error))
         await records.set_last_event_id(run.run_id, last)
         await ctx["queue"].dispatch_next(run.thread_id)
@@ -104,14 +102,7 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
         if text and message.id:
             await _emit(ctx, run.run_id, following, "token", TokenData(message.id, text))
         await _emit(ctx, run.run_id, following, "message", MessageData(to_wire_message(message)))
-    await _emit(
-        ctx,
-        run.run_id,
-        following,
-        "run",
-        RunStatusData(status="queued", attempt=following),
-        "queued",
-    )
+    await _status(ctx, run.run_id, following, "queued")
     await ctx["queue"].enqueue(queued)
     log.warning("run re-queued", reason=reason, discard=len(discard))
 
@@ -132,14 +123,7 @@ async def repair(ctx: WorkerContext, run_id: str) -> None:
         if last is not None and last.terminal:
             await ctx["records"].set_last_event_id(run_id, last.id)
             return
-        await _emit(
-            ctx,
-            run_id,
-            attempt,
-            "run",
-            RunStatusData(status=run.status, attempt=attempt),
-            run.status,
-        )
+        await _status(ctx, run_id, attempt, run.status)
         if run.status == "failed":
             error = run.error or {"code": "failed", "message": "the run failed"}
             data: object = ErrorData(code=str(error.get("code")), message=str(error.get("message")))
@@ -154,14 +138,7 @@ async def repair(ctx: WorkerContext, run_id: str) -> None:
         await ctx["records"].set_attempt(run_id, attempt)
         if last is None or last.event != "run" or b"interrupted" not in last.data:
             await _emit(ctx, run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
-            await _emit(
-                ctx,
-                run_id,
-                attempt,
-                "run",
-                RunStatusData(status="interrupted", attempt=attempt),
-                "interrupted",
-            )
+            await _status(ctx, run_id, attempt, "interrupted")
         final_event = await ctx["events"].last_event(run_id)
         if final_event is not None:
             await ctx["records"].set_last_event_id(run_id, final_event.id)
@@ -187,19 +164,10 @@ async def restore_stream(ctx: WorkerContext, run: RunRecord) -> None:
     if running:
         await requeue_after_restore(ctx, run)
     elif run.status == "queued":
-        await _emit(
-            ctx, run.run_id, attempt, "run", RunStatusData(status="queued", attempt=attempt)
-        )
+        await _status(ctx, run.run_id, attempt, "queued")
     elif run.status == "interrupted":
         await _emit(ctx, run.run_id, attempt, "pending", PendingData(interrupt=run.interrupt))
-        await _emit(
-            ctx,
-            run.run_id,
-            attempt,
-            "run",
-            RunStatusData(status="interrupted", attempt=attempt),
-            "interrupted",
-        )
+        await _status(ctx, run.run_id, attempt, "interrupted")
 
 
 async def requeue_after_restore(ctx: WorkerContext, run: RunRecord) -> None:
@@ -207,14 +175,7 @@ async def requeue_after_restore(ctx: WorkerContext, run: RunRecord) -> None:
     if queued is None:
         await repair(ctx, run.run_id)
         return
-    await _emit(
-        ctx,
-        run.run_id,
-        queued.attempt,
-        "run",
-        RunStatusData(status="queued", attempt=queued.attempt),
-        "queued",
-    )
+    await _status(ctx, run.run_id, queued.attempt, "queued")
     await ctx["queue"].enqueue(queued)
 
 

@@ -131,6 +131,12 @@ def up(settings: Settings, host: str, port: int) -> int:
         subprocess.Popen([*exe, "worker"], env=env),
     ]
     print(f"runstream is up: http://{host}:{port}  (API docs: http://{host}:{port}/schema)")
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)  # also when started in the background (SIGINT ignored)
     try:
         while all(child.poll() is None for child in children):
             with contextlib.suppress(subprocess.TimeoutExpired):

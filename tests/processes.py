@@ -185,8 +185,10 @@ class PrivateRedis:
 class TcpProxy:
     """A loopback TCP proxy that can cut every connection and refuse new ones (an outage)."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, cut_every_bytes: int = 0) -> None:
         self.target = (target_host, target_port)
+        self.cut_every_bytes = cut_every_bytes  # > 0: drop each connection after that many
+        self.cuts = 0
         self.port = free_port()
         self.up = True
         self._server: asyncio.Server | None = None
@@ -206,9 +208,20 @@ class TcpProxy:
             return
         self._writers |= {writer, up_writer}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, limit: int = 0
+        ) -> None:
+            sent = 0
             try:
-                while data := await src.read(65536):
+                while data := await src.read(4096):
+                    if limit and sent + len(data) > limit:
+                        dst.write(data[: limit - sent])
+                        await dst.drain()
+                        self.cuts += 1
+                        writer.transport.abort()
+                        up_writer.transport.abort()
+                        return
+                    sent += len(data)
                     dst.write(data)
                     await dst.drain()
             except OSError:
@@ -216,7 +229,7 @@ class TcpProxy:
             finally:
                 dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer, self.cut_every_bytes))
         self._writers -= {writer, up_writer}
 
     def cut(self) -> None:

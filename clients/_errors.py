@@ -1,0 +1,59 @@
+"""The client's exceptions.
+
+RunstreamError          any error answer from the server ({"error": {"code", "message"}})
+├── NotFound            404: unknown, deleted or not yours
+├── Conflict            409: the run or thread is not in a state that allows it
+├── StreamGone          410: the run's events are no longer kept (or were reset)
+└── Unavailable         503: the server could not reach Redis or Postgres
+"""
+
+from __future__ import annotations
+
+import httpx
+
+__all__ = ["Conflict", "NotFound", "RunstreamError", "StreamGone", "Unavailable"]
+
+
+class RunstreamError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class NotFound(RunstreamError):
+    pass
+
+
+class Conflict(RunstreamError):
+    pass
+
+
+class StreamGone(RunstreamError):
+    pass
+
+
+class Unavailable(RunstreamError):
+    pass
+
+
+_BY_STATUS: dict[int, type[RunstreamError]] = {
+    404: NotFound,
+    409: Conflict,
+    410: StreamGone,
+    503: Unavailable,
+}
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """Raise the matching RunstreamError for an error answer (the body must be read)."""
+    if response.status_code < 400:
+        return
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", response.text[:200]
+    kind = _BY_STATUS.get(response.status_code, RunstreamError)
+    raise kind(response.status_code, code, message)

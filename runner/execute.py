@@ -38,7 +38,7 @@ from .checkpointer import attempt_fence
 from .context import WorkerContext
 from .graphs import RunContext
 from .models import make_chat_model
-from .recovery import hand_back
+from .recovery import announce_retry, hand_back
 from .translate import StreamTranslator, to_wire_message
 
 __all__ = ["execute_run"]
@@ -49,7 +49,7 @@ STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
 # Failures of the services rather than of the graph: the attempt is abandoned, its lease runs
 # out, and the reaper gives the run to a new attempt.
-INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError, OSError)
+INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError)
 
 
 class _Writer:
@@ -125,6 +125,10 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
     try:
         if await ctx["events"].cancel_requested(run_id):
             raise asyncio.CancelledError
+        if run.attempt > 1:
+            record = await ctx["events"].record(run_id)
+            if int(record.get("retry_attempt") or 0) < run.attempt:
+                await announce_retry(ctx, run)  # the reaper died before announcing it
         await writer.status("running")
         logger.info("run started", graph=run.graph, attempt=run.attempt)
         finished = await _stream_graph(ctx, run, writer)

@@ -71,6 +71,23 @@ async def _status(ctx: WorkerContext, run_id: str, attempt: int, status: str) ->
     return await _emit(ctx, run_id, attempt, "run", data, status)
 
 
+async def announce_retry(ctx: WorkerContext, run: RunRecord) -> int:
+    """Write the `retry` event of `run.attempt`, and re-send messages clients must see whole.
+
+    The reaper writes it when it re-queues a run; the attempt's worker writes it at start if
+    the reaper died before it could (the record remembers the last attempt announced).
+    """
+    discard, resend = await incomplete_messages(ctx, run)
+    attempt = run.attempt
+    await _emit(ctx, run.run_id, attempt, "retry", RetryData(attempt=attempt, discard=discard))
+    for message in resend:
+        text = message_text(message.content)
+        if text and message.id:
+            await _emit(ctx, run.run_id, attempt, "token", TokenData(message.id, text))
+        await _emit(ctx, run.run_id, attempt, "message", MessageData(to_wire_message(message)))
+    return len(discard)
+
+
 async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
     """Queue attempt `run.attempt + 1` (Redis already fenced `run.attempt` out), or fail it."""
     records, settings = ctx["records"], ctx["settings"]
@@ -95,16 +112,10 @@ async def requeue(ctx: WorkerContext, run: RunRecord, reason: str) -> None:
     if queued is None:
         await repair(ctx, run.run_id)
         return
-    discard, resend = await incomplete_messages(ctx, queued)
-    await _emit(ctx, run.run_id, following, "retry", RetryData(attempt=following, discard=discard))
-    for message in resend:
-        text = message_text(message.content)
-        if text and message.id:
-            await _emit(ctx, run.run_id, following, "token", TokenData(message.id, text))
-        await _emit(ctx, run.run_id, following, "message", MessageData(to_wire_message(message)))
+    discarded = await announce_retry(ctx, queued)
     await _status(ctx, run.run_id, following, "queued")
     await ctx["queue"].enqueue(queued)
-    log.warning("run re-queued", reason=reason, discard=len(discard))
+    log.warning("run re-queued", reason=reason, discard=discarded)
 
 
 async def repair(ctx: WorkerContext, run_id: str) -> None:

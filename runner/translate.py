@@ -60,6 +60,10 @@ class StreamTranslator:
             message, _meta = chunk
             yield from self._token(message)
         elif mode == "updates":
+            if (chunk.get("__metadata__") or {}).get("cached"):
+                # Writes a previous attempt saved, applied without re-running the node: the
+                # stream already has these messages, or the retry re-sent them whole.
+                return
             for node, update in chunk.items():
                 if node.startswith("__") or not isinstance(update, dict):
                     continue

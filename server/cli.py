@@ -155,6 +155,19 @@ def up(settings: Settings, host: str, port: int) -> int:
     return max((child.returncode or 0) for child in children)
 
 
+def terminal(settings: Settings, args: argparse.Namespace) -> int:
+    from clients.terminal import attach, chat
+
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    key = settings.client_api_key
+    try:
+        if args.command == "attach":
+            return asyncio.run(attach(url, key, args.run_id))
+        return asyncio.run(chat(url, key, args.thread, args.graph))
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="runstream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -165,6 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = commands.add_parser("worker", help="run a worker")
     sub.add_argument("--concurrency", type=int, default=None, help="runs at once")
     commands.add_parser("migrate", help="create or upgrade the Postgres tables")
+    for name, text in (("chat", "chat in the terminal"), ("attach", "follow a run")):
+        sub = commands.add_parser(name, help=text)
+        if name == "attach":
+            sub.add_argument("run_id")
+        else:
+            sub.add_argument("--thread", default=None, help="continue this thread")
+            sub.add_argument("--graph", default="chat", help="the graph new runs use")
+        sub.add_argument("--url", default=None, help="default http://RUNSTREAM_HOST:PORT")
     args = parser.parse_args(argv)
 
     try:
@@ -172,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"runstream: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_json)
+    if args.command not in ("chat", "attach"):  # the terminal chat prints only the chat
+        configure_logging(settings.log_level, settings.log_json)
     try:
         if args.command == "serve":
             return serve(settings, args.host or settings.host, args.port or settings.port)
@@ -180,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return worker(settings, args.concurrency)
         if args.command == "migrate":
             return migrate(settings)
+        if args.command in ("chat", "attach"):
+            return terminal(settings, args)
         return up(settings, args.host or settings.host, args.port or settings.port)
     except SettingsError as exc:
         print(f"runstream: {exc}", file=sys.stderr)

@@ -43,6 +43,7 @@ if ARGV[6] ~= '1' and rec[2] and tonumber(rec[2]) < now then
 end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'd', ARGV[3], 'a', ARGV[1])
 redis.call('HSET', KEYS[1], 'last_event_id', id)
+if ARGV[2] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[1]) end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'status', ARGV[4])
   if ARGV[4] ~= 'running' then redis.call('HDEL', KEYS[1], 'lease_until') end
@@ -63,6 +64,7 @@ end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[4], 'd', ARGV[5], 'a', ARGV[3])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'thread_id', ARGV[2], 'attempt', ARGV[3],
            'first_id', id, 'last_event_id', id, 'status', ARGV[6])
+if ARGV[4] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[3]) end
 return id
 """
 

@@ -79,6 +79,7 @@ class Settings:
     openai_base_url: str | None = None
     model: str = "fake"
     fake_token_delay_ms: int = 20
+    client_api_key: str | None = None  # what `runstream chat`/`attach` present
     log_json: bool = False
     log_level: str = "info"
 
@@ -123,6 +124,7 @@ class Settings:
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             model=model,
             fake_token_delay_ms=_int(env, "RUNSTREAM_FAKE_TOKEN_DELAY_MS", 20),
+            client_api_key=env.get("RUNSTREAM_API_KEY") or None,
             log_json=(env.get("RUNSTREAM_LOG_FORMAT") or "console") == "json",
             log_level=(env.get("RUNSTREAM_LOG_LEVEL") or "info").lower(),
         )

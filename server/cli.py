@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 import structlog
@@ -121,16 +122,55 @@ def migrate(settings: Settings) -> int:
 
 
 def up(settings: Settings, host: str, port: int) -> int:
-    """Server and worker as child processes; Ctrl-C stops both."""
-    settings.require_services()
-    migrate(settings)
-    exe = [sys.executable, "-m", "server.cli"]
+    """Server and worker as child processes (and private Redis/Postgres if none are set)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from .embedded import EmbeddedServices
+
     env = dict(os.environ)
+    services = EmbeddedServices(Path(settings.data_dir))
+    if not (settings.redis_url and settings.database_url):
+        redis_url, database_url = services.start(
+            redis=not settings.redis_url, postgres=not settings.database_url
+        )
+        settings = replace(
+            settings,
+            redis_url=settings.redis_url or redis_url,
+            database_url=settings.database_url or database_url,
+        )
+        env["RUNSTREAM_REDIS_URL"] = str(settings.redis_url)
+        env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
+        print(f"embedded services under {services.data_dir} (kept for the next start)")
+    try:
+        return _up(settings, host, port, env)
+    finally:
+        services.stop()
+
+
+def _up(settings: Settings, host: str, port: int, env: dict[str, str]) -> int:
+    _announce_model(settings)
+    for _ in range(100):  # a fresh embedded Postgres may still be starting up
+        try:
+            migrate(settings)
+            break
+        except Exception as exc:
+            last = exc
+            time.sleep(0.1)
+    else:
+        raise last
+    exe = [sys.executable, "-m", "server.cli"]
     children = [
         subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port)], env=env),
         subprocess.Popen([*exe, "worker"], env=env),
     ]
+    model = (
+        "the FAKE model (echoes you; set OPENAI_API_KEY)"
+        if settings.model == "fake"
+        else settings.model
+    )
     print(f"runstream is up: http://{host}:{port}  (API docs: http://{host}:{port}/schema)")
+    print(f"model: {model}; chat in a terminal: runstream chat --url http://{host}:{port}")
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -79,6 +79,7 @@ class Settings:
     openai_base_url: str | None = None
     model: str = "fake"
     fake_token_delay_ms: int = 20
+    data_dir: str = ".runstream"  # where `runstream up` keeps its embedded services' data
     client_api_key: str | None = None  # what `runstream chat`/`attach` present
     log_json: bool = False
     log_level: str = "info"
@@ -125,6 +126,7 @@ class Settings:
             model=model,
             fake_token_delay_ms=_int(env, "RUNSTREAM_FAKE_TOKEN_DELAY_MS", 20),
             client_api_key=env.get("RUNSTREAM_API_KEY") or None,
+            data_dir=env.get("RUNSTREAM_DATA_DIR") or ".runstream",
             log_json=(env.get("RUNSTREAM_LOG_FORMAT") or "console") == "json",
             log_level=(env.get("RUNSTREAM_LOG_LEVEL") or "info").lower(),
         )

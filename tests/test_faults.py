@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -359,12 +360,15 @@ class TestPostgresDown:
     async def test_submit_answers_503_and_creates_nothing(
         self, cluster: Cluster, fault_settings: Settings, private_redis: PrivateRedis
     ) -> None:
-        proxy = TcpProxy("127.0.0.1", 5432)
+        real = urlsplit(str(fault_settings.database_url))
+        proxy = TcpProxy(real.hostname or "127.0.0.1", real.port or 5432)
         await proxy.start()
         try:
-            database_url = str(fault_settings.database_url).replace(
-                "127.0.0.1:5432", f"127.0.0.1:{proxy.port}"
-            )
+            database_url = real._replace(
+                netloc=real.netloc.replace(
+                    f"{real.hostname}:{real.port}", f"127.0.0.1:{proxy.port}"
+                )
+            ).geturl()
             _, url = await cluster.server(RUNSTREAM_DATABASE_URL=database_url)
             await cluster.ready_worker()
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:

@@ -110,6 +110,30 @@ class ServerHandle:
         await asyncio.wait_for(self.task, 15)
 
 
+async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
+    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop."""
+    port = free_port()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan=lifespan,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    deadline = asyncio.get_running_loop().time() + 60  # start-up may queue on the migration lock
+    while not server.started:
+        if task.done():
+            task.result()
+        assert asyncio.get_running_loop().time() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.01)
+    return ServerHandle(f"http://127.0.0.1:{port}", server, task)
+
+
 StartServer = Callable[..., Awaitable[ServerHandle]]
 StartWorker = Callable[..., Awaitable[Worker]]
 
@@ -120,26 +144,7 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
     handles: list[ServerHandle] = []
 
     async def start(**changes: Any) -> ServerHandle:
-        port = free_port()
-        config = uvicorn.Config(
-            create_app(replace(settings, **changes)),
-            host="127.0.0.1",
-            port=port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=1,
-        )
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        task = asyncio.create_task(server.serve())
-        for _ in range(500):
-            if server.started:
-                break
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        handle = ServerHandle(f"http://127.0.0.1:{port}", server, task)
+        handle = await serve_in_loop(create_app(replace(settings, **changes)))
         handles.append(handle)
         return handle
 

@@ -18,9 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.conftest import StartServer, StartWorker, free_port
+from tests.conftest import StartServer, StartWorker, free_port, serve_in_loop
 from tests.sse import Received, read_events, reassemble
 
 REPLY = "Hello from the loopback model"
@@ -136,31 +135,11 @@ class LoopbackOpenAI:
 async def loopback() -> AsyncIterator[tuple[LoopbackOpenAI, str]]:
     """The endpoint app and its base URL (`http://127.0.0.1:<port>/v1`)."""
     app = LoopbackOpenAI(reply_chunks=list(REPLY_CHUNKS))
-    port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_config=None,
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    assert server.started, "the loopback endpoint did not start"
+    handle = await serve_in_loop(app, lifespan="off")
     try:
-        yield app, f"http://127.0.0.1:{port}/v1"
+        yield app, f"{handle.url}/v1"
     finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
+        await handle.stop()
 
 
 def model_settings(base_url: str) -> dict[str, Any]:

@@ -97,8 +97,8 @@ class EmbeddedServices:
         data = self.data_dir / "valkey"
         data.mkdir(exist_ok=True)
         port = _free_port()
-        log = open(data / "valkey.log", "ab")  # noqa: SIM115 - handed to the child
-        process = subprocess.Popen(
+        self._launch(
+            "valkey",
             [
                 str(binary),
                 "--port",
@@ -112,12 +112,10 @@ class EmbeddedServices:
                 "--save",
                 "",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log=data / "valkey.log",
+            port=port,
+            timeout_s=20,
         )
-        self.processes.append(("valkey", process))
-        _wait_for_port(port, process, "valkey", 20)
-        logger.info("embedded valkey up", port=port, pid=process.pid, data=str(data))
         return f"redis://127.0.0.1:{port}/0"
 
     def _pg_bin(self) -> tuple[Path, Path]:
@@ -165,8 +163,8 @@ class EmbeddedServices:
                 **self._child(libs),
             )
         port = _free_port()
-        log = open(self.pg_dir / "postgres.log", "ab")  # noqa: SIM115 - handed to the child
-        process = subprocess.Popen(
+        self._launch(
+            "postgres",
             [
                 str(bin_dir / "postgres"),
                 "-D",
@@ -178,14 +176,22 @@ class EmbeddedServices:
                 "-k",
                 str(sockets),
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log=self.pg_dir / "postgres.log",
+            port=port,
+            timeout_s=60,
             **self._child(libs),
         )
-        self.processes.append(("postgres", process))
-        _wait_for_port(port, process, "postgres", 60)
-        logger.info("embedded postgres up", port=port, pid=process.pid, data=str(data))
         return f"postgresql://runstream@127.0.0.1:{port}/postgres"
+
+    def _launch(
+        self, name: str, argv: list[str], *, log: Path, port: int, timeout_s: float, **popen: Any
+    ) -> None:
+        """Start one service as our child, its output appended to `log`; wait for its port."""
+        with open(log, "ab") as output:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, **popen)
+        self.processes.append((name, process))
+        _wait_for_port(port, process, name, timeout_s)
+        logger.info(f"embedded {name} up", port=port, pid=process.pid, log=str(log))
 
     def stop(self) -> None:
         for name, process in reversed(self.processes):

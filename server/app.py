@@ -18,6 +18,7 @@ from stream_store.settings import Settings
 from .auth import Caller, caller_from_request
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
+from .page import index, page_assets
 from .resources import Resources, open_resources
 from .runs import RunsController
 from .threads import ThreadsController
@@ -57,7 +58,15 @@ def create_app(settings: Settings) -> Litestar:
 
     prometheus = PrometheusConfig(app_name="runstream", group_path=True)
     return Litestar(
-        route_handlers=[RunsController, ThreadsController, healthz, readyz, _Metrics],
+        route_handlers=[
+            RunsController,
+            ThreadsController,
+            healthz,
+            readyz,
+            _Metrics,
+            index,
+            page_assets(),
+        ],
         dependencies={
             "resources": Provide(provide_resources, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),

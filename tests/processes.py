@@ -97,8 +97,9 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    async def server(self, **env: str) -> tuple[Process, str]:
-        port = free_port()
+    async def server(self, port: int | None = None, **env: str) -> tuple[Process, str]:
+        """A ready server on `port` (default a free one; pass the same one to replace it)."""
+        port = port or free_port()
         argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
         process = Process(f"server{len(self.processes)}", argv, process_env(self.settings, **env))
         self.processes.append(process)

@@ -1,0 +1,494 @@
+// The runstream web page: the same HTTP API and SSE protocol as any client, no build step.
+//
+// The address (`/?thread=ID&run=ID`) names what the tab shows, so a reload or a second tab
+// opens the same conversation and re-attaches to its run. Every message on screen is keyed by
+// its message id: a complete message (from the thread or a `message` event) replaces whatever
+// tokens were shown for it, and tokens for a message that is already complete are ignored, so
+// replaying a run over saved messages never repeats text.
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const ACTIVE = new Set(["queued", "running", "interrupted"]);
+const EVENT_TYPES = ["run", "token", "message", "custom", "pending", "retry", "done", "error"];
+const KEY_STORAGE = "runstream.apiKey";
+
+const $ = (id) => document.getElementById(id);
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// ---- HTTP ----------------------------------------------------------------------------------
+
+async function askForKey() {
+  const dialog = $("key-dialog");
+  $("key-input").value = localStorage.getItem(KEY_STORAGE) || "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  const key = $("key-input").value.trim();
+  if (key) localStorage.setItem(KEY_STORAGE, key);
+  else localStorage.removeItem(KEY_STORAGE);
+}
+
+async function api(method, path, body, headers = {}, retried = false) {
+  const key = localStorage.getItem(KEY_STORAGE);
+  const init = { method, headers: { ...headers } };
+  if (key) init.headers.Authorization = `Bearer ${key}`;
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401 && !retried) {
+    await askForKey();
+    return api(method, path, body, headers, true);
+  }
+  if (response.status === 204) return null;
+  const payload = await response.json().catch(() => null);
+  if (!response.ok) {
+    const error = (payload && payload.error) || {};
+    throw new ApiError(response.status, error.code || "http_error",
+      error.message || `${method} ${path} answered ${response.status}`);
+  }
+  return payload;
+}
+
+function uuid4() {
+  if (crypto.randomUUID) return crypto.randomUUID(); // secure contexts only
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+// ---- what is on screen ---------------------------------------------------------------------
+
+const view = {
+  threadId: null,
+  run: null, // the run this tab follows
+  source: null, // its EventSource
+  lastId: null, // id of the last event applied
+  terminal: false,
+  reopenDelay: 0,
+  reopenTimer: null,
+  messages: new Map(), // message id -> {el, final}
+  armedDelete: null, // thread id whose delete button was clicked once
+  transientNotice: false, // the notice is about a failed refresh: the next success clears it
+};
+
+function notice(text, { transient = false } = {}) {
+  const el = $("notice");
+  el.textContent = text || "";
+  el.hidden = !text;
+  view.transientNotice = Boolean(text) && transient;
+}
+
+function setConnection(state) {
+  const el = $("connection");
+  el.dataset.state = state;
+  el.textContent = { live: "● live", reconnecting: "reconnecting…", idle: "" }[state];
+}
+
+function setStatus(status) {
+  const el = $("run-status");
+  el.dataset.status = status || "";
+  el.textContent = status || "";
+  const active = ACTIVE.has(status);
+  $("cancel").hidden = !active;
+  $("send").disabled = active;
+  $("send").title = active ? "Wait for the current run to finish, or cancel it" : "";
+  if (status !== "interrupted") $("approval").hidden = true;
+}
+
+function writeLocation() {
+  const params = new URLSearchParams();
+  if (view.threadId) params.set("thread", view.threadId);
+  if (view.run && !view.terminal) params.set("run", view.run.run_id);
+  const query = params.toString();
+  history.replaceState(null, "", query ? `/?${query}` : "/");
+}
+
+function contentText(content) {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content.map((b) => (typeof b === "string" ? b : b && b.type === "text" ? b.text : "")).join("");
+  }
+  return "";
+}
+
+function describe(message) {
+  const text = contentText(message.content);
+  if (text || !message.tool_calls || !message.tool_calls.length) return text;
+  return message.tool_calls.map((c) => `→ ${c.name}(${JSON.stringify(c.args)})`).join("\n");
+}
+
+function messageElement(id, role) {
+  let entry = view.messages.get(id);
+  if (!entry) {
+    const el = document.createElement("div");
+    el.className = "message";
+    el.dataset.role = role;
+    el.dataset.messageId = id;
+    $("messages").querySelector(".empty")?.remove();
+    $("messages").append(el);
+    entry = { el, final: false };
+    view.messages.set(id, entry);
+  }
+  return entry;
+}
+
+function scrollDown() {
+  const pane = $("messages");
+  if (pane.scrollHeight - pane.scrollTop - pane.clientHeight < 120) pane.scrollTop = pane.scrollHeight;
+}
+
+function showMessage(message) {
+  const entry = messageElement(message.id, message.role);
+  entry.final = true;
+  entry.el.classList.remove("streaming");
+  entry.el.textContent = describe(message);
+  scrollDown();
+}
+
+function appendToken(messageId, text) {
+  const existing = view.messages.get(messageId);
+  if (existing && existing.final) return;
+  const entry = existing || messageElement(messageId, "assistant");
+  entry.el.classList.add("streaming");
+  entry.el.textContent += text;
+  scrollDown();
+}
+
+function discardPartial(messageId) {
+  const entry = view.messages.get(messageId);
+  if (entry && !entry.final) {
+    entry.el.remove();
+    view.messages.delete(messageId);
+  }
+}
+
+function showApproval(interrupt) {
+  $("approval-question").textContent = (interrupt && interrupt.question) || "The run is waiting for you.";
+  const call = interrupt && interrupt.tool_call;
+  $("approval-detail").textContent = call ? `${call.name}(${JSON.stringify(call.args, null, 2)})`
+    : JSON.stringify(interrupt, null, 2);
+  $("approval").hidden = false;
+}
+
+function clearConversation() {
+  stopFollowing();
+  view.messages.clear();
+  $("messages").replaceChildren();
+  setStatus("");
+  notice("");
+}
+
+// ---- following a run -----------------------------------------------------------------------
+
+function compareIds(a, b) {
+  const [am, as] = a.split("-").map(Number);
+  const [bm, bs] = b.split("-").map(Number);
+  return am - bm || as - bs;
+}
+
+function stopFollowing() {
+  clearTimeout(view.reopenTimer);
+  if (view.source) view.source.close();
+  view.source = null;
+  view.run = null;
+  setConnection("idle");
+}
+
+function follow(run) {
+  stopFollowing();
+  view.run = run;
+  view.lastId = null;
+  view.terminal = false;
+  view.reopenDelay = 0;
+  setStatus(run.status);
+  writeLocation();
+  openSource(run.stream_url);
+}
+
+function openSource(url) {
+  const source = new EventSource(url);
+  view.source = source;
+  source.onopen = () => {
+    view.reopenDelay = 0;
+    setConnection("live");
+  };
+  source.onerror = () => {
+    if (view.terminal || view.source !== source) return;
+    setConnection("reconnecting");
+    // CONNECTING: the browser retries by itself, sending Last-Event-ID. CLOSED: it gave up
+    // (the server answered an error, e.g. an expired token), so start again with a fresh URL.
+    if (source.readyState === EventSource.CLOSED) scheduleReopen();
+  };
+  for (const type of EVENT_TYPES) {
+    source.addEventListener(type, (event) => {
+      // A connection failure is also an `error` event, but a plain Event with no data: only
+      // MessageEvents are the run's own events (`onerror` above handles the connection).
+      if (view.source === source && event instanceof MessageEvent) apply(type, event);
+    });
+  }
+}
+
+function scheduleReopen() {
+  const run = view.run;
+  view.reopenDelay = Math.min(10000, view.reopenDelay ? view.reopenDelay * 2 : 500);
+  view.reopenTimer = setTimeout(async () => {
+    if (view.run !== run) return;
+    try {
+      const fresh = await api("GET", `/v1/runs/${run.run_id}`);
+      if (view.run !== run) return;
+      const after = view.lastId ? `&last_event_id=${encodeURIComponent(view.lastId)}` : "";
+      openSource(fresh.stream_url + after);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        notice("This run no longer exists.");
+        stopFollowing();
+        return;
+      }
+      scheduleReopen(); // the server is still away
+    }
+  }, view.reopenDelay);
+}
+
+function finish(status) {
+  view.terminal = true;
+  if (view.source) view.source.close();
+  view.source = null;
+  setConnection("idle");
+  setStatus(status);
+  for (const entry of view.messages.values()) entry.el.classList.remove("streaming");
+  writeLocation();
+  loadThreads();
+}
+
+function apply(type, event) {
+  // EventSource resends nothing after a reconnect with Last-Event-ID; this guard only matters
+  // when a stream is reopened by hand.
+  if (view.lastId && event.lastEventId && compareIds(event.lastEventId, view.lastId) <= 0) return;
+  if (event.lastEventId) view.lastId = event.lastEventId;
+  setConnection("live");
+  const data = JSON.parse(event.data);
+  switch (type) {
+    case "run":
+      setStatus(data.status);
+      break;
+    case "token":
+      appendToken(data.message_id, data.text);
+      break;
+    case "message":
+      showMessage(data.message);
+      break;
+    case "pending":
+      setStatus("interrupted");
+      showApproval(data.interrupt);
+      break;
+    case "retry":
+      for (const id of data.discard) discardPartial(id);
+      break;
+    case "done":
+      if (data.output) showMessage(data.output);
+      finish(data.status);
+      break;
+    case "error": {
+      const el = messageElement(`error-${view.run.run_id}`, "assistant").el;
+      el.classList.add("failed");
+      el.textContent = `The run failed (${data.code}): ${data.message}`;
+      finish("failed");
+      break;
+    }
+    default:
+      break; // `custom` events are the graph's own; this page has no use for them
+  }
+}
+
+// ---- threads -------------------------------------------------------------------------------
+
+async function loadThreads() {
+  let page;
+  try {
+    page = await api("GET", "/v1/threads?limit=100");
+  } catch (error) {
+    notice(`Could not load conversations: ${error.message}`, { transient: true });
+    return;
+  }
+  if (view.transientNotice) notice("");
+  const list = $("threads");
+  list.replaceChildren(...page.threads.map((thread) => {
+    const li = document.createElement("li");
+    li.dataset.threadId = thread.thread_id;
+    li.setAttribute("aria-current", String(thread.thread_id === view.threadId));
+    const title = document.createElement("span");
+    title.className = "title";
+    title.textContent = thread.title || "(empty)";
+    title.title = title.textContent;
+    const badge = document.createElement("span");
+    badge.className = "badge";
+    badge.textContent = thread.status === "idle" ? "" : thread.status;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "delete";
+    remove.title = "Delete this conversation for good";
+    const armed = view.armedDelete === thread.thread_id;
+    remove.dataset.armed = String(armed);
+    remove.textContent = armed ? "delete?" : "✕";
+    if (armed) remove.style.visibility = "visible";
+    remove.addEventListener("click", (event) => {
+      event.stopPropagation();
+      deleteThread(thread.thread_id, remove);
+    });
+    li.append(title, badge, remove);
+    li.addEventListener("click", () => openThread(thread.thread_id));
+    return li;
+  }));
+}
+
+async function deleteThread(threadId, button) {
+  if (view.armedDelete !== threadId) {
+    view.armedDelete = threadId; // a second click within 3 s confirms
+    button.dataset.armed = "true";
+    button.textContent = "delete?";
+    button.style.visibility = "visible";
+    setTimeout(() => {
+      if (view.armedDelete !== threadId) return;
+      view.armedDelete = null;
+      const current = document.querySelector(`#threads li[data-thread-id="${threadId}"] .delete`);
+      if (current) {
+        current.dataset.armed = "false";
+        current.textContent = "✕";
+        current.style.visibility = "";
+      }
+    }, 3000);
+    return;
+  }
+  view.armedDelete = null;
+  try {
+    await api("DELETE", `/v1/threads/${threadId}`);
+  } catch (error) {
+    notice(error.status === 409 ? "That conversation has a run in progress: cancel it first."
+      : `Could not delete: ${error.message}`);
+    return;
+  }
+  if (view.threadId === threadId) newChat();
+  loadThreads();
+}
+
+function newChat() {
+  clearConversation();
+  view.threadId = null;
+  $("thread-title").textContent = "New chat";
+  writeLocation();
+  loadThreads();
+  $("input").focus();
+}
+
+async function openThread(threadId, runId = null) {
+  clearConversation();
+  view.threadId = threadId;
+  writeLocation();
+  let thread;
+  let runs;
+  try {
+    [thread, { runs }] = await Promise.all([
+      api("GET", `/v1/threads/${threadId}`),
+      api("GET", `/v1/threads/${threadId}/runs`),
+    ]);
+  } catch (error) {
+    notice(error.status === 404 ? "That conversation does not exist (or is not yours)."
+      : `Could not open the conversation: ${error.message}`);
+    view.threadId = null;
+    writeLocation();
+    return;
+  }
+  if (view.threadId !== threadId) return; // another thread was picked meanwhile
+  $("thread-title").textContent = thread.title || "New chat";
+  for (const message of thread.messages) showMessage(message);
+  for (const li of $("threads").children) {
+    li.setAttribute("aria-current", String(li.dataset.threadId === threadId));
+  }
+  const active = runs.find((r) => r.run_id === runId) || runs.findLast((r) => ACTIVE.has(r.status));
+  const last = runs[runs.length - 1];
+  if (active) follow(active);
+  else if (last) setStatus(last.status);
+}
+
+// ---- actions -------------------------------------------------------------------------------
+
+async function send(event) {
+  event.preventDefault();
+  const text = $("input").value.trim();
+  if (!text) return;
+  const id = uuid4();
+  const body = {
+    input: { messages: [{ role: "user", content: text, id }] },
+    graph: $("graph").value,
+  };
+  const path = view.threadId ? `/v1/threads/${view.threadId}/runs` : "/v1/runs";
+  $("send").disabled = true;
+  let run;
+  try {
+    run = await api("POST", path, body, { "Idempotency-Key": id });
+  } catch (error) {
+    $("send").disabled = false;
+    notice(error.status === 409 ? "This conversation already has a run in progress."
+      : `Could not send: ${error.message}`);
+    return;
+  }
+  notice("");
+  $("input").value = "";
+  if (!view.threadId) {
+    view.threadId = run.thread_id;
+    $("thread-title").textContent = text.slice(0, 80);
+  }
+  showMessage({ id, role: "user", content: text });
+  follow(run);
+  loadThreads();
+}
+
+async function runAction(path, body) {
+  if (!view.run) return;
+  try {
+    await api("POST", `/v1/runs/${view.run.run_id}/${path}`, body);
+  } catch (error) {
+    notice(`Could not ${path}: ${error.message}`);
+  }
+}
+
+function start() {
+  $("composer").addEventListener("submit", send);
+  $("input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("new-thread").addEventListener("click", newChat);
+  $("cancel").addEventListener("click", () => runAction("cancel"));
+  $("approve").addEventListener("click", () => {
+    $("approval").hidden = true;
+    runAction("resume", { resume: { approve: true } });
+  });
+  $("reject").addEventListener("click", () => {
+    $("approval").hidden = true;
+    runAction("resume", { resume: { approve: false } });
+  });
+  $("set-key").addEventListener("click", async () => {
+    await askForKey();
+    loadThreads();
+  });
+  window.addEventListener("focus", loadThreads);
+
+  const params = new URLSearchParams(location.search);
+  loadThreads();
+  if (params.get("thread")) openThread(params.get("thread"), params.get("run"));
+  else $("input").focus();
+}
+
+start();

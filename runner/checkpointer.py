@@ -6,6 +6,10 @@ this attempt. The reaper's take-over (an UPDATE of that row) therefore either ha
 the check, and the stale write is refused, or waits for the write to commit: a worker that lost
 its run never writes a checkpoint after the run moved on.
 
+It also drops the saver's process-wide `asyncio.Lock` (langgraph issue 7259): the lock guards
+one shared connection, but ours is a pool and every cursor has a connection of its own, so the
+lock only made every run in the worker wait for every other run's checkpoint.
+
 This overrides `_cursor`, a private method of `AsyncPostgresSaver` (langgraph-checkpoint-postgres
 3.x): the public API has no hook for running a statement in the write's transaction.
 """
@@ -20,6 +24,7 @@ from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from stream_store.errors import Fenced
 
@@ -33,22 +38,27 @@ attempt_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.Cont
 class FencedPostgresSaver(AsyncPostgresSaver):
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        if self.pipe is not None or not isinstance(self.conn, AsyncConnectionPool):
+            raise TypeError("FencedPostgresSaver needs a connection pool")
         fence = attempt_fence.get()
-        if fence is None or not pipeline:  # reads, and writes outside a run, are not fenced
-            async with super()._cursor(pipeline=pipeline) as cur:
+        async with _ainternal.get_connection(self.conn) as conn:  # a pooled connection: no lock
+            if fence is None or not pipeline:  # reads, and writes outside a run, are not fenced
+                if pipeline:
+                    async with (
+                        conn.pipeline(),
+                        conn.cursor(binary=True, row_factory=dict_row) as cur,
+                    ):
+                        yield cur
+                else:
+                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        yield cur
+                return
+            async with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                await cur.execute(
+                    "SELECT 1 FROM runstream_runs WHERE run_id = %s AND attempt = %s"
+                    " AND status = 'running' FOR SHARE",
+                    fence,
+                )
+                if await cur.fetchone() is None:
+                    raise Fenced(f"run {fence[0]}: attempt {fence[1]} no longer owns the run")
                 yield cur
-            return
-        async with (
-            self.lock,
-            _ainternal.get_connection(self.conn) as conn,
-            conn.transaction(),
-            conn.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
-            await cur.execute(
-                "SELECT 1 FROM runstream_runs WHERE run_id = %s AND attempt = %s"
-                " AND status = 'running' FOR SHARE",
-                fence,
-            )
-            if await cur.fetchone() is None:
-                raise Fenced(f"run {fence[0]}: attempt {fence[1]} no longer owns the run")
-            yield cur

@@ -39,4 +39,5 @@ class WorkerContext(TypedDict, total=False):
     lost: set[str]
     settling: set[str]
     reaper: asyncio.Task[None]
-    cancel_listener: asyncio.Task[None]
+    listener: asyncio.Task[None]
+    wake: asyncio.Event  # set to make the worker read the queue now

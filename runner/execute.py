@@ -20,7 +20,7 @@ import psycopg
 import structlog
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langgraph.pregel import Pregel
-from langgraph.types import Command, StreamMode
+from langgraph.types import Command, Durability, StreamMode
 from redis.exceptions import RedisError
 
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
@@ -47,33 +47,92 @@ logger = structlog.get_logger()
 
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
+# Checkpoints are written while the next step runs, not before it, which keeps two Postgres
+# writes off the way to the first token. The stream ends only after every write has landed, so
+# the outcome recorded after it always has its checkpoint; a crash mid-run may lose the latest
+# step's checkpoint, and the retry runs that step again (write tools stay at most once by the
+# ledger).
+DURABILITY: Durability = "async"
+
+MAX_BATCH_EVENTS = 512  # events per append_batch call
+MAX_PENDING_EVENTS = 4096  # events a run may have waiting for Redis before the graph waits
+
 # Failures of the services rather than of the graph: the attempt is abandoned, its lease runs
 # out, and the reaper gives the run to a new attempt.
 INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError)
 
 
 class _Writer:
-    """Appends events for one attempt of one run."""
+    """Appends events for one attempt of one run.
+
+    Plain events (tokens, messages, custom) are batched without waiting: the first goes out at
+    once, and those the graph produces while a batch is in flight go together in the next one.
+    A fast model then costs one Redis round trip per batch rather than per token, and a slow one
+    no added delay. Events that change the run's status are written after every earlier event
+    (`drain`), and a write's failure (`Fenced`, `StreamGone`, a Redis error) is raised by the
+    next `emit` or `drain`.
+    """
 
     def __init__(self, ctx: WorkerContext, run: RunRecord) -> None:
         self.events = ctx["events"]
         self.run = run
+        self._pending: list[tuple[str, bytes]] = []
+        self._flushing: asyncio.Task[None] | None = None
 
-    async def emit(
-        self, event: str, data: Any, *, status: str | None = None, settled: bool = False
-    ) -> str:
+    async def emit(self, event: str, data: Any) -> None:
+        self._raise_failure()
+        self._pending.append((event, encode_data(data)))
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush())
+        elif len(self._pending) >= MAX_PENDING_EVENTS:
+            await self.drain()  # Redis is slower than the model: wait rather than pile up
+
+    async def settle(self, event: str, data: Any) -> str:
+        """Write an outcome event (exempt from the lease once Postgres recorded the outcome)."""
+        await self.drain()
+        return await self.events.append(
+            self.run.run_id, self.run.attempt, event, encode_data(data), settled=True
+        )
+
+    async def status(self, status: str, *, settled: bool = False) -> str:
+        await self.drain()
+        data = RunStatusData(status=status, attempt=self.run.attempt)
         return await self.events.append(
             self.run.run_id,
             self.run.attempt,
-            event,
+            "run",
             encode_data(data),
             status=status,
             settled=settled,
         )
 
-    async def status(self, status: str, *, settled: bool = False) -> str:
-        data = RunStatusData(status=status, attempt=self.run.attempt)
-        return await self.emit("run", data, status=status, settled=settled)
+    async def drain(self) -> None:
+        """Wait until every event emitted so far is written."""
+        if self._flushing is not None:
+            # Shielded: a cancelled run still writes what it emitted before its outcome.
+            await asyncio.shield(self._flushing)
+        self._raise_failure()
+
+    def abandon(self) -> None:
+        """The attempt is over: stop writing (anything still unwritten is fenced out anyway)."""
+        task, self._flushing = self._flushing, None
+        if task is not None and not task.done():
+            task.cancel()
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved: already reported through `drain` or not needed
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_BATCH_EVENTS]
+            del self._pending[:MAX_BATCH_EVENTS]
+            await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
+
+    def _raise_failure(self) -> None:
+        task = self._flushing
+        if task is not None and task.done():
+            self._flushing = None
+            if not task.cancelled():
+                task.result()
 
 
 def _input_messages(run: RunRecord) -> list[BaseMessage]:
@@ -156,6 +215,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         finished = await _finish(ctx, run, writer, "failed", error=error)
     finally:
         keeper.cancel()
+        writer.abandon()
         attempt_fence.reset(fence)
         ctx["running"].pop(run_id, None)
         ctx["cancelling"].discard(run_id)
@@ -171,6 +231,10 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
 
     Returns `...` when the graph already ran to its end in an earlier attempt.
     """
+    if run.attempt == 1 and run.resume is None:
+        # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
+        # skipping the read saves a checkpoint query on the way to the first token.
+        return {"messages": _input_messages(run)}
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     started = (state.metadata or {}).get("run_id") == run.run_id
     if run.attempt > 1 or run.resume is not None:
@@ -215,7 +279,7 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
     if graph_input is not ...:
         translator = StreamTranslator()
         stream = graph.astream(  # type: ignore[call-overload]
-            graph_input, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+            graph_input, config, context=context, stream_mode=STREAM_MODES, durability=DURABILITY
         )
         async for mode, chunk in stream:
             for event, data in translator.translate(mode, chunk):
@@ -228,7 +292,7 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         value = state.interrupts[0].value
         ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
         if await ctx["records"].interrupt_run(run.run_id, run.attempt, value) is not None:
-            await writer.emit("pending", PendingData(interrupt=value), settled=True)
+            await writer.settle("pending", PendingData(interrupt=value))
             last_id = await writer.status("interrupted", settled=True)
             await ctx["records"].set_last_event_id(run.run_id, last_id)
             logger.info("run interrupted")
@@ -259,10 +323,10 @@ async def _finish(
     await writer.status(status, settled=True)
     if status == "failed":
         assert error is not None
-        last_id = await writer.emit("error", ErrorData(**error), settled=True)
+        last_id = await writer.settle("error", ErrorData(**error))
     else:
         done_data = DoneData(status=status, output=output)  # type: ignore[arg-type]
-        last_id = await writer.emit("done", done_data, settled=True)
+        last_id = await writer.settle("done", done_data)
     await ctx["records"].set_last_event_id(run.run_id, last_id)
     logger.info("run finished", status=status)
     return True

@@ -1,4 +1,4 @@
-"""The arq worker of `runstream worker`: its start-up, shut-down and cancel listener.
+"""The arq worker of `runstream worker`: its start-up, shut-down and pub/sub listener.
 
 The worker process owns its connections (a Redis client shared with arq, a psycopg pool and the
 LangGraph checkpointer on it) and passes them to jobs through the typed `ctx`. Jobs are not
@@ -57,7 +57,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     wctx["lost"] = set()
     wctx["settling"] = set()
     wctx["reaper"] = asyncio.create_task(reap_forever(wctx))
-    wctx["cancel_listener"] = asyncio.create_task(_listen_for_cancels(wctx, keys))
+    wctx["listener"] = asyncio.create_task(_listen(wctx, keys))
     logger.info(
         "worker ready",
         queue=keys.queue(),
@@ -69,7 +69,7 @@ async def startup(ctx: dict[str, Any]) -> None:
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     wctx = cast(WorkerContext, ctx)
-    for name in ("cancel_listener", "reaper"):
+    for name in ("listener", "reaper"):
         background = wctx.get(name)
         if isinstance(background, asyncio.Task):
             background.cancel()
@@ -80,14 +80,22 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     logger.info("worker stopped")
 
 
-async def _listen_for_cancels(ctx: WorkerContext, keys: KeySpace) -> None:
-    """Cancel the local task of any run a server asked to stop; resubscribe after errors."""
+async def _listen(ctx: WorkerContext, keys: KeySpace) -> None:
+    """Wake the worker when a run is queued; cancel runs a server asked to stop.
+
+    Resubscribes after errors; a wake-up lost meanwhile costs one idle poll, nothing more.
+    """
+    cancel_channel, wake_channel = keys.cancel_channel(), keys.wake_channel()
     while True:
         try:
             pubsub = ctx["redis"].pubsub(ignore_subscribe_messages=True)
             async with pubsub:
-                await pubsub.subscribe(keys.cancel_channel())
+                await pubsub.subscribe(cancel_channel, wake_channel)
+                ctx["wake"].set()  # anything queued while unsubscribed
                 async for message in pubsub.listen():
+                    if message["channel"].decode() == wake_channel:
+                        ctx["wake"].set()
+                        continue
                     run_id = message["data"].decode()
                     task = ctx["running"].get(run_id)
                     if task is not None and run_id not in ctx["settling"]:
@@ -95,24 +103,50 @@ async def _listen_for_cancels(ctx: WorkerContext, keys: KeySpace) -> None:
                         ctx["cancelling"].add(run_id)
                         task.cancel()
         except RedisError as exc:
-            logger.warning("cancel listener lost redis, retrying", error=str(exc))
+            logger.warning("pub/sub listener lost redis, retrying", error=str(exc))
             await asyncio.sleep(1)
 
 
-def build_worker(settings: Settings, *, handle_signals: bool = True) -> Worker:
+class RunWorker(Worker):
+    """arq's Worker, reading the queue when woken rather than on a fixed poll.
+
+    arq sleeps `poll_delay` between reads of the queue, which alone would be most of a run's
+    time to first token. Here a read happens when a run is queued (the wake channel) or a job
+    slot frees up; `idle_poll_s` is only the fallback for a lost wake-up or a deferred job.
+    """
+
+    def __init__(self, *args: Any, idle_poll_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, poll_delay=0, **kwargs)
+        self.idle_poll_s = idle_poll_s
+        self.wake = asyncio.Event()
+        self.wake.set()  # read the queue at once on start
+        self.ctx["wake"] = self.wake
+
+    async def _poll_iteration(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), self.idle_poll_s)
+        self.wake.clear()  # before reading: a wake-up during the read triggers another read
+        await super()._poll_iteration()
+
+    def _release_sem_dec_counter_on_complete(self) -> None:
+        super()._release_sem_dec_counter_on_complete()
+        self.wake.set()  # a slot is free: a run waiting in the queue can start now
+
+
+def build_worker(settings: Settings, *, handle_signals: bool = True) -> RunWorker:
     """An arq Worker for this deployment's queue, configured from `settings`."""
     keys = KeySpace(settings.redis_prefix)
-    return Worker(
+    return RunWorker(
         functions=[func(execute_run, name=EXECUTE_RUN, max_tries=1)],  # type: ignore[arg-type]
         queue_name=keys.queue(),
         redis_pool=open_redis(settings),
         on_startup=startup,
         on_shutdown=shutdown,
         handle_signals=handle_signals,
-        job_completion_wait=settings.shutdown_grace_s,  # type: ignore[arg-type]  # a float works
+        job_completion_wait=settings.shutdown_grace_s,  # a float works, despite its int hint
         max_jobs=settings.worker_concurrency,
         job_timeout=settings.job_timeout_s,
-        poll_delay=settings.poll_delay_s,
+        idle_poll_s=settings.poll_delay_s,
         keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
         health_check_key=keys.worker_health(),

@@ -18,6 +18,7 @@ logger = structlog.get_logger()
 
 PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty data line)
 REPLAY_PAGE = 1000
+MAX_CHUNK = 64 * 1024  # bytes per write when coalescing queued frames
 
 
 async def _stream_was_reset(events: EventLog, run_id: str, first_id: str) -> bool:
@@ -36,42 +37,60 @@ async def attach(
     """SSE frames of every event after `after`, ending after the terminal event.
 
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
-    live events the replay already sent (see `server.fanout`).
+    live events the replay already sent (see `server.fanout`). A viewer that falls behind the
+    live feed replays from Redis again, the same way, without leaving the connection.
     """
     viewer = await follower.subscribe(run_id)
     try:
-        last = parse_event_id(after)
-        cursor = after
+        last_id = after
         while True:
-            page = await events.read_range(run_id, cursor, count=REPLAY_PAGE)
-            for event in page:
-                yield sse_frame(event).data
-                cursor, last = event.id, parse_event_id(event.id)
-                if event.terminal:
-                    return
-            if len(page) < REPLAY_PAGE:
-                break
-        newest = await events.last_event(run_id)
-        if newest is not None and newest.terminal and parse_event_id(newest.id) <= last:
-            return  # the client already has the terminal event: nothing will follow it
-        while True:
-            try:
-                frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)
-            except TimeoutError:
-                yield PING
-                continue
-            if frame is None:
-                if viewer.overflowed:
-                    logger.warning("viewer fell behind; disconnecting it", run_id=run_id)
-                return
-            position = parse_event_id(frame.id)
-            if position <= last:
-                continue
-            if frame.event == "retry" and await _stream_was_reset(events, run_id, first_id):
-                return  # Redis lost the stream; on reconnect the client learns it (410)
-            yield frame.data
-            last = position
-            if frame.terminal:
-                return
+            while True:  # replay: everything after `last_id` that Redis has now
+                page = await events.read_range(run_id, last_id, count=REPLAY_PAGE)
+                if page:
+                    viewer.sending = True
+                    yield b"".join(sse_frame(event).data for event in page)
+                    viewer.sending, viewer.sent = False, viewer.sent + 1
+                    last_id = page[-1].id
+                    if page[-1].terminal:
+                        return
+                if len(page) < REPLAY_PAGE:
+                    break
+            last = parse_event_id(last_id)
+            newest = await events.last_event(run_id)
+            if newest is not None and newest.terminal and parse_event_id(newest.id) <= last:
+                return  # the client already has the terminal event: nothing will follow it
+            while True:  # live, until the end or until the viewer falls behind
+                try:
+                    frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)
+                except TimeoutError:
+                    yield PING
+                    continue
+                # Whatever else is already queued goes out in the same write: one send per burst
+                # rather than one per event, which is most of the cost of a fast run.
+                chunk = bytearray()
+                while frame is not None:
+                    position = parse_event_id(frame.id)
+                    if position > last:
+                        if frame.event == "retry" and await _stream_was_reset(
+                            events, run_id, first_id
+                        ):
+                            return  # Redis lost the stream; on reconnect the client gets 410
+                        chunk += frame.data
+                        last, last_id = position, frame.id
+                        if frame.terminal:
+                            yield bytes(chunk)
+                            return
+                    if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
+                        break
+                    frame = viewer.queue.get_nowait()
+                if chunk:
+                    viewer.sending = True
+                    yield bytes(chunk)
+                    viewer.sending, viewer.sent = False, viewer.sent + 1
+                if frame is None:
+                    break
+            if not viewer.lagging or await _stream_was_reset(events, run_id, first_id):
+                return  # closed (server shutdown), or Redis lost the stream: the client reconnects
+            viewer.lagging = False  # take live frames again, then replay what was missed
     finally:
         follower.unsubscribe(run_id, viewer)

@@ -48,40 +48,62 @@ def sse_frame(event: StoredEvent) -> Frame:
 
 
 class Viewer:
-    """One attached client: a bounded queue; `overflowed` once it fell too far behind.
+    """One attached client: a bounded queue of live frames.
 
-    A viewer that overflows is ended: it gets `None` next, and if its task is stuck sending to
-    a client that stopped reading, that task is cancelled after `CUT_OFF_GRACE_S`, which
-    closes the connection. The run and the other viewers never wait for it.
+    When the queue fills, the viewer is `lagging`: its queued frames are dropped, it gets
+    `None` next, and it catches up by reading the stream from Redis after the last event it
+    sent (see `server.attach`), so a client that reads slower than the run writes falls back to
+    paged reads instead of holding frames in memory. A client that stops reading altogether is
+    cut off: while a viewer is behind, a watchdog cancels its task if a send has not completed
+    within `CUT_OFF_GRACE_S`, which closes the connection. The run and the other viewers never
+    wait for it.
     """
 
-    __slots__ = ("overflowed", "queue", "task")
+    __slots__ = ("_watched", "closed", "lagging", "queue", "sending", "sent", "task")
 
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(maxsize=size)
-        self.overflowed = False
+        self.lagging = False
+        self.closed = False
+        self.sending = False  # set by the response loop around each write
+        self.sent = 0  # writes completed
         self.task = asyncio.current_task()
+        self._watched = False
 
     def offer(self, frame: Frame) -> None:
-        if self.overflowed:
+        if self.lagging or self.closed:
             return
         try:
             self.queue.put_nowait(frame)
         except asyncio.QueueFull:
-            self.overflowed = True
-            self.close()
-            if self.task is not None:
-                asyncio.get_running_loop().call_later(CUT_OFF_GRACE_S, self._cut_off)
+            self.lagging = True
+            self._end_queue()
+            if not self._watched:
+                self._watched = True
+                self._watch(self.sent)
 
-    def _cut_off(self) -> None:
-        if self.task is not None and not self.task.done():
+    def _watch(self, sent_before: int) -> None:
+        asyncio.get_running_loop().call_later(CUT_OFF_GRACE_S, self._check, sent_before)
+
+    def _check(self, sent_before: int) -> None:
+        if self.task is None or self.task.done():
+            return
+        if self.sending and self.sent == sent_before:
             logger.warning("cutting off a viewer that stopped reading")
             self.task.cancel()
+        elif self.sending or self.lagging or not self.queue.empty():
+            self._watch(self.sent)  # still behind: keep watching
+        else:
+            self._watched = False  # caught up
 
     def close(self) -> None:
         """End the viewer's response: it gets `None` next (it may reconnect and replay)."""
+        self.closed = True
+        self._end_queue()
+
+    def _end_queue(self) -> None:
         with contextlib.suppress(asyncio.QueueEmpty):
-            while self.queue.full():
+            while not self.queue.empty():
                 self.queue.get_nowait()
         self.queue.put_nowait(None)
 

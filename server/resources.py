@@ -11,6 +11,7 @@ from arq.connections import ArqRedis
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from redis.asyncio import Redis
 
+from runner.checkpointer import FencedPostgresSaver
 from runner.graphs import GraphRegistry
 from stream_store.connections import PgPool, open_pg_pool, open_redis
 from stream_store.keys import KeySpace
@@ -50,7 +51,7 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     try:
         pool = await open_pg_pool(settings)
         try:
-            checkpointer = AsyncPostgresSaver(pool)
+            checkpointer = FencedPostgresSaver(pool)  # unfenced here; it only drops the lock
             await migrate(pool, settings.database_schema, checkpointer)
             graphs = GraphRegistry(settings.graphs)
             graphs.validate()

@@ -33,6 +33,10 @@ class KeySpace:
         """Pub/sub channel on which servers tell workers to stop a running run."""
         return f"{self.prefix}:cancel"
 
+    def wake_channel(self) -> str:
+        """Pub/sub channel on which a queued run wakes idle workers (instead of a poll)."""
+        return f"{self.prefix}:queue:wake"
+
     def worker_health(self) -> str:
         """String: arq's health-check line for the workers of this deployment."""
         return f"{self.prefix}:queue:health-check"

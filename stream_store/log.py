@@ -1,13 +1,14 @@
 """The per-run event log on Redis streams, and the live run record beside it.
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
-terminal event); `read_range` is one XRANGE per page; `read_live` is one XREAD over any number
-of runs. Appends are fenced: the script refuses a write whose attempt is not the record's.
+terminal event), and `append_batch` one EVALSHA for any number of events; `read_range` is one
+XRANGE per page; `read_live` is one XREAD over any number of runs. Appends are fenced: the
+script refuses a write whose attempt is not the record's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,25 @@ if ARGV[5] ~= '' then
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
 end
+return id
+"""
+)
+
+# KEYS: record, events. ARGV: attempt, then event and data for each event. The same fence as
+# `_APPEND`, for a batch of events that change nothing but the stream (tokens, messages):
+# one round trip for all the events a run produced while the previous batch was in flight.
+_APPEND_BATCH = (
+    _NOW_MS
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+if not rec[1] then return redis.error_reply('GONE run record missing') end
+if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
+if rec[2] and tonumber(rec[2]) < now then return redis.error_reply('FENCED lease expired') end
+local id
+for i = 2, #ARGV, 2 do
+  id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[i], 'd', ARGV[i + 1], 'a', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'last_event_id', id)
 return id
 """
 )
@@ -148,6 +168,7 @@ class EventLog:
         self.keys = keys
         self.stream_ttl_s = stream_ttl_s
         self._append = redis.register_script(_APPEND)
+        self._append_batch = redis.register_script(_APPEND_BATCH)
         self._open = redis.register_script(_OPEN)
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
@@ -210,6 +231,21 @@ class EventLog:
             keys,
             [attempt, event, data, status or "", ttl, "1" if settled else ""],
         )
+        return result.decode() if isinstance(result, bytes) else str(result)
+
+    async def append_batch(
+        self, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
+    ) -> str:
+        """Append several non-terminal events that change no status, in order; returns the
+        last id. Fenced like `append` (never `settled`).
+        """
+        if not events or any(event in TERMINAL_EVENTS or event == "retry" for event, _ in events):
+            raise ValueError("append_batch takes a non-empty batch of plain events")
+        keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
+        args: list[Any] = [attempt]
+        for event, data in events:
+            args += [event, data]
+        result = await self._call(self._append_batch, run_id, keys, args)
         return result.decode() if isinstance(result, bytes) else str(result)
 
     async def claim(self, run_id: str, attempt: int, lease_s: float) -> int:

@@ -1,7 +1,9 @@
 """The run queue: arq jobs that name a run; Postgres says what the run is.
 
 A job carries only the run id. Its arq job id is `<run_id>:<dispatch>`, so enqueueing the same
-dispatch twice (a race between two finishers handing a thread its next run) is a no-op.
+dispatch twice (a race between two finishers handing a thread its next run) is a no-op. Each
+enqueue also publishes on the wake channel: workers pick the job up at once instead of at their
+next poll (arq only polls).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ class RunQueue:
         self.redis = redis
         self.records = records
         self.queue_name = keys.queue()
+        self.wake_channel = keys.wake_channel()
 
     async def enqueue(self, run: RunRecord) -> None:
         try:
             await self.redis.enqueue_job(
                 EXECUTE_RUN, run.run_id, _job_id=run.job_id, _queue_name=self.queue_name
             )
+            await self.redis.publish(self.wake_channel, run.run_id)
         except RedisError as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
 

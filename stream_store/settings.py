@@ -69,7 +69,7 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     worker_concurrency: int = 100
     job_timeout_s: int = 3600
-    poll_delay_s: float = 0.05
+    poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
     lease_s: float = 5.0
     reaper_interval_s: float = 1.0
     max_attempts: int = 3
@@ -115,7 +115,7 @@ class Settings:
             max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
             worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
             job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),
-            poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 50, minimum=1) / 1000,
+            poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 500, minimum=1) / 1000,
             lease_s=_int(env, "RUNSTREAM_LEASE_MS", 5000, minimum=100) / 1000,
             reaper_interval_s=_int(env, "RUNSTREAM_REAPER_INTERVAL_MS", 1000, minimum=10) / 1000,
             max_attempts=_int(env, "RUNSTREAM_MAX_ATTEMPTS", 3, minimum=1),

@@ -124,7 +124,7 @@ class TestWorkerKilled:
     ) -> None:
         _, url = await cluster.server()
         first = await cluster.ready_worker()
-        text = words(60)
+        text = words(250)  # long enough to outlast the second worker's start on a busy machine
         async with httpx.AsyncClient(base_url=url) as http:
             run = (await http.post("/v1/runs", json=body(text))).json()
             events: list[Received] = []

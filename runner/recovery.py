@@ -122,8 +122,11 @@ async def repair(ctx: WorkerContext, run_id: str) -> None:
     """Postgres holds the run's outcome but its stream was never told: tell it.
 
     The caller has fenced the old attempt out of the stream; the events are written as the
-    record's current attempt, rebuilt from the Postgres record, once.
+    record's current attempt, rebuilt from the Postgres record, once: under a lock, as every
+    worker's reaper may find the run in the same pass.
     """
+    if not await ctx["events"].lock_repair(run_id, max(5.0, 5 * ctx["settings"].lease_s)):
+        return
     run = await ctx["records"].get_run(run_id)
     record = await ctx["events"].record(run_id)
     if run is None or not record:

@@ -40,6 +40,7 @@ async def attach(
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
     live feed replays from Redis again, the same way, without leaving the connection.
     """
+    loop = asyncio.get_running_loop()
     viewer = await follower.subscribe(run_id)
     try:
         last_id = after
@@ -47,9 +48,9 @@ async def attach(
             while True:  # replay: everything after `last_id` that Redis has now
                 page = await events.read_range(run_id, last_id, count=REPLAY_PAGE)
                 if page:
-                    viewer.sending = True
+                    viewer.writing_since = loop.time()
                     yield b"".join(sse_frame(event).data for event in page)
-                    viewer.sending, viewer.sent = False, viewer.sent + 1
+                    viewer.writing_since = None
                     last_id = page[-1].id
                     if page[-1].terminal:
                         return
@@ -63,30 +64,36 @@ async def attach(
                 try:
                     frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)
                 except TimeoutError:
+                    viewer.writing_since = loop.time()
                     yield PING
+                    viewer.writing_since = None
                     continue
                 # Whatever else is already queued goes out in the same write: one send per burst
                 # rather than one per event, which is most of the cost of a fast run.
                 chunk = bytearray()
+                ended = False
                 while frame is not None:
                     position = parse_event_id(frame.id)
                     if position > last:
                         if frame.event == "retry" and await _stream_was_reset(
                             events, run_id, first_id
                         ):
-                            return  # Redis lost the stream; on reconnect the client gets 410
+                            ended = True  # Redis lost the stream; on reconnect: 410
+                            break
                         chunk += frame.data
                         last, last_id = position, frame.id
                         if frame.terminal:
-                            yield bytes(chunk)
-                            return
+                            ended = True
+                            break
                     if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
                         break
                     frame = viewer.queue.get_nowait()
                 if chunk:
-                    viewer.sending = True
+                    viewer.writing_since = loop.time()
                     yield bytes(chunk)
-                    viewer.sending, viewer.sent = False, viewer.sent + 1
+                    viewer.writing_since = None
+                if ended:
+                    return
                 if frame is None:
                     break
             if not viewer.lagging or await _stream_was_reset(events, run_id, first_id):

@@ -54,21 +54,19 @@ class Viewer:
     `None` next, and it catches up by reading the stream from Redis after the last event it
     sent (see `server.attach`), so a client that reads slower than the run writes falls back to
     paged reads instead of holding frames in memory. A client that stops reading altogether is
-    cut off: while a viewer is behind, a watchdog cancels its task if a send has not completed
-    within `CUT_OFF_GRACE_S`, which closes the connection. The run and the other viewers never
+    cut off: the follower cancels a viewer's task when one write has been waiting on the client
+    for `CUT_OFF_GRACE_S`, which closes the connection. The run and the other viewers never
     wait for it.
     """
 
-    __slots__ = ("_watched", "closed", "lagging", "queue", "sending", "sent", "task")
+    __slots__ = ("closed", "lagging", "queue", "task", "writing_since")
 
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(maxsize=size)
         self.lagging = False
         self.closed = False
-        self.sending = False  # set by the response loop around each write
-        self.sent = 0  # writes completed
+        self.writing_since: float | None = None  # set by the response loop around each write
         self.task = asyncio.current_task()
-        self._watched = False
 
     def offer(self, frame: Frame) -> None:
         if self.lagging or self.closed:
@@ -78,23 +76,9 @@ class Viewer:
         except asyncio.QueueFull:
             self.lagging = True
             self._end_queue()
-            if not self._watched:
-                self._watched = True
-                self._watch(self.sent)
 
-    def _watch(self, sent_before: int) -> None:
-        asyncio.get_running_loop().call_later(CUT_OFF_GRACE_S, self._check, sent_before)
-
-    def _check(self, sent_before: int) -> None:
-        if self.task is None or self.task.done():
-            return
-        if self.sending and self.sent == sent_before:
-            logger.warning("cutting off a viewer that stopped reading")
-            self.task.cancel()
-        elif self.sending or self.lagging or not self.queue.empty():
-            self._watch(self.sent)  # still behind: keep watching
-        else:
-            self._watched = False  # caught up
+    def stalled(self, now: float) -> bool:
+        return self.writing_since is not None and now - self.writing_since > CUT_OFF_GRACE_S
 
     def close(self) -> None:
         """End the viewer's response: it gets `None` next (it may reconnect and replay)."""
@@ -141,6 +125,7 @@ class StreamFollower:
         self._generation = 0
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def viewer_count(self) -> int:
@@ -152,12 +137,14 @@ class StreamFollower:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="runstream-follower")
+        self._sweeper = asyncio.create_task(self._cut_off_stalled(), name="runstream-sweeper")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for feed in self._feeds.values():
             for viewer in feed.viewers:
                 viewer.close()
@@ -199,6 +186,19 @@ class StreamFollower:
         feed.viewers.discard(viewer)
         if not feed.viewers and feed.ready.is_set():
             del self._feeds[run_id]
+
+    async def _cut_off_stalled(self) -> None:
+        """Every half grace period, cancel viewers whose client stopped reading."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(CUT_OFF_GRACE_S / 2)
+            now = loop.time()
+            for feed in list(self._feeds.values()):
+                for viewer in list(feed.viewers):
+                    if viewer.stalled(now) and viewer.task is not None and not viewer.task.done():
+                        logger.warning("cutting off a viewer that stopped reading")
+                        viewer.writing_since = None
+                        viewer.task.cancel()
 
     async def _wake(self) -> None:
         """Make the reader re-issue its XREAD with the new feed included.

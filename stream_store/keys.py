@@ -29,6 +29,10 @@ class KeySpace:
         """String: set when a cancel was requested, so a worker starting late still sees it."""
         return f"{self.prefix}:run:{{{run_id}}}:cancel"
 
+    def run_repair(self, run_id: str) -> str:
+        """String with a short TTL: one reaper at a time writes a run's outcome from Postgres."""
+        return f"{self.prefix}:run:{{{run_id}}}:repair"
+
     def cancel_channel(self) -> str:
         """Pub/sub channel on which servers tell workers to stop a running run."""
         return f"{self.prefix}:cancel"

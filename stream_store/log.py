@@ -29,6 +29,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 # KEYS: record, events. ARGV: attempt, event, data, status ('' = unchanged), ttl_s ('' = keep),
 # settled ('1' = Postgres already recorded this attempt's outcome).
+# Nothing is ever appended after the terminal event (`ended`), whoever tries: a run has one.
 # Refused when another attempt owns the run, or when the writer's lease has run out: a worker
 # that was paused past its lease cannot write even before anyone has taken the run over. The
 # events that report an outcome Postgres accepted from this attempt are exempt from the lease
@@ -36,14 +37,16 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 _APPEND = (
     _NOW_MS
     + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until', 'ended')
 if not rec[1] then return redis.error_reply('GONE run record missing') end
+if rec[3] then return redis.error_reply('FENCED the stream has its terminal event') end
 if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
 if ARGV[6] ~= '1' and rec[2] and tonumber(rec[2]) < now then
   return redis.error_reply('FENCED lease expired')
 end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'd', ARGV[3], 'a', ARGV[1])
 redis.call('HSET', KEYS[1], 'last_event_id', id)
+if ARGV[2] == 'done' or ARGV[2] == 'error' then redis.call('HSET', KEYS[1], 'ended', '1') end
 if ARGV[2] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[1]) end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'status', ARGV[4])
@@ -63,8 +66,9 @@ return id
 _APPEND_BATCH = (
     _NOW_MS
     + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until', 'ended')
 if not rec[1] then return redis.error_reply('GONE run record missing') end
+if rec[3] then return redis.error_reply('FENCED the stream has its terminal event') end
 if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
 if rec[2] and tonumber(rec[2]) < now then return redis.error_reply('FENCED lease expired') end
 local id
@@ -248,6 +252,15 @@ class EventLog:
         result = await self._call(self._append_batch, run_id, keys, args)
         return result.decode() if isinstance(result, bytes) else str(result)
 
+    async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
+        """Take the run's short repair lock: the reapers of several workers may find the same
+        unsettled run at once, and only one of them should write its outcome."""
+        try:
+            key = self.keys.run_repair(run_id)
+            return bool(await self.redis.set(key, b"1", nx=True, px=int(ttl_s * 1000)))
+        except RedisError as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+
     async def claim(self, run_id: str, attempt: int, lease_s: float) -> int:
         """Take the run's lease as `attempt`; returns the attempt that started before this one.
 
@@ -349,6 +362,7 @@ class EventLog:
                 self.keys.run_events(run_id),
                 self.keys.run_record(run_id),
                 self.keys.run_cancel(run_id),
+                self.keys.run_repair(run_id),
             ]
         if not keys:
             return

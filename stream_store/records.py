@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
@@ -102,6 +104,15 @@ class NewRun(msgspec.Struct, kw_only=True):
     title: str | None = None
 
 
+# Inserts the run on the thread named by a CTE `thread` (new or updated in the same statement).
+_INSERT_RUN = (
+    "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
+    " metadata, multitask, idempotency_key, request_hash)"
+    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s FROM thread"
+    " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+)
+
+
 class _KeyTaken(Exception):
     """Internal: the idempotency key already names a run."""
 
@@ -164,64 +175,69 @@ class Records:
     async def _insert_run(
         self, new: NewRun, before_commit: Callable[[RunRecord], Awaitable[None]]
     ) -> Created:
+        # Two statements between BEGIN and COMMIT, whatever the case: this is on the way from
+        # submit to first token, and each statement is a round trip.
         run_id = str(uuid.uuid4())
+        run_values = (
+            run_id,
+            new.owner,
+            new.graph,
+            Jsonb(new.input),
+            Jsonb(new.config),
+            Jsonb(new.metadata),
+            new.multitask,
+            new.idempotency_key,
+            new.request_hash,
+        )
         async with _translated(), self.pool.connection() as conn, conn.transaction():
+            busy = False
             if new.thread_id is None:
                 thread_id = str(uuid.uuid4())
-                await conn.execute(
-                    "INSERT INTO runstream_threads (thread_id, owner, title, metadata)"
-                    " VALUES (%s, %s, %s, %s)",
-                    (thread_id, new.owner, new.title, Jsonb({})),
+                cur = await conn.execute(
+                    "WITH thread AS (INSERT INTO runstream_threads (thread_id, owner, title,"
+                    " metadata) VALUES (%s, %s, %s, %s) RETURNING thread_id)"
+                    f" {_INSERT_RUN} RETURNING {_RUN_COLUMNS}",
+                    (thread_id, new.owner, new.title, Jsonb({}), *run_values),
                 )
             else:
                 thread_id = new.thread_id
                 cur = await conn.execute(
-                    "SELECT thread_id FROM runstream_threads"
+                    "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
+                    " AND status = ANY(%s)) AS busy FROM runstream_threads t"
                     " WHERE thread_id = %s AND owner = %s FOR UPDATE",
-                    (thread_id, new.owner),
+                    (list(ACTIVE_STATUSES), thread_id, new.owner),
                 )
-                if await cur.fetchone() is None:
+                found = await cur.fetchone()
+                if found is None:
                     raise NotFound(f"thread {thread_id} not found")
-            cur = await conn.execute(
-                f"INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input,"
-                f" config, metadata, multitask, idempotency_key, request_hash)"
-                f" VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s)"
-                f" ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL"
-                f" DO NOTHING RETURNING {_RUN_COLUMNS}",
-                (
-                    run_id,
-                    thread_id,
-                    new.owner,
-                    new.graph,
-                    Jsonb(new.input),
-                    Jsonb(new.config),
-                    Jsonb(new.metadata),
-                    new.multitask,
-                    new.idempotency_key,
-                    new.request_hash,
-                ),
-            )
+                busy = found["busy"]
+                if busy and new.multitask == "reject":
+                    # A replay of an earlier request by key answers 200, busy or not.
+                    if new.idempotency_key and await self._key_used(conn, new):
+                        raise _KeyTaken
+                    raise Conflict(
+                        f"thread {thread_id} already has an active run", code="thread_busy"
+                    )
+                cur = await conn.execute(
+                    "WITH thread AS (UPDATE runstream_threads SET updated_at = clock_timestamp(),"
+                    " title = coalesce(title, %s) WHERE thread_id = %s RETURNING thread_id)"
+                    f" {_INSERT_RUN} RETURNING {_RUN_COLUMNS}",
+                    (new.title, thread_id, *run_values),
+                )
             row = await cur.fetchone()
             if row is None:
                 # The key was used before: leaving by exception rolls back any new thread.
                 raise _KeyTaken
             run = _run(row)
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM runstream_runs"
-                " WHERE thread_id = %s AND run_id <> %s AND status = ANY(%s)",
-                (thread_id, run_id, list(ACTIVE_STATUSES)),
-            )
-            counted = await cur.fetchone()
-            busy = counted is not None and counted["n"] > 0
-            if busy and new.multitask == "reject":
-                raise Conflict(f"thread {thread_id} already has an active run", code="thread_busy")
-            await conn.execute(
-                "UPDATE runstream_threads SET updated_at = clock_timestamp(),"
-                " title = coalesce(title, %s) WHERE thread_id = %s",
-                (new.title, thread_id),
-            )
             await before_commit(run)
         return Created(run=run, created=True, dispatch_now=not busy)
+
+    async def _key_used(self, conn: AsyncConnection[DictRow], new: NewRun) -> bool:
+        cur = await conn.execute(
+            "SELECT 1 FROM runstream_runs WHERE owner = %s AND idempotency_key = %s",
+            (new.owner, new.idempotency_key),
+        )
+        return await cur.fetchone() is not None
 
     async def _run_by_key(self, owner: str, key: str) -> RunRecord | None:
         return await self._one_run(

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import re
 import sys
+from collections.abc import AsyncIterator
 
 import httpx
 import pexpect
+import pytest
 from arq.worker import Worker
 
-from tests.conftest import ServerHandle, StartWorker
-from tests.processes import ROOT
+from stream_store.settings import Settings
+from tests.conftest import ServerHandle, StartWorker, free_port
+from tests.processes import ROOT, Cluster
 
 
 def spawn_chat(url: str, *extra: str) -> pexpect.spawn:
@@ -26,8 +31,18 @@ def spawn_chat(url: str, *extra: str) -> pexpect.spawn:
     )
 
 
-async def expect(child: pexpect.spawn, pattern: str) -> None:
-    await child.expect(pattern, async_=True)
+async def expect(child: pexpect.spawn, pattern: str, within_s: float = -1) -> None:
+    await child.expect(pattern, timeout=within_s, async_=True)  # -1: the spawn's 20 s
+
+
+@pytest.fixture
+async def cluster(settings: Settings, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    cluster = Cluster(settings)
+    yield cluster
+    cluster.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(cluster.dump())
 
 
 class TestTerminalChat:
@@ -81,3 +96,42 @@ class TestTerminalChat:
             detail = (await http.get(f"/v1/threads/{thread['thread_id']}")).json()
         assert [m["role"] for m in detail["messages"]] == ["user", "assistant", "tool", "assistant"]
         assert detail["messages"][-1]["content"] == "buy milk"
+
+    async def test_chat_survives_the_server_being_killed_mid_answer(
+        self, cluster: Cluster, start_worker: StartWorker
+    ) -> None:
+        await start_worker(fake_token_delay_ms=100)
+        port = free_port()
+        first, url = await cluster.server(port=port)
+        text = " ".join(f"piece{i}" for i in range(80))  # about 8 s of tokens
+        child = spawn_chat(url)
+        child.logfile_read = screen = io.StringIO()
+        try:
+            await expect(child, "> ")
+            child.sendline(text)
+            await expect(child, "piece79\r\n")  # the echo of the typed line
+            await expect(child, "piece5 ")  # the answer has started streaming
+            first.kill()
+            shown = screen.getvalue()
+            echo_end = shown.index(text + "\r\n") + len(text) + 2
+            assert "piece79" not in shown[echo_end:]  # killed mid-answer, not after it
+            _, again = await cluster.server(port=port)
+            assert again == url
+            await expect(child, "piece79\r\n> ", within_s=120)  # the whole answer, then a prompt
+            answer = screen.getvalue()[echo_end:].removesuffix("\r\n> ")
+            assert re.findall(r"piece\d+", answer) == text.split()  # each piece once, in order
+            assert answer == text  # and nothing else: no repeat, no error
+            child.sendline("a second message")
+            await expect(child, "a second message\r\n")  # the echo
+            await expect(child, "a second message\r\n> ", within_s=60)
+        finally:
+            child.terminate(force=True)
+        async with httpx.AsyncClient(base_url=url) as http:
+            (thread,) = (await http.get("/v1/threads")).json()["threads"]
+            detail = (await http.get(f"/v1/threads/{thread['thread_id']}")).json()
+        assert [(m["role"], m["content"]) for m in detail["messages"]] == [
+            ("user", text),
+            ("assistant", text),
+            ("user", "a second message"),
+            ("assistant", "a second message"),
+        ]

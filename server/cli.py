@@ -169,7 +169,8 @@ def _up(settings: Settings, host: str, port: int, env: dict[str, str]) -> int:
         if settings.model == "fake"
         else settings.model
     )
-    print(f"runstream is up: http://{host}:{port}  (API docs: http://{host}:{port}/schema)")
+    print(f"runstream is up: open http://{host}:{port}/ in a browser to chat")
+    print(f"API docs: http://{host}:{port}/schema")
     print(f"model: {model}; chat in a terminal: runstream chat --url http://{host}:{port}")
 
     def stop(signum: int, frame: object) -> None:

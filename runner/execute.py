@@ -20,7 +20,7 @@ import psycopg
 import structlog
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Durability, StreamMode
+from langgraph.types import Command, Durability, StateSnapshot, StreamMode
 from redis.exceptions import RedisError
 
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
@@ -226,15 +226,18 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         await ctx["queue"].dispatch_next(run.thread_id)
 
 
-async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
-    """What to invoke the graph with, given what the checkpoint says this run already did.
+async def _graph_input(
+    graph: Pregel, run: RunRecord, config: dict[str, Any]
+) -> tuple[Any, StateSnapshot | None]:
+    """What to invoke the graph with, given what the checkpoint says this run already did, and
+    that checkpoint's state (None when it was not read).
 
-    Returns `...` when the graph already ran to its end in an earlier attempt.
+    The input is `...` when the graph already ran to its end in an earlier attempt.
     """
     if run.attempt == 1 and run.resume is None:
         # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
         # skipping the read saves a checkpoint query on the way to the first token.
-        return {"messages": _input_messages(run)}
+        return {"messages": _input_messages(run)}, None
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     started = (state.metadata or {}).get("run_id") == run.run_id
     if run.attempt > 1 or run.resume is not None:
@@ -247,14 +250,34 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
             checkpoint_metadata=state.metadata,
         )
     if run.resume is not None and state.interrupts:
-        return Command(resume=run.resume.get("value"))
+        return Command(resume=run.resume.get("value")), state
     if started and state.next:
-        return None  # continue from the last checkpoint (a retried attempt)
+        return None, state  # continue from the last checkpoint (a retried attempt)
     if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
-        return ...  # an earlier attempt ran the graph to its end
+        return ..., state  # an earlier attempt ran the graph to its end
     # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
     # given at submit, so the checkpointer's reducer replaces rather than repeats them.
-    return {"messages": _input_messages(run)}
+    return {"messages": _input_messages(run)}, state
+
+
+async def _unsent_messages(
+    ctx: WorkerContext, run: RunRecord, state: StateSnapshot | None, graph_input: Any
+) -> list[BaseMessage]:
+    """Messages of this run that its checkpoint (or input) holds and its stream never got whole.
+
+    Events are written while the graph runs on, and checkpoints while the next step runs, so
+    an attempt that died can leave a checkpoint ahead of the stream; the next attempt sends what
+    the stream lacks before it continues.
+    """
+    input_ids = [m.id for m in _input_messages(run)]
+    saved: list[BaseMessage] = list((state.values if state else {}).get("messages") or [])
+    first = next((i for i, m in enumerate(saved) if m.id in input_ids), len(saved))
+    mine = saved[first:]
+    if isinstance(graph_input, dict):
+        known = {m.id for m in mine}
+        mine = [m for m in graph_input["messages"] if m.id not in known] + mine
+    _, completed = await ctx["events"].message_ids(run.run_id)
+    return [m for m in mine if m.id not in completed]
 
 
 async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> bool:
@@ -272,12 +295,16 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         chat_model=make_chat_model(ctx["settings"], configurable),
         ledger=ctx["ledger"],
     )
-    graph_input = await _graph_input(graph, run, config)
-    if isinstance(graph_input, dict):
+    graph_input, saved = await _graph_input(graph, run, config)
+    translator = StreamTranslator()
+    if run.attempt > 1 or run.resume is not None:
+        for message in await _unsent_messages(ctx, run, saved, graph_input):
+            for event, data in translator.complete(message):
+                await writer.emit(event, data)
+    elif isinstance(graph_input, dict):
         for message in graph_input["messages"]:
             await writer.emit("message", MessageData(message=to_wire_message(message)))
     if graph_input is not ...:
-        translator = StreamTranslator()
         stream = graph.astream(  # type: ignore[call-overload]
             graph_input, config, context=context, stream_mode=STREAM_MODES, durability=DURABILITY
         )
@@ -290,6 +317,7 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         return await _finish(ctx, run, writer, "cancelled")  # cancelled while it ran
     if state.interrupts:
         value = state.interrupts[0].value
+        await writer.drain()
         ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
         if await ctx["records"].interrupt_run(run.run_id, run.attempt, value) is not None:
             await writer.settle("pending", PendingData(interrupt=value))
@@ -313,6 +341,7 @@ async def _finish(
     error: dict[str, str] | None = None,
 ) -> bool:
     output_dict = msgspec.to_builtins(output) if output is not None else None
+    await writer.drain()  # an outcome in Postgres implies every event before it is in the stream
     ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
     done = await ctx["records"].finish_run(
         run.run_id, run.attempt, status, output=output_dict, error=error

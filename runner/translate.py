@@ -86,6 +86,10 @@ class StreamTranslator:
             self.streamed.add(message.id)
             yield "token", TokenData(message_id=message.id, text=text)
 
+    def complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
+        """Events for a message the stream has not got whole (a token first if it had none)."""
+        return self._complete(message)
+
     def _complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
         if isinstance(message, AIMessage) and message.id and message.id not in self.streamed:
             text = message_text(message.content)

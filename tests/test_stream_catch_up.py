@@ -1,0 +1,69 @@
+"""A retried attempt first sends what its checkpoint holds and its stream never got.
+
+Events are appended while the graph runs on and checkpoints are written while the next step
+runs, so an attempt that dies can leave the checkpoint ahead of the stream. Here the first
+attempt's event batches are lost (as if its worker died with them in flight) while its graph
+runs to the end and its checkpoint is saved, and Postgres then refuses its outcome; the second
+attempt finds a finished checkpoint and must still stream the graph's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from stream_store.log import EventLog
+from stream_store.records import Records
+from tests.conftest import StartServer, StartWorker
+from tests.sse import read_events, reassemble
+from tests.test_runs import run_body
+
+TEXT = "the answer every attempt must stream in full"
+
+
+async def test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks(
+    start_server: StartServer, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append_batch, finish_run = EventLog.append_batch, Records.finish_run
+    dropped: list[str] = []
+
+    async def first_attempt_loses_its_batches(
+        self: EventLog, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
+    ) -> str:
+        if attempt == 1:
+            dropped.extend(event for event, _ in events)
+            return "0-1"
+        return await append_batch(self, run_id, attempt, events)
+
+    async def first_attempt_cannot_finish(
+        self: Records, run_id: str, attempt: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        if attempt == 1:
+            raise psycopg.OperationalError("injected: postgres went away")
+        return await finish_run(self, run_id, attempt, *args, **kwargs)
+
+    monkeypatch.setattr(EventLog, "append_batch", first_attempt_loses_its_batches)
+    monkeypatch.setattr(Records, "finish_run", first_attempt_cannot_finish)
+    server = await start_server()
+    await start_worker(lease_s=0.5, reaper_interval_s=0.1)
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        run = (await http.post("/v1/runs", json=run_body(TEXT))).json()
+        events = await asyncio.wait_for(read_events(http, run["stream_url"]), 30)
+        thread = (await http.get(f"/v1/threads/{run['thread_id']}")).json()
+        polled = (await http.get(f"/v1/runs/{run['run_id']}")).json()
+
+    assert "token" in dropped  # the first attempt's output really was lost
+    assert polled["status"] == "succeeded" and polled["attempt"] == 2
+    user, answer = thread["messages"]
+    assert answer["role"] == "assistant" and answer["content"] == TEXT
+    names = [e.event for e in events]
+    assert names.count("retry") == 1 and names[-1] == "done"
+    assert reassemble(events) == {answer["id"]: TEXT}
+    sent = [e.data["message"]["id"] for e in events if e.event == "message"]
+    assert sent == [user["id"], answer["id"]]  # each message once, in thread order
+    assert events[-1].data["output"]["id"] == answer["id"]

@@ -39,7 +39,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     wctx = cast(WorkerContext, ctx)
     settings = wctx["settings"]
     keys = KeySpace(settings.redis_prefix)
-    pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 20)))
+    pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 10)))
     checkpointer = FencedPostgresSaver(pool)
     await migrate(pool, settings.database_schema, checkpointer)
     graphs = GraphRegistry(settings.graphs)

@@ -1,0 +1,82 @@
+"""What every scenario gets: options, services, the report, the baselines, and clusters."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .processes import Cluster, Namespace, Services
+from .report import Figure, Report, Target
+
+__all__ = ["BenchContext"]
+
+
+@dataclass
+class BenchContext:
+    services: Services
+    report: Report
+    invocation: str  # a short id; namespaces are named after it
+    quick: bool = False
+    soak_minutes: float = 0.0
+    client_procs: int = 2
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    keep_logs: bool = False
+
+    def size(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+    def figure(
+        self,
+        scenario: str,
+        name: str,
+        value: float | None,
+        unit: str = "",
+        *,
+        baseline: float | None = None,
+        baseline_label: str = "",
+        targets: list[Target] | None = None,
+        stats: dict[str, float] | None = None,
+        notes: str = "",
+    ) -> Figure:
+        return self.report.add(
+            Figure(
+                scenario,
+                name,
+                value,
+                unit,
+                baseline=baseline,
+                baseline_label=baseline_label,
+                targets=targets or [],
+                stats=stats or {},
+                notes=notes,
+            )
+        )
+
+    def baseline(self, scenario: str, name: str) -> float | None:
+        return self.baselines.get(scenario, {}).get(name)
+
+    @contextlib.asynccontextmanager
+    async def cluster(self, scenario: str) -> AsyncIterator[tuple[Namespace, Cluster]]:
+        """A fresh namespace and an empty cluster on it; both are torn down afterwards."""
+        namespace = Namespace.new(self.services, self.invocation, scenario)
+        cluster = Cluster(namespace)
+        try:
+            yield namespace, cluster
+        except BaseException:
+            if self.keep_logs:
+                print(cluster.tails())
+            raise
+        finally:
+            cluster.stop()
+            await namespace.drop()
+
+    def note(self, scenario: str, **details: Any) -> None:
+        """Extra measurements that go to the JSON (not the table)."""
+        self.report.scenarios.setdefault(scenario, {}).setdefault("details", {}).update(details)
+
+
+def default_client_procs() -> int:
+    return max(2, min(4, os.cpu_count() or 2))

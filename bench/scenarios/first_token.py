@@ -1,0 +1,72 @@
+"""`first_token`: submit → first `token` event at an SSE client attached right after the 202.
+
+One server, one worker, product defaults. Sequential runs of a two-word message with fake
+model delay 0, each on a new thread; the client attaches to `stream_url` as soon as the 202
+arrives and reads to `done`. The first few runs warm the processes up and are not counted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.api import Api
+from bench.context import BenchContext
+from bench.report import Target, summary
+from bench.sse import TERMINAL, SseStream
+
+from .sizes import TTFT_TEXT
+
+NAME = "first_token"
+NEEDS = ("floor",)
+WARMUP = 3
+
+
+async def run(ctx: BenchContext) -> None:
+    n = ctx.size(50, 15)
+    totals, posts = [], []
+    async with ctx.cluster(NAME) as (_, cluster):
+        server = await cluster.server()
+        await cluster.worker()
+        async with Api(server.url) as api:
+            for i in range(WARMUP + n):
+                start = time.perf_counter()
+                run = await api.submit(TTFT_TEXT, delay_ms=0)
+                accepted = time.perf_counter()
+                first = 0.0
+                terminal = False
+                async with await SseStream.open(server.url, run["stream_url"]) as sse:
+                    async for batch in sse.batches():
+                        now = time.perf_counter()
+                        for event in batch:
+                            if event.event == b"token" and not first:
+                                first = now
+                            terminal = terminal or event.event in TERMINAL
+                if not (first and terminal):
+                    raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
+                if i >= WARMUP:
+                    totals.append((first - start) * 1000)
+                    posts.append((accepted - start) * 1000)
+    stats, post_stats = summary(totals), summary(posts)
+    floor = ctx.baseline("floor", "ttft_ms")
+    ctx.figure(
+        NAME,
+        "submit → first token, median",
+        stats["median"],
+        "ms",
+        baseline=floor,
+        baseline_label="floor",
+        targets=[Target("<=", 15)],
+        stats=stats,
+    )
+    ctx.figure(
+        NAME,
+        "submit → first token, p99",
+        stats["p99"],
+        "ms",
+        baseline=floor,
+        baseline_label="floor",
+        targets=[Target("<=", 50)],
+        stats=stats,
+    )
+    ctx.figure(NAME, "POST /v1/runs → 202, median", post_stats["median"], "ms", stats=post_stats)
+    ctx.note(NAME, runs=n, warmup_runs=WARMUP, totals_ms=totals, post_ms=posts)

@@ -1,0 +1,95 @@
+"""`floor`: the built-in `chat` graph and the fake model in this process, nothing else.
+
+No queue, no Redis, no HTTP: `runner.graphs.chat` compiled with an `InMemorySaver`, streamed
+with `stream_mode="messages"`, fake model delay 0. Its token rate (tokens over the whole
+stream) and time to first token are what the served figures are compared with.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from bench.context import BenchContext
+from bench.report import summary
+
+from .sizes import THROUGHPUT_WORDS, TTFT_TEXT
+
+NAME = "floor"
+NEEDS: tuple[str, ...] = ()
+
+
+async def _stream(graph: object, text: str, modes: object = "messages") -> tuple[int, float, float]:
+    """(tokens, seconds to the first token, seconds from the start to the end).
+
+    With no delay the fake model never yields to the event loop between tokens, so in one
+    process every token is produced before the first is consumed: the rate is taken over the
+    whole stream (start to end), not from the first token.
+    """
+    from langchain_core.messages import AIMessageChunk, HumanMessage
+
+    from runner.graphs import RunContext
+    from runner.models import EchoChatModel
+
+    context = RunContext(
+        run_id=str(uuid.uuid4()),
+        thread_id=str(uuid.uuid4()),
+        attempt=1,
+        chat_model=EchoChatModel(token_delay_s=0),
+        ledger=None,  # type: ignore[arg-type]  # the chat graph writes no tools
+    )
+    config = {"configurable": {"thread_id": context.thread_id}}
+    tokens = 0
+    first = 0.0
+    start = time.perf_counter()
+    stream = graph.astream(  # type: ignore[attr-defined]
+        {"messages": [HumanMessage(text)]}, config, context=context, stream_mode=modes
+    )
+    async for item in stream:
+        if isinstance(modes, list):  # (mode, payload) pairs
+            mode, payload = item
+            if mode != "messages":
+                continue
+            item = payload
+        chunk = item[0]
+        if isinstance(chunk, AIMessageChunk) and chunk.content:
+            tokens += 1
+            if not first:
+                first = time.perf_counter()
+    end = time.perf_counter()
+    return tokens, first - start, end - start
+
+
+async def run(ctx: BenchContext) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from runner.graphs import chat
+
+    graph = chat.compile(checkpointer=InMemorySaver())
+    await _stream(graph, TTFT_TEXT)  # warm up imports and caches
+    ttfts = [(await _stream(graph, TTFT_TEXT))[1] * 1000 for _ in range(ctx.size(50, 15))]
+    rates = []
+    for _ in range(ctx.size(3, 1)):
+        tokens, _, seconds = await _stream(graph, _words())
+        if tokens != THROUGHPUT_WORDS:
+            raise AssertionError(f"floor streamed {tokens} tokens, expected {THROUGHPUT_WORDS}")
+        rates.append(tokens / seconds)
+    tokens, _, seconds = await _stream(graph, _words(), ["messages", "updates", "custom"])
+    worker_modes_rate = tokens / seconds
+    stats = summary(rates)
+    ttft = summary(ttfts)
+    ctx.baselines[NAME] = {"tokens_per_s": stats["median"], "ttft_ms": ttft["median"]}
+    ctx.figure(NAME, "in-process tokens/s (messages mode)", stats["median"], "/s", stats=stats)
+    ctx.figure(NAME, "in-process first token, median", ttft["median"], "ms", stats=ttft)
+    ctx.note(
+        NAME,
+        words=THROUGHPUT_WORDS,
+        tokens_per_s_worker_stream_modes=worker_modes_rate,
+        note="worker_stream_modes: messages+updates+custom, as runner/execute.py streams",
+    )
+
+
+def _words() -> str:
+    from bench.api import words
+
+    return words(THROUGHPUT_WORDS)

@@ -62,7 +62,11 @@ async def attach(
                 return  # the client already has the terminal event: nothing will follow it
             while True:  # live, until the end or until the viewer falls behind
                 try:
-                    frame = await asyncio.wait_for(viewer.queue.get(), ping_interval_s)
+                    if viewer.queue.empty():
+                        async with asyncio.timeout(ping_interval_s):  # cheaper than wait_for
+                            frame = await viewer.queue.get()
+                    else:
+                        frame = viewer.queue.get_nowait()
                 except TimeoutError:
                     viewer.writing_since = loop.time()
                     yield PING

@@ -99,6 +99,12 @@ def worker(settings: Settings, concurrency: int | None) -> int:
         settings = replace(settings, worker_concurrency=concurrency)
     settings.require_services()
     _announce_model(settings)
+    try:  # arq runs on the thread's event loop: make it uvloop's, as uvicorn does for serve
+        import uvloop
+
+        asyncio.set_event_loop(uvloop.new_event_loop())
+    except ImportError:
+        pass
     build_worker(settings).run()
     return 0
 

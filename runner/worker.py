@@ -75,6 +75,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await background
+    if "events" in wctx:
+        await wctx["events"].aclose()
     if "pool" in wctx:
         await wctx["pool"].close()
     logger.info("worker stopped")

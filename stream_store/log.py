@@ -8,6 +8,8 @@ script refuses a write whose attempt is not the record's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +143,16 @@ return 'taken'
 )
 
 
+def _store_error(run_id: str, exc: RedisError) -> Exception:
+    """What a script's error means: fenced out, the run gone, or Redis not answering."""
+    message = str(exc)
+    if isinstance(exc, ResponseError) and message.startswith("FENCED"):
+        return Fenced(f"run {run_id}: {message}")
+    if isinstance(exc, ResponseError) and message.startswith("GONE"):
+        return StreamGone(f"run {run_id}: {message}")
+    return StoreUnavailable(f"redis: {exc}")
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """An event as read back from the stream; `data` is the JSON the writer encoded."""
@@ -177,19 +189,26 @@ class EventLog:
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
         self._take_over = redis.register_script(_TAKE_OVER)
+        # Batches of all runs waiting for the next pipeline (see `append_batch`).
+        self._outbox: list[tuple[str, list[str], list[Any], asyncio.Future[str]]] = []
+        self._sender: asyncio.Task[None] | None = None
 
     async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> Any:
         try:
             return await script(keys=keys, args=args)
-        except ResponseError as exc:
-            message = str(exc)
-            if message.startswith("FENCED"):
-                raise Fenced(f"run {run_id}: {message}") from exc
-            if message.startswith("GONE"):
-                raise StreamGone(f"run {run_id}: {message}") from exc
-            raise StoreUnavailable(f"redis: {exc}") from exc
         except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+            raise _store_error(run_id, exc) from exc
+
+    async def aclose(self) -> None:
+        """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+        for *_, future in self._outbox:
+            if not future.done():
+                future.set_exception(StoreUnavailable("the event log is closed"))
+        self._outbox.clear()
 
     async def open(
         self,
@@ -249,8 +268,35 @@ class EventLog:
         args: list[Any] = [attempt]
         for event, data in events:
             args += [event, data]
-        result = await self._call(self._append_batch, run_id, keys, args)
-        return result.decode() if isinstance(result, bytes) else str(result)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._outbox.append((run_id, keys, args, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_outbox())
+        return await future
+
+    async def _send_outbox(self) -> None:
+        """Send every waiting batch, of any run, in one pipeline per round trip.
+
+        A worker with hundreds of runs would otherwise make one round trip per token per run;
+        a pipeline costs the client a fraction of that per command. Each run has at most one
+        batch in flight (its writer waits for it), so a run's events stay in order.
+        """
+        while self._outbox:
+            batch, self._outbox = self._outbox, []
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for _, keys, args, _ in batch:
+                        await self._append_batch(keys=keys, args=args, client=pipe)
+                    results = await pipe.execute(raise_on_error=False)
+            except RedisError as exc:
+                results = [exc] * len(batch)
+            for (run_id, _, _, future), result in zip(batch, results, strict=True):
+                if future.done():
+                    continue  # its writer gave up waiting (cancelled)
+                if isinstance(result, RedisError):
+                    future.set_exception(_store_error(run_id, result))
+                else:
+                    future.set_result(result.decode() if isinstance(result, bytes) else str(result))
 
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 
 import structlog
@@ -156,15 +155,7 @@ def up(settings: Settings, host: str, port: int) -> int:
 
 def _up(settings: Settings, host: str, port: int, env: dict[str, str]) -> int:
     _announce_model(settings)
-    for _ in range(100):  # a fresh embedded Postgres may still be starting up
-        try:
-            migrate(settings)
-            break
-        except Exception as exc:
-            last = exc
-            time.sleep(0.1)
-    else:
-        raise last
+    migrate(settings)
     exe = [sys.executable, "-m", "server.cli"]
     children = [
         subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port)], env=env),

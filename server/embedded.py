@@ -22,6 +22,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import structlog
 
 __all__ = ["EmbeddedServices"]
@@ -49,6 +50,19 @@ def _wait_for_port(
                 return
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start within {timeout_s:.0f} s")
+
+
+def _wait_for_connection(url: str, timeout_s: float) -> None:
+    """Postgres listens before it accepts sessions ("the database system is starting up")."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class EmbeddedServices:
@@ -181,7 +195,9 @@ class EmbeddedServices:
             timeout_s=60,
             **self._child(libs),
         )
-        return f"postgresql://runstream@127.0.0.1:{port}/postgres"
+        url = f"postgresql://runstream@127.0.0.1:{port}/postgres"
+        _wait_for_connection(url, timeout_s=60)
+        return url
 
     def _launch(
         self, name: str, argv: list[str], *, log: Path, port: int, timeout_s: float, **popen: Any

@@ -71,12 +71,6 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
     schema = f"t_{test_id}"
     prefix = f"rs-test-{test_id}"
     redis_url, database_url = service_urls
-    for _ in range(100):  # a just-started embedded Postgres may still refuse connections
-        try:
-            async with await psycopg.AsyncConnection.connect(database_url):
-                break
-        except psycopg.OperationalError:
-            await asyncio.sleep(0.1)
     yield Settings(
         redis_url=redis_url,
         database_url=database_url,

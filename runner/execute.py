@@ -12,15 +12,14 @@ A viewer that sees `done` can therefore always read the final status back.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import msgspec
 import psycopg
 import structlog
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AIMessage
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Durability, StateSnapshot, StreamMode
+from langgraph.types import Command, Durability, StreamMode
 from redis.exceptions import RedisError
 
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
@@ -39,6 +38,7 @@ from .context import WorkerContext
 from .graphs import RunContext
 from .models import make_chat_model
 from .recovery import announce_retry, hand_back
+from .thread_state import input_messages
 from .translate import StreamTranslator, to_wire_message
 
 __all__ = ["execute_run"]
@@ -135,15 +135,6 @@ class _Writer:
                 task.result()
 
 
-def _input_messages(run: RunRecord) -> list[BaseMessage]:
-    """The run's input messages; their ids were fixed at submit, so a retry repeats them."""
-    messages = convert_to_messages(run.input.get("messages", []))
-    for message in messages:
-        if message.id is None:
-            message.id = str(uuid.uuid4())
-    return messages
-
-
 async def _keep_lease(ctx: WorkerContext, run: RunRecord, task: asyncio.Task[None]) -> None:
     lease_s = ctx["settings"].lease_s
     while True:
@@ -226,18 +217,15 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         await ctx["queue"].dispatch_next(run.thread_id)
 
 
-async def _graph_input(
-    graph: Pregel, run: RunRecord, config: dict[str, Any]
-) -> tuple[Any, StateSnapshot | None]:
-    """What to invoke the graph with, given what the checkpoint says this run already did, and
-    that checkpoint's state (None when it was not read).
+async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
+    """What to invoke the graph with, given what the checkpoint says this run already did.
 
-    The input is `...` when the graph already ran to its end in an earlier attempt.
+    Returns `...` when the graph already ran to its end in an earlier attempt.
     """
     if run.attempt == 1 and run.resume is None:
         # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
         # skipping the read saves a checkpoint query on the way to the first token.
-        return {"messages": _input_messages(run)}, None
+        return {"messages": input_messages(run)}
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     started = (state.metadata or {}).get("run_id") == run.run_id
     if run.attempt > 1 or run.resume is not None:
@@ -250,34 +238,14 @@ async def _graph_input(
             checkpoint_metadata=state.metadata,
         )
     if run.resume is not None and state.interrupts:
-        return Command(resume=run.resume.get("value")), state
+        return Command(resume=run.resume.get("value"))
     if started and state.next:
-        return None, state  # continue from the last checkpoint (a retried attempt)
+        return None  # continue from the last checkpoint (a retried attempt)
     if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
-        return ..., state  # an earlier attempt ran the graph to its end
+        return ...  # an earlier attempt ran the graph to its end
     # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
     # given at submit, so the checkpointer's reducer replaces rather than repeats them.
-    return {"messages": _input_messages(run)}, state
-
-
-async def _unsent_messages(
-    ctx: WorkerContext, run: RunRecord, state: StateSnapshot | None, graph_input: Any
-) -> list[BaseMessage]:
-    """Messages of this run that its checkpoint (or input) holds and its stream never got whole.
-
-    Events are written while the graph runs on, and checkpoints while the next step runs, so
-    an attempt that died can leave a checkpoint ahead of the stream; the next attempt sends what
-    the stream lacks before it continues.
-    """
-    input_ids = [m.id for m in _input_messages(run)]
-    saved: list[BaseMessage] = list((state.values if state else {}).get("messages") or [])
-    first = next((i for i, m in enumerate(saved) if m.id in input_ids), len(saved))
-    mine = saved[first:]
-    if isinstance(graph_input, dict):
-        known = {m.id for m in mine}
-        mine = [m for m in graph_input["messages"] if m.id not in known] + mine
-    _, completed = await ctx["events"].message_ids(run.run_id)
-    return [m for m in mine if m.id not in completed]
+    return {"messages": input_messages(run)}
 
 
 async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> bool:
@@ -295,16 +263,14 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         chat_model=make_chat_model(ctx["settings"], configurable),
         ledger=ctx["ledger"],
     )
-    graph_input, saved = await _graph_input(graph, run, config)
-    translator = StreamTranslator()
-    if run.attempt > 1 or run.resume is not None:
-        for message in await _unsent_messages(ctx, run, saved, graph_input):
-            for event, data in translator.complete(message):
-                await writer.emit(event, data)
-    elif isinstance(graph_input, dict):
+    graph_input = await _graph_input(graph, run, config)
+    if isinstance(graph_input, dict) and run.attempt == 1:
+        # A later attempt's `retry` announcement already sent whatever of the run's messages
+        # (its input among them) the stream did not have whole.
         for message in graph_input["messages"]:
             await writer.emit("message", MessageData(message=to_wire_message(message)))
     if graph_input is not ...:
+        translator = StreamTranslator()
         stream = graph.astream(  # type: ignore[call-overload]
             graph_input, config, context=context, stream_mode=STREAM_MODES, durability=DURABILITY
         )

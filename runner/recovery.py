@@ -20,18 +20,16 @@ from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.events import (
     TERMINAL_STATUSES,
     ErrorData,
-    MessageData,
     PendingData,
     RetryData,
     RunStatusData,
-    TokenData,
     encode_data,
 )
 from stream_store.records import RunRecord
 
 from .context import WorkerContext
-from .thread_state import thread_messages
-from .translate import message_text, to_wire_message
+from .thread_state import input_messages, thread_messages
+from .translate import StreamTranslator
 
 __all__ = ["hand_back", "reap_forever", "reap_once"]
 
@@ -41,18 +39,23 @@ logger = structlog.get_logger()
 async def incomplete_messages(
     ctx: WorkerContext, run: RunRecord
 ) -> tuple[list[str], list[BaseMessage]]:
-    """What a retry must tell clients: the messages to discard, and those to send again.
+    """What a retry must tell clients: the messages to discard, and those to send whole.
 
-    A message the thread kept (checkpointed, or in pending writes the next attempt applies
-    without re-running its node) stays; if the stream never got its `message` event, clients
-    drop its partial tokens and get it again whole. Anything else the stream started is
-    dropped: the node that made it runs again and streams it under a new id.
+    The run's messages are its input and what the thread kept after it (checkpointed, or in
+    pending writes the next attempt applies without re-running their node). Each of those the
+    stream does not have whole is sent again, after clients drop any partial tokens of it: the
+    stream can lag the checkpoint, since events go out while the graph runs on. Anything else
+    the stream started is dropped: the node that made it runs again, under a new message id.
     """
     seen, completed = await ctx["events"].message_ids(run.run_id)
-    kept = {m.id: m for m in await thread_messages(ctx["checkpointer"], run.thread_id)}
+    thread = await thread_messages(ctx["checkpointer"], run.thread_id)
+    kept = {m.id for m in thread}
+    given = input_messages(run)
+    given_ids = {m.id for m in given}
+    start = next((i for i, m in enumerate(thread) if m.id in given_ids), len(thread))
+    mine = [m for m in given if m.id not in kept] + thread[start:]
     discard = [mid for mid in seen if mid not in kept or mid not in completed]
-    resend = [kept[mid] for mid in discard if mid in kept]
-    return discard, resend
+    return discard, [m for m in mine if m.id not in completed]
 
 
 async def _emit(
@@ -80,11 +83,10 @@ async def announce_retry(ctx: WorkerContext, run: RunRecord) -> int:
     discard, resend = await incomplete_messages(ctx, run)
     attempt = run.attempt
     await _emit(ctx, run.run_id, attempt, "retry", RetryData(attempt=attempt, discard=discard))
+    translator = StreamTranslator()  # a token first for model text, as when it streamed
     for message in resend:
-        text = message_text(message.content)
-        if text and message.id:
-            await _emit(ctx, run.run_id, attempt, "token", TokenData(message.id, text))
-        await _emit(ctx, run.run_id, attempt, "message", MessageData(to_wire_message(message)))
+        for event, data in translator.complete(message):
+            await _emit(ctx, run.run_id, attempt, event, data)
     return len(discard)
 
 

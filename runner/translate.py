@@ -72,7 +72,7 @@ class StreamTranslator:
                     messages = [messages]
                 for message in messages or []:
                     if isinstance(message, BaseMessage) and message.type != "remove":
-                        yield from self._complete(message)
+                        yield from self.complete(message)
         elif mode == "custom":
             yield "custom", chunk
 
@@ -87,10 +87,7 @@ class StreamTranslator:
             yield "token", TokenData(message_id=message.id, text=text)
 
     def complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
-        """Events for a message the stream has not got whole (a token first if it had none)."""
-        return self._complete(message)
-
-    def _complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
+        """Events for a whole message: its `message`, after one token if none streamed."""
         if isinstance(message, AIMessage) and message.id and message.id not in self.streamed:
             text = message_text(message.content)
             if text:

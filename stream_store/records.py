@@ -233,6 +233,8 @@ class Records:
         return Created(run=run, created=True, dispatch_now=not busy)
 
     async def _key_used(self, conn: AsyncConnection[DictRow], new: NewRun) -> bool:
+        # Not `_run_by_key`: that takes a second pooled connection while this one holds the
+        # thread's row lock, and enough such submits at once would exhaust the pool.
         cur = await conn.execute(
             "SELECT 1 FROM runstream_runs WHERE owner = %s AND idempotency_key = %s",
             (new.owner, new.idempotency_key),

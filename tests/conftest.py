@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
@@ -31,6 +31,9 @@ from server.app import create_app
 from server.embedded import EmbeddedServices
 from stream_store.logs import configure_logging
 from stream_store.settings import Settings
+
+if TYPE_CHECKING:
+    from tests.processes import Cluster
 
 configure_logging("warning", cache=False)
 
@@ -198,6 +201,27 @@ async def worker(start_worker: StartWorker) -> Worker:
 async def client(server: ServerHandle) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture
+def cluster_settings(settings: Settings) -> Settings:
+    """The settings a test's real processes (`cluster`) get; a module may override it."""
+    return settings
+
+
+@pytest.fixture
+async def cluster(
+    cluster_settings: Settings, request: pytest.FixtureRequest
+) -> AsyncIterator[Cluster]:
+    """Real server and worker processes; all stopped at teardown, their output shown on failure."""
+    from tests.processes import Cluster  # it imports this module
+
+    cluster = Cluster(cluster_settings)
+    yield cluster
+    cluster.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(cluster.dump())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

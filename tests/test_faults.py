@@ -55,15 +55,8 @@ def fault_settings(settings: Settings, private_redis: PrivateRedis) -> Settings:
 
 
 @pytest.fixture
-async def cluster(
-    fault_settings: Settings, request: pytest.FixtureRequest
-) -> AsyncIterator[Cluster]:
-    cluster = Cluster(fault_settings)
-    yield cluster
-    cluster.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(cluster.dump())
+def cluster_settings(fault_settings: Settings) -> Settings:
+    return fault_settings
 
 
 def words(n: int, tag: str = "w") -> str:

@@ -7,14 +7,11 @@ import io
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
 
 import httpx
 import pexpect
-import pytest
 from arq.worker import Worker
 
-from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartWorker, free_port
 from tests.processes import ROOT, Cluster
 
@@ -33,16 +30,6 @@ def spawn_chat(url: str, *extra: str) -> pexpect.spawn:
 
 async def expect(child: pexpect.spawn, pattern: str, within_s: float = -1) -> None:
     await child.expect(pattern, timeout=within_s, async_=True)  # -1: the spawn's 20 s
-
-
-@pytest.fixture
-async def cluster(settings: Settings, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    cluster = Cluster(settings)
-    yield cluster
-    cluster.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(cluster.dump())
 
 
 class TestTerminalChat:

@@ -24,7 +24,6 @@ from playwright.async_api import (
     expect,
 )
 
-from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
 from tests.processes import Cluster
 
@@ -205,16 +204,6 @@ async def test_two_tabs_and_a_reload_show_the_whole_answer_once(
         assert query(page) == {"thread": address["thread"]}
     await tabs.screenshot(two, "tab2-end")
     tabs.assert_no_errors()
-
-
-@pytest.fixture
-async def cluster(settings: Settings, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    cluster = Cluster(settings)
-    yield cluster
-    cluster.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(cluster.dump())
 
 
 async def test_answer_finishes_in_both_tabs_after_the_server_is_killed(

@@ -32,6 +32,28 @@ RUN_TOKENS = 20
 WORKER_CONCURRENCY = 10
 
 
+def _report(ctx: BenchContext, rates: dict[int, float], kind: str, measure: str, cpus: int) -> None:
+    """Throughput per process count, against one process, and its efficiency per core."""
+    for count in COUNTS:
+        ctx.figure(
+            NAME,
+            f"{count} {kind}(s): {measure}",
+            rates[count],
+            "/s",
+            baseline=rates[1],
+            baseline_label=f"1 {kind}",
+        )
+        if count > 1:
+            efficiency = rates[count] / (rates[1] * min(count, cpus))
+            ctx.figure(
+                NAME,
+                f"{count} {kind}s: efficiency per core",
+                efficiency * 100,
+                "%",
+                notes=f"{cpus} CPUs",
+            )
+
+
 async def _drain_rate(namespace: Namespace, run_ids: list[str]) -> float:
     async with await psycopg.AsyncConnection.connect(
         namespace.services.database_url, autocommit=True
@@ -101,42 +123,8 @@ async def run(ctx: BenchContext) -> None:
             for worker in workers:
                 worker.resume()
 
-    for count in COUNTS:
-        efficiency = server_rates[count] / (server_rates[1] * min(count, cpus))
-        ctx.figure(
-            NAME,
-            f"{count} server(s): events/s delivered",
-            server_rates[count],
-            "/s",
-            baseline=server_rates[1],
-            baseline_label="1 server",
-        )
-        if count > 1:
-            ctx.figure(
-                NAME,
-                f"{count} servers: efficiency per core",
-                efficiency * 100,
-                "%",
-                notes=f"{cpus} CPUs",
-            )
-    for count in COUNTS:
-        efficiency = worker_rates[count] / (worker_rates[1] * min(count, cpus))
-        ctx.figure(
-            NAME,
-            f"{count} worker(s): runs/s completed",
-            worker_rates[count],
-            "/s",
-            baseline=worker_rates[1],
-            baseline_label="1 worker",
-        )
-        if count > 1:
-            ctx.figure(
-                NAME,
-                f"{count} workers: efficiency per core",
-                efficiency * 100,
-                "%",
-                notes=f"{cpus} CPUs",
-            )
+    _report(ctx, server_rates, "server", "events/s delivered", cpus)
+    _report(ctx, worker_rates, "worker", "runs/s completed", cpus)
     ctx.note(
         NAME,
         fanout_shape={"runs": runs, "viewers_per_run": viewers, "tokens": tokens},

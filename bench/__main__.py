@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .context import BenchContext, default_client_procs
-from .processes import ROOT, Services, machine_cpu
+from .launcher import ROOT
+from .processes import Services, machine_cpu
 from .report import Report
 from .scenarios import BASELINES, ORDER, load
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["TERMINAL_STATUSES", "Api", "words"]
+from stream_store.events import TERMINAL_STATUSES
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+__all__ = ["TERMINAL_STATUSES", "Api", "words"]
 
 
 def words(count: int) -> str:

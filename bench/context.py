@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .processes import Cluster, Namespace, Services
+from .launcher import Cluster
+from .processes import Namespace, Services
 from .report import Figure, Report, Target
 
 __all__ = ["BenchContext"]
@@ -62,7 +63,7 @@ class BenchContext:
     async def cluster(self, scenario: str) -> AsyncIterator[tuple[Namespace, Cluster]]:
         """A fresh namespace and an empty cluster on it; both are torn down afterwards."""
         namespace = Namespace.new(self.services, self.invocation, scenario)
-        cluster = Cluster(namespace)
+        cluster = Cluster(namespace.config, log_prefix="rs-bench-", ready_timeout_s=90)
         try:
             yield namespace, cluster
         except BaseException:
@@ -70,7 +71,7 @@ class BenchContext:
                 print(cluster.tails())
             raise
         finally:
-            cluster.stop()
+            cluster.close()
             await namespace.drop()
 
     def note(self, scenario: str, **details: Any) -> None:

@@ -43,7 +43,6 @@ _DATA_TYPES: dict[str, type[Any]] = {
     "done": DoneData,
     "error": ErrorData,
 }
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 def _event(event_id: str, name: str, data: str) -> Event:

@@ -1,6 +1,7 @@
 """The client's exceptions.
 
-RunstreamError          any error answer from the server ({"error": {"code", "message"}})
+RunstreamError          any error answer from the server ({"error": {"code", "message",
+                        "request_id"}}); `request_id` is the one to quote in a report
 ├── NotFound            404: unknown, deleted or not yours
 ├── Conflict            409: the run or thread is not in a state that allows it
 ├── StreamGone          410: the run's events are no longer kept (or were reset)
@@ -15,11 +16,12 @@ __all__ = ["Conflict", "NotFound", "RunstreamError", "StreamGone", "Unavailable"
 
 
 class RunstreamError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, request_id: str | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.request_id = request_id
 
 
 class NotFound(RunstreamError):
@@ -56,4 +58,4 @@ def raise_for_error(response: httpx.Response) -> None:
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", response.text[:200]
     kind = _BY_STATUS.get(response.status_code, RunstreamError)
-    raise kind(response.status_code, code, message)
+    raise kind(response.status_code, code, message, response.headers.get("x-request-id"))

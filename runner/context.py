@@ -9,6 +9,7 @@ from arq.connections import ArqRedis
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from stream_store.connections import PgPool
+from stream_store.lifecycle import RunLifecycle
 from stream_store.log import EventLog
 from stream_store.queue import RunQueue
 from stream_store.records import Records
@@ -32,6 +33,7 @@ class WorkerContext(TypedDict, total=False):
     records: Records
     events: EventLog
     queue: RunQueue
+    lifecycle: RunLifecycle
     graphs: GraphRegistry
     ledger: ToolLedger
     running: dict[str, asyncio.Task[None]]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgspec
 import psycopg
 import structlog
 from langchain_core.messages import AIMessage
@@ -23,21 +22,14 @@ from langgraph.types import Command, Durability, StreamMode
 from redis.exceptions import RedisError
 
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
-from stream_store.events import (
-    DoneData,
-    ErrorData,
-    MessageData,
-    PendingData,
-    RunStatusData,
-    encode_data,
-)
+from stream_store.events import MessageData, RunStatus, WireMessage, encode_data
 from stream_store.records import RunRecord
 
 from .checkpointer import attempt_fence
 from .context import WorkerContext
 from .graphs import RunContext
 from .models import make_chat_model
-from .recovery import announce_retry, hand_back
+from .recovery import hand_back, retry_planner
 from .thread_state import input_messages
 from .translate import StreamTranslator, to_wire_message
 
@@ -68,9 +60,9 @@ class _Writer:
     Plain events (tokens, messages, custom) are batched without waiting: the first goes out at
     once, and those the graph produces while a batch is in flight go together in the next one.
     A fast model then costs one Redis round trip per batch rather than per token, and a slow one
-    no added delay. Events that change the run's status are written after every earlier event
-    (`drain`), and a write's failure (`Fenced`, `StreamGone`, a Redis error) is raised by the
-    next `emit` or `drain`.
+    no added delay. Before a status change the attempt waits for every earlier event (`drain`),
+    and a write's failure (`Fenced`, `StreamGone`, a Redis error) is raised by the next `emit`
+    or `drain`.
     """
 
     def __init__(self, ctx: WorkerContext, run: RunRecord) -> None:
@@ -86,25 +78,6 @@ class _Writer:
             self._flushing = asyncio.create_task(self._flush())
         elif len(self._pending) >= MAX_PENDING_EVENTS:
             await self.drain()  # Redis is slower than the model: wait rather than pile up
-
-    async def settle(self, event: str, data: Any) -> str:
-        """Write an outcome event (exempt from the lease once Postgres recorded the outcome)."""
-        await self.drain()
-        return await self.events.append(
-            self.run.run_id, self.run.attempt, event, encode_data(data), settled=True
-        )
-
-    async def status(self, status: str, *, settled: bool = False) -> str:
-        await self.drain()
-        data = RunStatusData(status=status, attempt=self.run.attempt)
-        return await self.events.append(
-            self.run.run_id,
-            self.run.attempt,
-            "run",
-            encode_data(data),
-            status=status,
-            settled=settled,
-        )
 
     async def drain(self) -> None:
         """Wait until every event emitted so far is written."""
@@ -154,17 +127,18 @@ async def _keep_lease(ctx: WorkerContext, run: RunRecord, task: asyncio.Task[Non
 
 async def execute_run(ctx: WorkerContext, run_id: str) -> None:
     """Claim the run, stream its graph into its event log, and record the outcome."""
-    run = await ctx["records"].claim_run(run_id)
+    run = await ctx["lifecycle"].claim(run_id, ctx["settings"].lease_s)
     if run is None:
-        logger.info("run not claimable, skipping", run_id=run_id)
         return
-    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-    try:
-        await ctx["events"].claim(run.run_id, run.attempt, ctx["settings"].lease_s)
-    except (Fenced, StreamGone) as exc:
-        logger.warning("could not take the run's lease; leaving it to the reaper", error=str(exc))
-        structlog.contextvars.unbind_contextvars("run_id", "thread_id")
-        return
+    with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id):
+        finished = await _execute_attempt(ctx, run)
+    if finished:
+        await ctx["queue"].dispatch_next(run.thread_id)
+
+
+async def _execute_attempt(ctx: WorkerContext, run: RunRecord) -> bool:
+    """Run the claimed attempt to an outcome; True when the run finished (terminal)."""
+    run_id = run.run_id
     task = asyncio.current_task()
     assert task is not None
     ctx["running"][run_id] = task
@@ -175,11 +149,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
     try:
         if await ctx["events"].cancel_requested(run_id):
             raise asyncio.CancelledError
-        if run.attempt > 1:
-            record = await ctx["events"].record(run_id)
-            if int(record.get("retry_attempt") or 0) < run.attempt:
-                await announce_retry(ctx, run)  # the reaper died before announcing it
-        await writer.status("running")
+        await ctx["lifecycle"].start(run, retry_planner(ctx))
         logger.info("run started", graph=run.graph, attempt=run.attempt)
         finished = await _stream_graph(ctx, run, writer)
     except asyncio.CancelledError:
@@ -188,7 +158,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         if run_id in ctx["lost"]:
             logger.warning("attempt abandoned: lease lost")
         elif run_id in ctx["cancelling"] or await ctx["events"].cancel_requested(run_id):
-            finished = await _finish(ctx, run, writer, "cancelled")
+            finished = await _finish(ctx, run, writer, RunStatus.CANCELLED)
         else:
             logger.info("worker stopping; handing the run back")
             await hand_back(ctx, run)
@@ -203,7 +173,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         if secret:  # an upstream may echo the key back in its error text
             message = message.replace(secret, "***")
         error = {"code": "graph_error", "message": message[:1000]}
-        finished = await _finish(ctx, run, writer, "failed", error=error)
+        finished = await _finish(ctx, run, writer, RunStatus.FAILED, error=error)
     finally:
         keeper.cancel()
         writer.abandon()
@@ -212,9 +182,7 @@ async def execute_run(ctx: WorkerContext, run_id: str) -> None:
         ctx["cancelling"].discard(run_id)
         ctx["lost"].discard(run_id)
         ctx["settling"].discard(run_id)
-        structlog.contextvars.unbind_contextvars("run_id", "thread_id")
-    if finished:
-        await ctx["queue"].dispatch_next(run.thread_id)
+    return finished
 
 
 async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
@@ -251,7 +219,7 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
 async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> bool:
     """Run the graph; True when the run finished (False when it is now interrupted)."""
     graph = ctx["graphs"].get(run.graph, ctx["checkpointer"])
-    configurable = dict(run.config.get("configurable") or {})
+    configurable = ctx["graphs"].caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
         "configurable": {**configurable, "thread_id": run.thread_id},
         "metadata": {"run_id": run.run_id},
@@ -280,48 +248,27 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
 
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     if state.interrupts and await ctx["events"].cancel_requested(run.run_id):
-        return await _finish(ctx, run, writer, "cancelled")  # cancelled while it ran
+        return await _finish(ctx, run, writer, RunStatus.CANCELLED)  # cancelled while it ran
     if state.interrupts:
-        value = state.interrupts[0].value
-        await writer.drain()
+        await writer.drain()  # the outcome's events are the stream's last
         ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
-        if await ctx["records"].interrupt_run(run.run_id, run.attempt, value) is not None:
-            await writer.settle("pending", PendingData(interrupt=value))
-            last_id = await writer.status("interrupted", settled=True)
-            await ctx["records"].set_last_event_id(run.run_id, last_id)
-            logger.info("run interrupted")
+        await ctx["lifecycle"].interrupt(run, state.interrupts[0].value)
         return False
     messages = state.values.get("messages") or []
     last = messages[-1] if messages else None
     output = to_wire_message(last) if isinstance(last, AIMessage) else None
-    return await _finish(ctx, run, writer, "succeeded", output=output)
+    return await _finish(ctx, run, writer, RunStatus.SUCCEEDED, output=output)
 
 
 async def _finish(
     ctx: WorkerContext,
     run: RunRecord,
     writer: _Writer,
-    status: str,
+    status: RunStatus,
     *,
-    output: Any = None,
+    output: WireMessage | None = None,
     error: dict[str, str] | None = None,
 ) -> bool:
-    output_dict = msgspec.to_builtins(output) if output is not None else None
     await writer.drain()  # an outcome in Postgres implies every event before it is in the stream
     ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
-    done = await ctx["records"].finish_run(
-        run.run_id, run.attempt, status, output=output_dict, error=error
-    )
-    if done is None:
-        logger.warning("run changed hands before it finished; writing nothing", status=status)
-        return False
-    await writer.status(status, settled=True)
-    if status == "failed":
-        assert error is not None
-        last_id = await writer.settle("error", ErrorData(**error))
-    else:
-        done_data = DoneData(status=status, output=output)  # type: ignore[arg-type]
-        last_id = await writer.settle("done", done_data)
-    await ctx["records"].set_last_event_id(run.run_id, last_id)
-    logger.info("run finished", status=status)
-    return True
+    return await ctx["lifecycle"].finish(run, status, output=output, error=error)

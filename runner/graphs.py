@@ -4,6 +4,10 @@ Graph nodes get their chat model from the run context (`RunContext.chat_model`),
 model factory for each run, so a graph never knows whether it talks to OpenAI or the fake.
 A registered graph is a `StateGraph` builder or a compiled graph; runstream compiles or copies
 it with its own checkpointer.
+
+The `config.configurable` keys a graph takes are the model factory's (`fake_token_delay_ms`)
+plus those its module lists in `CONFIGURABLE_KEYS`, by attribute name; a graph not listed takes
+only the model factory's. Nothing else reaches a graph (`runner.configurable`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from langgraph.types import interrupt
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
+from .configurable import is_reserved, select
+from .models import MODEL_CONFIGURABLE
 from .tools import Effect, Execution, ToolLedger
 
-__all__ = ["BUILTIN_GRAPHS", "GraphRegistry", "RunContext", "UnknownGraph"]
+__all__ = ["BUILTIN_GRAPHS", "CONFIGURABLE_KEYS", "GraphRegistry", "RunContext", "UnknownGraph"]
 
 
 @dataclass
@@ -153,6 +159,9 @@ BUILTIN_GRAPHS: dict[str, str] = {
     "approval": "runner.graphs:approval",
 }
 
+# Neither built-in graph reads `configurable` itself: each takes the model factory's keys only.
+CONFIGURABLE_KEYS: dict[str, frozenset[str]] = {"chat": frozenset(), "approval": frozenset()}
+
 
 class GraphRegistry:
     """Graph names to compiled graphs, each bound to the process's checkpointer."""
@@ -160,6 +169,7 @@ class GraphRegistry:
     def __init__(self, specs: dict[str, str]) -> None:
         self.specs = {**BUILTIN_GRAPHS, **specs}
         self._compiled: dict[str, Pregel] = {}
+        self._configurable: dict[str, frozenset[str]] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.specs
@@ -171,6 +181,7 @@ class GraphRegistry:
         """Import every graph once at start-up, so a bad `RUNSTREAM_GRAPHS` fails early."""
         for name in self.specs:
             self._load(name)
+            self.configurable_keys(name)
 
     def _load(self, name: str) -> Any:
         try:
@@ -182,6 +193,35 @@ class GraphRegistry:
         if not isinstance(obj, StateGraph | Pregel):
             raise TypeError(f"graph {name!r} ({spec}) is neither a StateGraph nor compiled")
         return obj
+
+    def configurable_keys(self, name: str) -> frozenset[str]:
+        """The `configurable` keys graph `name` takes: the model factory's and its declared ones.
+
+        Raises:
+            UnknownGraph: no graph is registered under `name`.
+            ValueError: its module declares a key LangGraph or runstream reserves.
+        """
+        if name not in self._configurable:
+            try:
+                module_name, _, attr = self.specs[name].partition(":")
+            except KeyError:
+                raise UnknownGraph(name) from None
+            module = importlib.import_module(module_name)
+            declared = getattr(module, "CONFIGURABLE_KEYS", {}).get(attr, ())
+            if isinstance(declared, str) or not all(isinstance(k, str) for k in declared):
+                raise TypeError(f"{module_name}.CONFIGURABLE_KEYS[{attr!r}] must list strings")
+            reserved = sorted(key for key in declared if is_reserved(key))
+            if reserved:
+                raise ValueError(
+                    f"graph {name!r} ({self.specs[name]}) declares configurable keys that are"
+                    f" reserved for LangGraph and runstream: {', '.join(reserved)}"
+                )
+            self._configurable[name] = frozenset(MODEL_CONFIGURABLE) | frozenset(declared)
+        return self._configurable[name]
+
+    def caller_configurable(self, name: str, configurable: Any) -> dict[str, Any]:
+        """What of a recorded run's `configurable` graph `name` may see: the keys it takes."""
+        return select(configurable, self.configurable_keys(name))
 
     def get(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
         """The compiled graph named `name`, using `checkpointer`."""

@@ -8,6 +8,7 @@ the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
@@ -23,9 +24,16 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from stream_store.limits import MAX_FAKE_TOKEN_DELAY_MS
 from stream_store.settings import Settings
 
-__all__ = ["EchoChatModel", "make_chat_model", "split_tokens"]
+__all__ = [
+    "MODEL_CONFIGURABLE",
+    "EchoChatModel",
+    "fake_token_delay_ms",
+    "make_chat_model",
+    "split_tokens",
+]
 
 # A chunk is a run of non-space characters with the whitespace before it.
 _TOKEN = re.compile(r"\s*\S+|\s+")
@@ -44,7 +52,7 @@ def _last_user_text(messages: Sequence[BaseMessage]) -> str:
 
 
 class EchoChatModel(GenericFakeChatModel):
-    """The `fake` model of design.md section 5: replies with the last user message.
+    """The `fake` model (`RUNSTREAM_MODEL=fake`): replies with the last user message.
 
     When tools are bound and the conversation ends with the user's message, it proposes a call
     of the first tool with that text as `content` (what the `approval` graph needs); otherwise
@@ -122,11 +130,36 @@ class EchoChatModel(GenericFakeChatModel):
         return self.model_copy(update={"bound_tools": specs})
 
 
+def fake_token_delay_ms(value: Any) -> float:
+    """A caller's `fake_token_delay_ms`: milliseconds from 0 to `MAX_FAKE_TOKEN_DELAY_MS`.
+
+    Raises:
+        ValueError: for anything else, saying what is allowed.
+    """
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_FAKE_TOKEN_DELAY_MS:
+        raise ValueError(
+            f"fake_token_delay_ms must be a number of milliseconds from 0 to"
+            f" {MAX_FAKE_TOKEN_DELAY_MS}, got {str(value)[:40]!r}"
+        )
+    return float(value)
+
+
+# The `configurable` keys the model factory reads, for every graph, each with its check.
+MODEL_CONFIGURABLE: dict[str, Callable[[Any], object]] = {
+    "fake_token_delay_ms": fake_token_delay_ms,
+}
+
+
 def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseChatModel:
     """The chat model for one run: `fake`, or `ChatOpenAI` with streaming on."""
     if settings.model == "fake":
-        delay_ms = configurable.get("fake_token_delay_ms", settings.fake_token_delay_ms)
-        return EchoChatModel(token_delay_s=max(0.0, float(delay_ms)) / 1000)
+        delay_ms = float(settings.fake_token_delay_ms)
+        # A value recorded before the server bounded it gives the default delay instead.
+        if "fake_token_delay_ms" in configurable:
+            with contextlib.suppress(ValueError):
+                delay_ms = fake_token_delay_ms(configurable["fake_token_delay_ms"])
+        return EchoChatModel(token_delay_s=max(0.0, delay_ms) / 1000)
 
     from langchain_openai import ChatOpenAI
 

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from stream_store.connections import open_pg_pool, open_redis
 from stream_store.keys import KeySpace
+from stream_store.lifecycle import RunLifecycle
 from stream_store.log import EventLog
 from stream_store.migrations import migrate
 from stream_store.queue import EXECUTE_RUN, RunQueue
@@ -41,7 +42,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     keys = KeySpace(settings.redis_prefix)
     pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 10)))
     checkpointer = FencedPostgresSaver(pool)
-    await migrate(pool, settings.database_schema, checkpointer)
+    await migrate(pool, settings.database_schema)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
     records = Records(pool)
@@ -50,6 +51,13 @@ async def startup(ctx: dict[str, Any]) -> None:
     wctx["records"] = records
     wctx["events"] = EventLog(wctx["redis"], keys, settings.stream_ttl_s)
     wctx["queue"] = RunQueue(wctx["redis"], keys, records)
+    wctx["lifecycle"] = RunLifecycle(
+        records,
+        wctx["events"],
+        wctx["queue"],
+        lease_s=settings.lease_s,
+        max_attempts=settings.max_attempts,
+    )
     wctx["graphs"] = graphs
     wctx["ledger"] = ToolLedger(pool)
     wctx["running"] = {}

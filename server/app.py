@@ -10,17 +10,21 @@ import structlog
 from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from stream_store.settings import Settings
 
+from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin
 from .auth import Caller, caller_from_request
+from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
 from .page import index, page_assets
+from .raw_input import ApiRequest, refuse_nul_in_path
+from .request_ids import add_request_id_header, bind_request_id
 from .resources import Resources, open_resources
 from .runs import RunsController
+from .security_headers import add_security_headers
 from .threads import ThreadsController
 
 __all__ = ["create_app"]
@@ -53,9 +57,6 @@ def create_app(settings: Settings) -> Litestar:
     def provide_caller(request: Request[Any, Any, Any]) -> Caller:
         return caller_from_request(request, request.app.state.resources.settings)
 
-    async def clear_log_context(_: Request[Any, Any, Any]) -> None:
-        structlog.contextvars.clear_contextvars()
-
     prometheus = PrometheusConfig(app_name="runstream", group_path=True)
     return Litestar(
         route_handlers=[
@@ -73,14 +74,17 @@ def create_app(settings: Settings) -> Litestar:
         },
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
-        before_request=clear_log_context,
-        middleware=[prometheus.middleware],
+        before_request=bind_request_id,  # a fresh log context, with the request id
+        before_send=[add_security_headers, add_request_id_header],
+        request_class=ApiRequest,  # JSON depth and NUL checks before decoding
+        guards=[refuse_nul_in_path],
+        middleware=[browser_guard(settings), prometheus.middleware],  # refusals go first
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="runstream",
             version="0.1.0",
-            path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            path=DOCS_PATH,
+            render_plugins=[OfflineSwaggerRenderPlugin()],
         ),
         logging_config=None,
     )

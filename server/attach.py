@@ -7,12 +7,15 @@ from collections.abc import AsyncIterator
 
 import structlog
 
+from stream_store.errors import StreamGone
 from stream_store.events import parse_event_id
-from stream_store.log import EventLog
+from stream_store.log import EventLog, LiveRecord
+from stream_store.records import RunRecord
 
+from .errors import ApiError
 from .fanout import StreamFollower, sse_frame
 
-__all__ = ["attach"]
+__all__ = ["attach", "check_resume_point"]
 
 logger = structlog.get_logger()
 
@@ -21,9 +24,39 @@ REPLAY_PAGE = 1000
 MAX_CHUNK = 64 * 1024  # bytes per write when coalescing queued frames
 
 
+def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
+    """Every rule on where a viewer may resume (docs/protocol.md, "Reconnecting"), in one place.
+
+    Returns the stream's first id, which `attach` watches for a reset.
+
+    Raises:
+        StreamGone: the stream expired, or `after` is from before the stream Redis lost
+            and the workers rebuilt (410: the client must start over or read the thread).
+        ApiError: `after` is later than the newest event (400: not an id of this run).
+    """
+    pointer = (
+        f"read the outcome at /v1/runs/{run.run_id} and the messages at /v1/threads/{run.thread_id}"
+    )
+    if record is None:
+        raise StreamGone(f"the events of run {run.run_id} are no longer kept; {pointer}")
+    if parse_event_id(after) > parse_event_id(record.last_event_id):
+        raise ApiError(
+            400,
+            "invalid_last_event_id",
+            f"Last-Event-ID {after} is after the newest event of run {run.run_id}"
+            f" ({record.last_event_id})",
+        )
+    if after != "0-0" and parse_event_id(after) < parse_event_id(record.first_id):
+        raise StreamGone(
+            f"run {run.run_id}'s stream was lost and started again at {record.first_id}; "
+            f"attach without Last-Event-ID to read it from its start, or {pointer}"
+        )
+    return record.first_id
+
+
 async def _stream_was_reset(events: EventLog, run_id: str, first_id: str) -> bool:
-    record = await events.record(run_id)
-    return record.get("first_id", first_id) != first_id
+    record = await events.live_record(run_id)
+    return record is not None and record.first_id != first_id
 
 
 async def attach(

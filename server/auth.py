@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import time
 from dataclasses import dataclass
 
@@ -62,36 +63,63 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+# key id "." base64url(payload) "." base64url(signature): only ASCII ever reaches the decoder
+# and `hmac.compare_digest` (which raises TypeError for a non-ASCII str).
+_TOKEN = re.compile(r"([A-Za-z0-9_-]{1,32})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})")
+
+
 class StreamTokens:
-    """HMAC-signed `run_id.owner.expiry` tokens; every server with the same config agrees."""
+    """HMAC-signed `run_id, owner, expiry` tokens, each naming the key that signed it.
+
+    The first of `Settings.stream_token_keys()` signs; every one of them is accepted, so a new
+    key can be added in front of the old one and the old one dropped once its tokens expired
+    (docs/security.md). Every server with the same keys agrees.
+    """
 
     def __init__(self, settings: Settings) -> None:
-        secret = settings.signing_key or "runstream-derived:" + ",".join(
-            f"{k}:{v}" for k, v in sorted(settings.api_keys.items())
-        )
-        self._key = hashlib.sha256(secret.encode()).digest()
+        keys = settings.stream_token_keys()
+        self._keys = {kid: hashlib.sha256(secret.encode()).digest() for kid, secret in keys}
+        self._signing_kid = keys[0][0]
         self.ttl_s = settings.stream_token_ttl_s
 
-    def _sign(self, payload: bytes) -> str:
-        return _b64(hmac.new(self._key, payload, hashlib.sha256).digest())
+    def _sign(self, kid: str, encoded: str) -> str:
+        signed = f"{kid}.{encoded}".encode()  # the key id is signed too
+        return _b64(hmac.new(self._keys[kid], signed, hashlib.sha256).digest())
 
     def issue(self, run_id: str, owner: str, now: float | None = None) -> str:
         expires = int((now or time.time()) + self.ttl_s)
-        payload = f"{run_id}\n{owner}\n{expires}".encode()
-        return f"{_b64(payload)}.{self._sign(payload)}"
+        encoded = _b64(f"{run_id}\n{owner}\n{expires}".encode())
+        kid = self._signing_kid
+        return f"{kid}.{encoded}.{self._sign(kid, encoded)}"
 
     def verify(self, token: str, run_id: str, now: float | None = None) -> Caller:
-        """The caller the token was issued to, if it is genuine, unexpired and for `run_id`."""
-        try:
-            encoded, signature = token.split(".", 1)
-            payload = _unb64(encoded)
-            token_run, owner, expires = payload.decode().split("\n")
-        except ValueError:
-            raise Unauthorized("malformed stream token") from None
-        if not hmac.compare_digest(self._sign(payload), signature):
+        """The caller the token was issued to, if it is genuine, unexpired and for `run_id`.
+
+        Raises:
+            Unauthorized: anything else, including a token of the format before key ids.
+        """
+        match = _TOKEN.fullmatch(token)
+        if match is None:
+            if token.count(".") == 1:
+                raise Unauthorized(
+                    "stream token from an older version; GET the run for a fresh stream_url"
+                )
+            raise Unauthorized("malformed stream token")
+        kid, encoded, signature = match.groups()
+        if kid not in self._keys:
+            raise Unauthorized(
+                "stream token signed with a key this server no longer has; "
+                "GET the run for a fresh stream_url"
+            )
+        if not hmac.compare_digest(self._sign(kid, encoded).encode(), signature.encode()):
             raise Unauthorized("invalid stream token")
+        try:
+            token_run, owner, expires = _unb64(encoded).decode().split("\n")
+            expires_at = int(expires)
+        except ValueError:  # signed by us, so only if a key leaked or the format changed
+            raise Unauthorized("malformed stream token") from None
         if token_run != run_id:
             raise Unauthorized("stream token is for another run")
-        if int(expires) < (now or time.time()):
+        if expires_at < (now or time.time()):
             raise Unauthorized("stream token expired; GET the run for a fresh stream_url")
         return Caller(owner=owner)

@@ -56,6 +56,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             logger.error("refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host)
             return 2
         logger.warning("no RUNSTREAM_API_KEYS: no authentication, serving loopback only")
+    settings.stream_token_keys()  # with API keys, a signing key is required
     settings.require_services()
     _announce_model(settings)
     logger.info("listening", url=f"http://{host}:{port}", docs=f"http://{host}:{port}/schema")
@@ -109,15 +110,13 @@ def worker(settings: Settings, concurrency: int | None) -> int:
 
 
 def migrate(settings: Settings) -> int:
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
     from stream_store.connections import open_pg_pool
     from stream_store.migrations import migrate as apply
 
     async def run() -> int:
         pool = await open_pg_pool(settings, max_size=2)
         try:
-            return await apply(pool, settings.database_schema, AsyncPostgresSaver(pool))
+            return await apply(pool, settings.database_schema)
         finally:
             await pool.close()
 
@@ -133,6 +132,7 @@ def up(settings: Settings, host: str, port: int) -> int:
 
     from .embedded import EmbeddedServices
 
+    settings.stream_token_keys()  # refuse before starting anything, as `serve` would
     env = dict(os.environ)
     services = EmbeddedServices(Path(settings.data_dir))
     if not (settings.redis_url and settings.database_url):

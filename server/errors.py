@@ -1,10 +1,16 @@
-"""Every error the API answers, as `{"error": {"code", "message"}}`, mapped in one place.
+"""Every error the API answers, as `{"error": {"code", "message", "request_id"}}`, mapped in
+one place.
 
 ApiError          bad input found by the server itself (400, 401, 413 ...)
 StoreError        from stream_store: 404, 409, 410, 422, 503
 Unauthorized      401
 HTTPException     Litestar's own (validation 400, unknown route 404, 405, 413)
 anything else     500, logged with its traceback, never shown to the client
+
+The rule kept here: a 4xx message describes the caller's request, in words written for the
+caller; a 5xx message is one of two fixed sentences (`internal`, `unavailable`), never the text
+of an exception (a driver's message names hosts, ports and timeouts). What happened goes to the
+log, with the `request_id` the body and the `X-Request-ID` header carry (`request_ids.py`).
 """
 
 from __future__ import annotations
@@ -25,8 +31,18 @@ from stream_store.errors import (
 )
 
 from .auth import Unauthorized
+from .request_ids import request_id
 
-__all__ = ["EXCEPTION_HANDLERS", "ApiError", "error_response"]
+__all__ = [
+    "EXCEPTION_HANDLERS",
+    "INTERNAL_MESSAGE",
+    "UNAVAILABLE_MESSAGE",
+    "ApiError",
+    "error_response",
+]
+
+INTERNAL_MESSAGE = "internal server error; quote the request_id when you report it"
+UNAVAILABLE_MESSAGE = "the service is briefly unavailable; try again in a few seconds"
 
 logger = structlog.get_logger()
 
@@ -61,50 +77,87 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str) -> Response[Any]:
+def error_response(
+    request: Request[Any, Any, Any], status: int, code: str, message: str
+) -> Response[Any]:
+    """The error answer. A 4xx is logged here; a 5xx by its caller, with what went wrong."""
+    rid = request_id(request.scope)
+    if status < 500:
+        logger.info("request refused", status=status, code=code, reason=message, request_id=rid)
     return Response(
-        {"error": {"code": code, "message": message}},
+        {"error": {"code": code, "message": message, "request_id": rid}},
         status_code=status,
         headers={"Cache-Control": "no-store"},
     )
 
 
-def _api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
-    return error_response(exc.status, exc.code, exc.message)
+def _server_error(request: Request[Any, Any, Any], status: int) -> Response[Any]:
+    """The fixed body of a 5xx: what went wrong was logged, not put here."""
+    if status == 503:
+        return error_response(request, 503, "unavailable", UNAVAILABLE_MESSAGE)
+    return error_response(request, status, "internal", INTERNAL_MESSAGE)
 
 
-def _store_error(_: Request[Any, Any, Any], exc: StoreError) -> Response[Any]:
+def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
+    return error_response(request, exc.status, exc.code, exc.message)
+
+
+def _store_error(request: Request[Any, Any, Any], exc: StoreError) -> Response[Any]:
     status = next((s for kind, s in _STORE_STATUS if isinstance(exc, kind)), 500)
-    if status >= 500:
-        logger.warning("storage unavailable", error=exc.message)
-    return error_response(status, exc.code, exc.message)
+    if status < 500:
+        return error_response(request, status, exc.code, exc.message)
+    rid = request_id(request.scope)
+    cause = exc.__cause__
+    if isinstance(exc, StoreUnavailable):
+        logger.warning(
+            "storage unavailable",
+            path=request.url.path,
+            error=exc.message,
+            cause=type(cause).__name__ if cause else None,
+            request_id=rid,
+        )
+    else:
+        logger.error("store error", path=request.url.path, request_id=rid, exc_info=exc)
+    return _server_error(request, status)
 
 
-def _unauthorized(_: Request[Any, Any, Any], exc: Unauthorized) -> Response[Any]:
-    response = error_response(401, "unauthorized", str(exc))
+def _unauthorized(request: Request[Any, Any, Any], exc: Unauthorized) -> Response[Any]:
+    response = error_response(request, 401, "unauthorized", str(exc))
     response.headers["WWW-Authenticate"] = "Bearer"
     return response
 
 
-def _validation(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+def _validation(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
     details = exc.extra if isinstance(exc.extra, list) else []
     parts = [
         f"{d.get('key') or 'body'}: {d.get('message')}" for d in details if isinstance(d, dict)
     ]
     message = "; ".join(parts) or exc.detail
-    return error_response(400, "invalid_request", message)
+    return error_response(request, 400, "invalid_request", message)
 
 
-def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     status = exc.status_code
     if status >= 500:
-        logger.error("http error", status=status, detail=exc.detail)
-    return error_response(status, _HTTP_CODES.get(status, "error"), exc.detail)
+        logger.error(
+            "http error",
+            status=status,
+            detail=exc.detail,
+            path=request.url.path,
+            request_id=request_id(request.scope),
+        )
+        return _server_error(request, status)
+    return error_response(request, status, _HTTP_CODES.get(status, "error"), exc.detail)
 
 
 def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    logger.exception("unhandled error", path=request.url.path, exc_info=exc)
-    return error_response(500, "internal", "internal server error")
+    logger.error(
+        "unhandled error",
+        path=request.url.path,
+        request_id=request_id(request.scope),
+        exc_info=exc,
+    )
+    return _server_error(request, 500)
 
 
 EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {

@@ -1,16 +1,37 @@
-"""Checks on input that Litestar's body validation cannot express: ids, headers, cursors."""
+"""Checks on input that Litestar's body validation cannot express: ids, headers, cursors, and
+the bounds of `stream_store.limits` (413 `input_too_large`), some of them set by the operator.
+"""
 
 from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
+import msgspec
+
+from runner.configurable import ConfigurableRefused, check
+from runner.graphs import GraphRegistry
 from stream_store.events import is_event_id
+from stream_store.limits import IDEMPOTENCY_KEY_MAX_CHARS, METADATA_KEY_MAX_CHARS
+from stream_store.settings import Settings
 
 from .errors import ApiError
+from .schemas import InputMessage
 
-__all__ = ["decode_cursor", "encode_cursor", "event_id", "idempotency_key", "object_id"]
+__all__ = [
+    "configurable",
+    "decode_cursor",
+    "encode_cursor",
+    "event_id",
+    "idempotency_key",
+    "input_messages",
+    "metadata",
+    "object_id",
+    "resume_value",
+]
 
 
 def object_id(value: str, kind: str) -> str:
@@ -38,11 +59,77 @@ def event_id(value: str | None) -> str:
 def idempotency_key(value: str | None) -> str | None:
     if value is None:
         return None
-    if not 1 <= len(value) <= 255 or not value.isprintable():
+    if not 1 <= len(value) <= IDEMPOTENCY_KEY_MAX_CHARS or not value.isprintable():
         raise ApiError(
-            400, "invalid_idempotency_key", "Idempotency-Key must be 1-255 printable characters"
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} printable characters",
         )
     return value
+
+
+def _too_large(what: str, size: str, limit: int, setting: str = "") -> ApiError:
+    named = f" ({setting})" if setting else ""
+    return ApiError(413, "input_too_large", f"{what} {size}; the limit is {limit}{named}")
+
+
+def input_messages(messages: Sequence[InputMessage], settings: Settings) -> None:
+    """413 for more messages, or a longer message, than the operator allows."""
+    if len(messages) > settings.max_run_messages:
+        size = f"has {len(messages)} messages"
+        raise _too_large(
+            "input.messages", size, settings.max_run_messages, "RUNSTREAM_MAX_RUN_MESSAGES"
+        )
+    for index, message in enumerate(messages):
+        if len(message.content) > settings.max_message_chars:
+            raise _too_large(
+                f"input.messages[{index}].content",
+                f"is {len(message.content)} characters",
+                settings.max_message_chars,
+                "RUNSTREAM_MAX_MESSAGE_CHARS",
+            )
+
+
+def metadata(value: Mapping[str, Any], settings: Settings) -> None:
+    """413 for run or thread metadata with too many keys, a long key, or too many bytes."""
+    if len(value) > settings.max_metadata_keys:
+        size = f"has {len(value)} keys"
+        raise _too_large(
+            "metadata", size, settings.max_metadata_keys, "RUNSTREAM_MAX_METADATA_KEYS"
+        )
+    for key in value:
+        if len(key) > METADATA_KEY_MAX_CHARS:
+            raise _too_large(
+                f"metadata key {key[:40]!r}...", f"is {len(key)} characters", METADATA_KEY_MAX_CHARS
+            )
+    encoded = len(msgspec.json.encode(value))
+    if encoded > settings.max_metadata_bytes:
+        raise _too_large(
+            "metadata",
+            f"is {encoded} bytes as JSON",
+            settings.max_metadata_bytes,
+            "RUNSTREAM_MAX_METADATA_BYTES",
+        )
+
+
+def resume_value(value: Any, settings: Settings) -> None:
+    """413 for a resume value bigger than the operator allows."""
+    encoded = len(msgspec.json.encode(value))
+    if encoded > settings.max_resume_bytes:
+        raise _too_large(
+            "resume",
+            f"is {encoded} bytes as JSON",
+            settings.max_resume_bytes,
+            "RUNSTREAM_MAX_RESUME_BYTES",
+        )
+
+
+def configurable(values: Mapping[str, Any], graphs: GraphRegistry, graph: str) -> None:
+    """400 `invalid_request` for a `configurable` key the graph does not take (or a bad value)."""
+    try:
+        check(values, graphs.configurable_keys(graph), graph)
+    except ConfigurableRefused as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
 
 
 def encode_cursor(created_at: datetime, thread_id: str) -> str:

@@ -15,6 +15,7 @@ from runner.checkpointer import FencedPostgresSaver
 from runner.graphs import GraphRegistry
 from stream_store.connections import PgPool, open_pg_pool, open_redis
 from stream_store.keys import KeySpace
+from stream_store.lifecycle import RunLifecycle
 from stream_store.log import EventLog
 from stream_store.migrations import migrate
 from stream_store.queue import RunQueue
@@ -38,6 +39,7 @@ class Resources:
     records: Records
     events: EventLog
     queue: RunQueue
+    lifecycle: RunLifecycle
     follower: StreamFollower
     graphs: GraphRegistry
     tokens: StreamTokens
@@ -52,12 +54,20 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         pool = await open_pg_pool(settings)
         try:
             checkpointer = FencedPostgresSaver(pool)  # unfenced here; it only drops the lock
-            await migrate(pool, settings.database_schema, checkpointer)
+            await migrate(pool, settings.database_schema)
             graphs = GraphRegistry(settings.graphs)
             graphs.validate()
             records = Records(pool)
             events = EventLog(redis, keys, settings.stream_ttl_s)
             reader = Redis.from_url(settings.require_services()[0], single_connection_client=True)
+            queue = RunQueue(redis, keys, records)
+            lifecycle = RunLifecycle(
+                records,
+                events,
+                queue,
+                lease_s=settings.lease_s,
+                max_attempts=settings.max_attempts,
+            )
             follower = StreamFollower(reader, redis, events, queue_size=settings.viewer_queue_size)
             await follower.start()
             try:
@@ -68,7 +78,8 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
                     checkpointer=checkpointer,
                     records=records,
                     events=events,
-                    queue=RunQueue(redis, keys, records),
+                    queue=queue,
+                    lifecycle=lifecycle,
                     follower=follower,
                     graphs=graphs,
                     tokens=StreamTokens(settings),

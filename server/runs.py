@@ -12,18 +12,11 @@ from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from stream_store.errors import Conflict, NotFound, StoreUnavailable, StreamGone
-from stream_store.events import (
-    TERMINAL_STATUSES,
-    DoneData,
-    RunStatusData,
-    encode_data,
-    parse_event_id,
-)
+from stream_store.errors import NotFound
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 
 from . import inputs
-from .attach import attach
+from .attach import attach, check_resume_point
 from .auth import Caller, caller_from_request
 from .errors import ApiError
 from .resources import Resources
@@ -88,6 +81,9 @@ async def submit_run(
             "unknown_graph",
             f"unknown graph {body.graph!r}; known: {', '.join(resources.graphs.names())}",
         )
+    inputs.configurable(body.config.configurable, resources.graphs, body.graph)
+    inputs.input_messages(body.input.messages, resources.settings)
+    inputs.metadata(body.metadata, resources.settings)
     body_thread = str(body.thread_id) if body.thread_id else None
     if path_thread_id and body_thread and body_thread != path_thread_id:
         raise ApiError(400, "thread_mismatch", "thread_id in the body differs from the path")
@@ -106,27 +102,9 @@ async def submit_run(
         request_hash=_request_hash(body, thread_id) if key else None,
         title=first_user[:TITLE_CHARS] if first_user else None,
     )
-
-    async def open_stream(run: RunRecord) -> None:
-        queued = RunStatusData(status="queued", attempt=run.attempt)
-        await resources.events.open(
-            run.run_id,
-            owner=run.owner,
-            thread_id=run.thread_id,
-            attempt=run.attempt,
-            event="run",
-            data=encode_data(queued),
-        )
-
-    created = await resources.records.create_run(new, before_commit=open_stream)
+    created = await resources.lifecycle.submit(new)
     run = created.run
     structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-    if created.dispatch_now:
-        try:
-            await resources.queue.enqueue(run)
-        except StoreUnavailable as exc:
-            # Recorded and its stream opened: the workers' reaper enqueues it once Redis answers.
-            logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
     logger.info("run submitted" if created.created else "run replayed by idempotency key")
     return Response(run_out(resources, run), status_code=202 if created.created else 200)
 
@@ -158,8 +136,8 @@ class RunsController(Controller):
     @get("/{run_id:str}", summary="A run's status, for polling")
     async def read(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
         run = await _owned_run(resources, run_id, caller)
-        record = await resources.events.record(run.run_id)
-        return run_out(resources, run, record.get("last_event_id"))
+        record = await resources.events.live_record(run.run_id)
+        return run_out(resources, run, record.last_event_id if record else None)
 
     @get(
         "/{run_id:str}/events",
@@ -184,26 +162,8 @@ class RunsController(Controller):
         else:
             caller = caller_from_request(request, resources.settings)
         run = await _owned_run(resources, run_id, caller)
-        record = await resources.events.record(run.run_id)
-        pointer = (
-            f"read the outcome at /v1/runs/{run.run_id} and the messages at "
-            f"/v1/threads/{run.thread_id}"
-        )
-        if not record:
-            raise StreamGone(f"the events of run {run.run_id} are no longer kept; {pointer}")
-        first_id = record.get("first_id", "0-0")
-        newest = record.get("last_event_id", "0-0")
-        if parse_event_id(after) > parse_event_id(newest):
-            raise ApiError(
-                400,
-                "invalid_last_event_id",
-                f"Last-Event-ID {after} is after the newest event of run {run.run_id} ({newest})",
-            )
-        if after != "0-0" and parse_event_id(after) < parse_event_id(first_id):
-            raise StreamGone(
-                f"run {run.run_id}'s stream was lost and started again at {first_id}; "
-                f"attach without Last-Event-ID to read it from its start, or {pointer}"
-            )
+        record = await resources.events.live_record(run.run_id)
+        first_id = check_resume_point(run, record, after)
         logger.debug("viewer attached", after=after)
         frames = attach(
             resources.follower,
@@ -218,45 +178,12 @@ class RunsController(Controller):
     @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
         run = await _owned_run(resources, run_id, caller)
-        if run.status in TERMINAL_STATUSES:
-            raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
-        cancelled = await resources.records.cancel_idle_run(run.run_id, caller.owner)
-        if cancelled is not None:
-            await _write_cancelled(resources, cancelled)
-            await resources.queue.dispatch_next(cancelled.thread_id)
-            logger.info("run cancelled")
-            return run_out(resources, cancelled)
-        # Running (or just claimed): the worker that holds it stops it and writes the end.
-        await resources.events.request_cancel(run.run_id)
-        logger.info("cancel requested from the worker")
-        latest = await _owned_run(resources, run_id, caller)
-        return run_out(resources, latest)
+        return run_out(resources, await resources.lifecycle.cancel(run))
 
     @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt")
     async def resume(
         self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
     ) -> RunOut:
+        inputs.resume_value(data.resume, resources.settings)
         run = await _owned_run(resources, run_id, caller)
-        resumed = await resources.records.resume_run(run.run_id, caller.owner, data.resume)
-        if resumed is None:
-            raise Conflict(
-                f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
-            )
-        queued = RunStatusData(status="queued", attempt=resumed.attempt)
-        await resources.events.append(
-            resumed.run_id, resumed.attempt, "run", encode_data(queued), status="queued"
-        )
-        await resources.queue.enqueue(resumed)
-        logger.info("run resumed")
-        return run_out(resources, resumed)
-
-
-async def _write_cancelled(resources: Resources, run: RunRecord) -> None:
-    status = RunStatusData(status="cancelled", attempt=run.attempt)
-    await resources.events.append(
-        run.run_id, run.attempt, "run", encode_data(status), status="cancelled"
-    )
-    last = await resources.events.append(
-        run.run_id, run.attempt, "done", encode_data(DoneData(status="cancelled", output=None))
-    )
-    await resources.records.set_last_event_id(run.run_id, last)
+        return run_out(resources, await resources.lifecycle.resume(run, data.resume))

@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (design.md section 2), as msgspec Structs.
+"""Request and response bodies of the HTTP API (docs/protocol.md 3 Endpoints), as msgspec Structs.
 
 Event payloads live in `stream_store.events`; these are the REST shapes around them. Litestar
 validates request bodies against these types, and the OpenAPI schema is generated from them.
@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from stream_store.events import WireMessage
+from stream_store.limits import GRAPH_NAME_MAX_CHARS, MESSAGE_ID_MAX_CHARS
 
 __all__ = [
     "ErrorBody",
@@ -30,8 +31,6 @@ __all__ = [
     "ThreadOut",
 ]
 
-MAX_MESSAGES = 500
-
 
 class Body(msgspec.Struct, forbid_unknown_fields=True):
     """Base of request bodies: an unknown field is a mistake worth a 400, not a silent no-op."""
@@ -39,12 +38,12 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
 
 class InputMessage(Body):
     role: Literal["user", "assistant", "system"]
-    content: Annotated[str, Meta(min_length=1)]  # RUNSTREAM_MAX_BODY_BYTES bounds its size
-    id: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    content: Annotated[str, Meta(min_length=1)]  # RUNSTREAM_MAX_MESSAGE_CHARS (server.inputs)
+    id: Annotated[str, Meta(min_length=1, max_length=MESSAGE_ID_MAX_CHARS)] | None = None
 
 
 class RunInput(Body):
-    messages: Annotated[list[InputMessage], Meta(min_length=1, max_length=MAX_MESSAGES)]
+    messages: Annotated[list[InputMessage], Meta(min_length=1)]  # RUNSTREAM_MAX_RUN_MESSAGES
 
 
 class RunConfig(Body):
@@ -53,7 +52,7 @@ class RunConfig(Body):
 
 class RunCreate(Body):
     input: RunInput
-    graph: Annotated[str, Meta(min_length=1, max_length=100)] = "chat"
+    graph: Annotated[str, Meta(min_length=1, max_length=GRAPH_NAME_MAX_CHARS)] = "chat"
     thread_id: uuid.UUID | None = None
     metadata: dict[str, Any] = {}
     config: RunConfig = msgspec.field(default_factory=RunConfig)
@@ -71,6 +70,7 @@ class ThreadCreate(Body):
 class ErrorDetail(msgspec.Struct):
     code: str
     message: str
+    request_id: str  # also the answer's X-Request-ID header; quote it when reporting a problem
 
 
 class ErrorBody(msgspec.Struct):

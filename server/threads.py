@@ -13,6 +13,7 @@ from runner.thread_state import thread_messages
 from runner.translate import to_wire_message
 from stream_store.errors import NotFound
 from stream_store.records import ThreadRecord
+from stream_store.threads import delete_thread
 
 from . import inputs
 from .auth import Caller
@@ -56,6 +57,7 @@ class ThreadsController(Controller):
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> ThreadOut:
         metadata = data.metadata if data else {}
+        inputs.metadata(metadata, resources.settings)
         thread = await resources.records.create_thread(caller.owner, metadata)
         logger.info("thread created", thread_id=thread.thread_id)
         return thread_out(thread)
@@ -110,10 +112,5 @@ class ThreadsController(Controller):
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         tid = inputs.object_id(thread_id, "thread")
-
-        async def purge(run_ids: list[str]) -> None:
-            await resources.checkpointer.adelete_thread(tid)
-            await resources.events.delete(run_ids)
-
-        await resources.records.delete_thread(tid, caller.owner, before_commit=purge)
+        await delete_thread(resources.records, resources.events, tid, caller.owner)
         logger.info("thread deleted", thread_id=tid)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from arq.connections import ArqRedis
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
@@ -9,9 +13,43 @@ from psycopg_pool import AsyncConnectionPool
 
 from .settings import Settings
 
-__all__ = ["PgPool", "open_pg_pool", "open_redis"]
+__all__ = ["NestedCheckout", "PgPool", "open_pg_pool", "open_redis"]
 
-PgPool = AsyncConnectionPool[AsyncConnection[DictRow]]
+# The pools whose connection the current task (or the task that spawned it) holds.
+_held: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "runstream_pools_held", default=frozenset()
+)
+
+
+class NestedCheckout(RuntimeError):
+    """A task asked its pool for a second connection while holding one."""
+
+
+class PgPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
+    """A connection pool that refuses to hand one task two connections at once.
+
+    A request that holds a connection (and perhaps row locks) while it waits for a second one
+    deadlocks as soon as as many such requests run at once as the pool has connections; it
+    passes every test that runs one request at a time. Refusing the second checkout makes the
+    mistake fail on its first run instead: pass the held connection down instead.
+    """
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (psycopg_pool's signature)
+    ) -> AsyncIterator[AsyncConnection[DictRow]]:
+        held = _held.get()
+        if id(self) in held:
+            raise NestedCheckout(
+                f"pool {self.name}: this task already holds a connection; pass it down"
+            )
+        _held.set(held | {id(self)})
+        try:
+            async with super().connection(timeout) as conn:
+                yield conn
+        finally:
+            _held.set(held)
 
 
 def open_redis(settings: Settings) -> ArqRedis:
@@ -27,7 +65,7 @@ async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
     queries open explicit transactions where they need one.
     """
     _, url = settings.require_services()
-    pool: PgPool = AsyncConnectionPool(
+    pool = PgPool(
         url,
         connection_class=AsyncConnection[DictRow],
         min_size=1,

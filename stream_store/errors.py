@@ -7,9 +7,18 @@ StoreError
 ├── IdempotencyMismatch  an Idempotency-Key reused with a different body      (422)
 ├── Fenced               a newer attempt owns the run; the write was refused
 └── StreamGone           the run's stream expired or was lost                 (410)
+
+Redis errors are translated in one place, `redis_errors` (`from_redis` for an error a pipeline
+returns instead of raising): the stream scripts' `FENCED` and `GONE` replies become `Fenced` and
+`StreamGone`, any other `RedisError` `StoreUnavailable`.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from redis.exceptions import RedisError, ResponseError
 
 __all__ = [
     "Conflict",
@@ -19,6 +28,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StreamGone",
+    "from_redis",
+    "redis_errors",
 ]
 
 
@@ -68,3 +79,25 @@ class StreamGone(StoreError):
     """The run's event stream no longer exists."""
 
     code = "stream_gone"
+
+
+def from_redis(exc: RedisError, run_id: str | None = None) -> StoreError:
+    """What a Redis error means: fenced out, the run gone, or Redis not answering.
+
+    `FENCED` and `GONE` are the error replies of the stream scripts (`stream_store/scripts`).
+    """
+    message = str(exc)
+    if isinstance(exc, ResponseError) and message.startswith("FENCED"):
+        return Fenced(f"run {run_id}: {message}")
+    if isinstance(exc, ResponseError) and message.startswith("GONE"):
+        return StreamGone(f"run {run_id}: {message}")
+    return StoreUnavailable(f"redis: {exc}")
+
+
+@contextlib.contextmanager
+def redis_errors(run_id: str | None = None) -> Iterator[None]:
+    """Raise ours for any `RedisError` raised inside (see `from_redis`), chained to it."""
+    try:
+        yield
+    except RedisError as exc:
+        raise from_redis(exc, run_id) from exc

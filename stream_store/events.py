@@ -1,4 +1,4 @@
-"""Wire types of the event protocol (design.md section 3) and their one encoding.
+"""Wire types of the event protocol (docs/protocol.md section 4, Events) and their one encoding.
 
 An event is stored in the run's Redis stream as three fields: `e` (event name), `d` (the JSON
 data, encoded once by the writer) and `a` (the attempt that wrote it). Servers never re-encode
@@ -8,12 +8,15 @@ data, encoded once by the writer) and `a` (the attempt that wrote it). Servers n
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
 
 __all__ = [
+    "ACTIVE_STATUSES",
     "TERMINAL_EVENTS",
+    "TERMINAL_STATUSES",
     "CustomData",
     "DoneData",
     "ErrorData",
@@ -31,8 +34,37 @@ __all__ = [
     "parse_event_id",
 ]
 
-RunStatus = Literal["queued", "running", "interrupted", "succeeded", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+class RunStatus(StrEnum):
+    """Where a run is in its life; `stream_store.lifecycle` makes every move between them.
+
+    Members compare equal to their names as strings, which is what the wire, the database and
+    the live record carry.
+    """
+
+    QUEUED = "queued"  # recorded, waiting for a worker (or for the thread's active run)
+    RUNNING = "running"  # an attempt holds the lease and executes the graph
+    INTERRUPTED = "interrupted"  # the graph called interrupt(); waiting for a resume
+    SUCCEEDED = "succeeded"  # terminal: the graph ran to its end
+    FAILED = "failed"  # terminal: the graph raised, or no attempts were left
+    CANCELLED = "cancelled"  # terminal: stopped on request
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+    @property
+    def active(self) -> bool:
+        """Holds its thread: no other run of the thread may start, the thread can't go."""
+        return self in ACTIVE_STATUSES
+
+
+TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
+ACTIVE_STATUSES: frozenset[RunStatus] = frozenset(
+    {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED}
+)
 TERMINAL_EVENTS: frozenset[str] = frozenset({"done", "error"})
 
 _EVENT_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
@@ -53,7 +85,7 @@ class WireMessage(WireBase):
 
 
 class RunStatusData(WireBase):
-    status: str  # one of RunStatus
+    status: RunStatus
     attempt: int
 
 

@@ -12,145 +12,77 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from importlib.resources import files
 from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
-from .errors import Fenced, StoreUnavailable, StreamGone
-from .events import TERMINAL_EVENTS
+from .errors import StoreUnavailable, from_redis, redis_errors
+from .events import TERMINAL_EVENTS, RunStatus
 from .keys import KeySpace
 
-__all__ = ["EventLog", "StoredEvent"]
+__all__ = ["EventLog", "LiveRecord", "StoredEvent", "TakeOver"]
 
-_NOW_MS = """
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-"""
-
-# KEYS: record, events. ARGV: attempt, event, data, status ('' = unchanged), ttl_s ('' = keep),
-# settled ('1' = Postgres already recorded this attempt's outcome).
-# Nothing is ever appended after the terminal event (`ended`), whoever tries: a run has one.
-# Refused when another attempt owns the run, or when the writer's lease has run out: a worker
-# that was paused past its lease cannot write even before anyone has taken the run over. The
-# events that report an outcome Postgres accepted from this attempt are exempt from the lease
-# (not from the attempt check): the outcome is decided, and its stream must say so.
-_APPEND = (
-    _NOW_MS
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until', 'ended')
-if not rec[1] then return redis.error_reply('GONE run record missing') end
-if rec[3] then return redis.error_reply('FENCED the stream has its terminal event') end
-if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
-if ARGV[6] ~= '1' and rec[2] and tonumber(rec[2]) < now then
-  return redis.error_reply('FENCED lease expired')
-end
-local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'd', ARGV[3], 'a', ARGV[1])
-redis.call('HSET', KEYS[1], 'last_event_id', id)
-if ARGV[2] == 'done' or ARGV[2] == 'error' then redis.call('HSET', KEYS[1], 'ended', '1') end
-if ARGV[2] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[1]) end
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'status', ARGV[4])
-  if ARGV[4] ~= 'running' then redis.call('HDEL', KEYS[1], 'lease_until') end
-end
-if ARGV[5] ~= '' then
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-  redis.call('EXPIRE', KEYS[2], ARGV[5])
-end
-return id
-"""
-)
-
-# KEYS: record, events. ARGV: attempt, then event and data for each event. The same fence as
-# `_APPEND`, for a batch of events that change nothing but the stream (tokens, messages):
-# one round trip for all the events a run produced while the previous batch was in flight.
-_APPEND_BATCH = (
-    _NOW_MS
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until', 'ended')
-if not rec[1] then return redis.error_reply('GONE run record missing') end
-if rec[3] then return redis.error_reply('FENCED the stream has its terminal event') end
-if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
-if rec[2] and tonumber(rec[2]) < now then return redis.error_reply('FENCED lease expired') end
-local id
-for i = 2, #ARGV, 2 do
-  id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[i], 'd', ARGV[i + 1], 'a', ARGV[1])
-end
-redis.call('HSET', KEYS[1], 'last_event_id', id)
-return id
-"""
-)
-
-# KEYS: record, events. ARGV: owner, thread_id, attempt, event, data, status.
-_OPEN = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.call('HGET', KEYS[1], 'last_event_id')
-end
-local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[4], 'd', ARGV[5], 'a', ARGV[3])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'thread_id', ARGV[2], 'attempt', ARGV[3],
-           'first_id', id, 'last_event_id', id, 'status', ARGV[6])
-if ARGV[4] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[3]) end
-return id
-"""
-
-# KEYS: record. ARGV: attempt, lease_ms. Returns the attempt that last started executing.
-_CLAIM = (
-    _NOW_MS
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'started_attempt')
-if not rec[1] then return redis.error_reply('GONE run record missing') end
-if tonumber(rec[1]) > tonumber(ARGV[1]) then
-  return redis.error_reply('FENCED attempt ' .. rec[1])
-end
-redis.call('HSET', KEYS[1], 'attempt', ARGV[1], 'started_attempt', ARGV[1],
-           'lease_until', now + tonumber(ARGV[2]))
-return tonumber(rec[2] or '0')
-"""
-)
-
-# KEYS: record. ARGV: attempt, lease_ms.
-_RENEW = (
-    _NOW_MS
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
-if not rec[1] then return redis.error_reply('GONE run record missing') end
-if rec[1] ~= ARGV[1] then return redis.error_reply('FENCED attempt ' .. rec[1]) end
-if not rec[2] or tonumber(rec[2]) < now then
-  return redis.error_reply('FENCED lease expired')
-end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
-return 1
-"""
-)
-
-# KEYS: record. ARGV: the attempt Postgres says is running, '1' to ignore the lease (hand-back).
-# 'alive' (lease still held), 'missing' (record lost), 'taken' (fenced: attempt+1 now owns it;
-# idempotent, so a reaper that died half-way can be finished by another), 'stale' otherwise.
-_TAKE_OVER = (
-    _NOW_MS
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
-if not rec[1] then return 'missing' end
-local current, seen = tonumber(rec[1]), tonumber(ARGV[1])
-if current == seen + 1 then return 'taken' end
-if current ~= seen then return 'stale' end
-if ARGV[2] ~= '1' and rec[2] and tonumber(rec[2]) >= now then return 'alive' end
-redis.call('HSET', KEYS[1], 'attempt', seen + 1)
-redis.call('HDEL', KEYS[1], 'lease_until')
-return 'taken'
-"""
-)
+# The Lua lives in .lua files in `scripts/`, each with its KEYS, ARGV and rules on top. The
+# clock and the append fence are Lua functions in `_fence.lua`, composed in front of the
+# scripts that call them. All are read once, at import.
+_SCRIPTS = files("stream_store") / "scripts"
+_FENCE = (_SCRIPTS / "_fence.lua").read_text()
 
 
-def _store_error(run_id: str, exc: RedisError) -> Exception:
-    """What a script's error means: fenced out, the run gone, or Redis not answering."""
-    message = str(exc)
-    if isinstance(exc, ResponseError) and message.startswith("FENCED"):
-        return Fenced(f"run {run_id}: {message}")
-    if isinstance(exc, ResponseError) and message.startswith("GONE"):
-        return StreamGone(f"run {run_id}: {message}")
-    return StoreUnavailable(f"redis: {exc}")
+def _script(name: str, *, fenced: bool = False) -> str:
+    """The script `scripts/<name>`, after the preamble `_fence.lua` when `fenced`."""
+    source = (_SCRIPTS / name).read_text()
+    return f"{_FENCE}\n{source}" if fenced else source
+
+
+_APPEND = _script("append.lua", fenced=True)
+_APPEND_BATCH = _script("append_batch.lua", fenced=True)
+_OPEN = _script("open.lua")
+_CLAIM = _script("claim.lua", fenced=True)
+_RENEW = _script("renew.lua", fenced=True)
+_TAKE_OVER = _script("take_over.lua", fenced=True)
+
+
+class TakeOver(StrEnum):
+    """What `EventLog.take_over` found."""
+
+    TAKEN = "taken"  # attempt + 1 now owns the run (also when an earlier take-over did it)
+    ALIVE = "alive"  # the attempt's lease still runs: leave it alone
+    MISSING = "missing"  # the record is gone: expired, deleted, or lost by Redis
+    STALE = "stale"  # the record is at another attempt: the run already moved on
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRecord:
+    """The hash beside a run's stream: who may read it, which attempt may write it, how far
+    it got. Written only by the scripts above."""
+
+    owner: str
+    thread_id: str
+    status: RunStatus
+    attempt: int  # the attempt that may write; bumped by a take-over
+    first_id: str  # the stream's first event (a stream rebuilt after Redis lost it starts anew)
+    last_event_id: str
+    retry_attempt: int  # the last attempt whose `retry` event was written
+    ended: bool  # the terminal event is written: nothing more ever is
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[bytes, bytes]) -> LiveRecord:
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        return cls(
+            owner=fields.get("owner", ""),
+            thread_id=fields.get("thread_id", ""),
+            status=RunStatus(fields.get("status", RunStatus.QUEUED)),
+            attempt=int(fields.get("attempt", 0)),
+            first_id=fields.get("first_id", "0-0"),
+            last_event_id=fields.get("last_event_id", "0-0"),
+            retry_attempt=int(fields.get("retry_attempt", 0)),
+            ended=fields.get("ended") == "1",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +126,8 @@ class EventLog:
         self._sender: asyncio.Task[None] | None = None
 
     async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> Any:
-        try:
+        with redis_errors(run_id):
             return await script(keys=keys, args=args)
-        except RedisError as exc:
-            raise _store_error(run_id, exc) from exc
 
     async def aclose(self) -> None:
         """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
@@ -294,18 +224,16 @@ class EventLog:
                 if future.done():
                     continue  # its writer gave up waiting (cancelled)
                 if isinstance(result, RedisError):
-                    future.set_exception(_store_error(run_id, result))
+                    future.set_exception(from_redis(result, run_id))
                 else:
                     future.set_result(result.decode() if isinstance(result, bytes) else str(result))
 
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same
         unsettled run at once, and only one of them should write its outcome."""
-        try:
-            key = self.keys.run_repair(run_id)
+        key = self.keys.run_repair(run_id)
+        with redis_errors(run_id):
             return bool(await self.redis.set(key, b"1", nx=True, px=int(ttl_s * 1000)))
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def claim(self, run_id: str, attempt: int, lease_s: float) -> int:
         """Take the run's lease as `attempt`; returns the attempt that started before this one.
@@ -321,14 +249,11 @@ class EventLog:
         keys = [self.keys.run_record(run_id)]
         await self._call(self._renew, run_id, keys, [attempt, int(lease_s * 1000)])
 
-    async def take_over(self, run_id: str, attempt: int, *, force: bool = False) -> str:
-        """Fence out `attempt` if its lease ran out (or, `force`, anyway).
-
-        Returns 'taken' (attempt + 1 now owns the run), 'alive', 'missing' or 'stale'.
-        """
+    async def take_over(self, run_id: str, attempt: int, *, force: bool = False) -> TakeOver:
+        """Fence out `attempt` if its lease ran out (or, `force`, anyway)."""
         keys = [self.keys.run_record(run_id)]
         result = await self._call(self._take_over, run_id, keys, [attempt, "1" if force else ""])
-        return result.decode() if isinstance(result, bytes) else str(result)
+        return TakeOver(result.decode() if isinstance(result, bytes) else str(result))
 
     async def message_ids(self, run_id: str) -> tuple[list[str], set[str]]:
         """Ids of the messages the stream has tokens or `message` events for, in order, and
@@ -351,54 +276,42 @@ class EventLog:
 
     async def read_range(self, run_id: str, after: str, count: int = 1000) -> list[StoredEvent]:
         """Up to `count` events strictly after `after` ("0-0" reads from the start)."""
-        try:
+        with redis_errors(run_id):
             entries = await self.redis.xrange(
                 self.keys.run_events(run_id), min=f"({after}", max="+", count=count
             )
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
         return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
 
     async def last_event(self, run_id: str) -> StoredEvent | None:
         """The newest event, or None when the stream does not exist."""
-        try:
+        with redis_errors(run_id):
             entries = await self.redis.xrevrange(self.keys.run_events(run_id), count=1)
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
         return StoredEvent.from_entry(*entries[0]) if entries else None
 
-    async def record(self, run_id: str) -> dict[str, str]:
-        """The live run record (empty when the stream expired or was never written)."""
-        try:
+    async def live_record(self, run_id: str) -> LiveRecord | None:
+        """The run's live record, or None when its stream expired or was never written."""
+        with redis_errors(run_id):
             raw: dict[bytes, bytes] = await self.redis.hgetall(  # type: ignore[misc]
                 self.keys.run_record(run_id)
             )
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        return LiveRecord.from_hash(raw) if raw else None
 
     async def exists(self, run_id: str) -> bool:
         """Whether the run's record is in Redis (False after expiry or data loss)."""
-        try:
+        with redis_errors(run_id):
             return bool(await self.redis.exists(self.keys.run_record(run_id)))
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def request_cancel(self, run_id: str) -> None:
         """Flag the run as cancelled and tell every worker; the one running it stops it."""
-        try:
+        with redis_errors(run_id):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.set(self.keys.run_cancel(run_id), b"1", ex=self.stream_ttl_s)
                 pipe.publish(self.keys.cancel_channel(), run_id.encode())
                 await pipe.execute()
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def cancel_requested(self, run_id: str) -> bool:
-        try:
+        with redis_errors(run_id):
             return bool(await self.redis.exists(self.keys.run_cancel(run_id)))
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def delete(self, run_ids: Iterable[str]) -> None:
         """Remove runs' streams and records for good (thread deletion)."""
@@ -412,10 +325,8 @@ class EventLog:
             ]
         if not keys:
             return
-        try:
+        with redis_errors():
             async with self.redis.pipeline(transaction=False) as pipe:
                 for key in keys:
                     pipe.delete(key)
                 await pipe.execute()
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc

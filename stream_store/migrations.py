@@ -8,10 +8,10 @@ by its own `setup()`, in the same schema.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from psycopg import sql
 
+from .checkpoints import setup_checkpoints
 from .connections import PgPool
 
 __all__ = ["migrate"]
@@ -90,7 +90,7 @@ MIGRATIONS: list[str] = [
 ]
 
 
-async def migrate(pool: PgPool, schema: str, checkpointer: Any) -> int:
+async def migrate(pool: PgPool, schema: str) -> int:
     """Create the schema, apply pending migrations and the checkpointer's; returns how many.
 
     One session-level advisory lock covers both, so concurrent start-ups queue behind it.
@@ -129,7 +129,7 @@ async def migrate(pool: PgPool, schema: str, checkpointer: Any) -> int:
                         "INSERT INTO runstream_migrations (version) VALUES (%s)", (version,)
                     )
                 applied += 1
-            await checkpointer.setup()
+            await setup_checkpoints(conn)  # on this connection: it holds the lock
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied

@@ -9,9 +9,8 @@ next poll (arq only polls).
 from __future__ import annotations
 
 from arq.connections import ArqRedis
-from redis.exceptions import RedisError
 
-from .errors import StoreUnavailable
+from .errors import redis_errors
 from .keys import KeySpace
 from .records import Records, RunRecord
 
@@ -28,13 +27,11 @@ class RunQueue:
         self.wake_channel = keys.wake_channel()
 
     async def enqueue(self, run: RunRecord) -> None:
-        try:
+        with redis_errors(run.run_id):
             await self.redis.enqueue_job(
                 EXECUTE_RUN, run.run_id, _job_id=run.job_id, _queue_name=self.queue_name
             )
             await self.redis.publish(self.wake_channel, run.run_id)
-        except RedisError as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def dispatch_next(self, thread_id: str) -> None:
         """Hand the thread's next queued run (multitask `enqueue`) to the workers, if it may go."""

@@ -20,12 +20,13 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
+from .checkpoints import delete_thread_checkpoints
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, NotFound, StoreUnavailable
+from .events import ACTIVE_STATUSES, RunStatus
 
-__all__ = ["ACTIVE_STATUSES", "NewRun", "Records", "RunRecord", "ThreadRecord"]
+__all__ = ["Created", "NewRun", "Records", "RunRecord", "ThreadRecord"]
 
-ACTIVE_STATUSES = ("queued", "running", "interrupted")
 TITLE_CHARS = 80
 
 _RUN_COLUMNS = (
@@ -55,7 +56,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     thread_id: str
     owner: str
     graph: str
-    status: str
+    status: RunStatus
     attempt: int
     dispatch: int
     input: dict[str, Any]
@@ -205,7 +206,7 @@ class Records:
                     "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
                     " AND status = ANY(%s)) AS busy FROM runstream_threads t"
                     " WHERE thread_id = %s AND owner = %s FOR UPDATE",
-                    (list(ACTIVE_STATUSES), thread_id, new.owner),
+                    (sorted(ACTIVE_STATUSES), thread_id, new.owner),
                 )
                 found = await cur.fetchone()
                 if found is None:
@@ -360,7 +361,7 @@ class Records:
         self,
         run_id: str,
         attempt: int,
-        status: str,
+        status: RunStatus,
         *,
         output: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
@@ -499,10 +500,11 @@ class Records:
             rows = await cur.fetchall()
         return [_run(row) for row in rows]
 
-    async def delete_thread(
-        self, thread_id: str, owner: str, *, before_commit: Callable[[list[str]], Awaitable[None]]
-    ) -> None:
-        """Delete the thread and its runs; `before_commit` gets the run ids to clean elsewhere.
+    async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
+        """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.
+
+        Returns the ids of the deleted runs, whose streams the caller removes from Redis once
+        this has committed (they expire on their own if that fails).
 
         Raises:
             NotFound: unknown or not the owner's.
@@ -524,4 +526,5 @@ class Records:
             if any(r["status"] in ACTIVE_STATUSES for r in runs):
                 raise Conflict(f"thread {thread_id} has an active run", code="thread_busy")
             await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
-            await before_commit([r["run_id"] for r in runs])
+            await delete_thread_checkpoints(conn, thread_id)
+        return [r["run_id"] for r in runs]

@@ -6,6 +6,7 @@ every component. It is frozen: a value cannot change after it was read.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -13,9 +14,18 @@ from dataclasses import dataclass, field
 
 from dotenv import dotenv_values
 
-__all__ = ["Settings", "SettingsError"]
+from . import limits
+
+__all__ = ["SINGLE_KEY_ID", "Settings", "SettingsError"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$")
+_KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+SINGLE_KEY_ID = "default"  # the key id of RUNSTREAM_SIGNING_KEY's one key
+# Without API keys every caller is `local`: a token can grant nothing a request without one
+# does not, so a fixed secret does (this mode listens on loopback only).
+_NO_AUTH_KEY = ("local", "runstream-no-auth")
 
 
 class SettingsError(ValueError):
@@ -49,9 +59,57 @@ def _pairs(env: Mapping[str, str], name: str, sep: str) -> dict[str, str]:
     return result
 
 
+def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+    """Parse RUNSTREAM_SIGNING_KEYS, `key_id:secret,...` (the first signs), in order.
+
+    Errors name the key id, never the secret.
+    """
+    result: list[tuple[str, str]] = []
+    for item in (env.get(name) or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key_id, found, secret = item.partition(":")
+        key_id, secret = key_id.strip(), secret.strip()
+        if not found or not secret:
+            raise SettingsError(f"{name}: expected 'key_id:secret' items, one has no secret")
+        if not _KEY_ID.match(key_id):
+            raise SettingsError(
+                f"{name}: a key id is 1-32 characters from A-Z a-z 0-9 _ -, got {key_id[:40]!r}"
+            )
+        if any(key_id == known for known, _ in result):
+            raise SettingsError(f"{name}: key id {key_id!r} is given twice")
+        result.append((key_id, secret))
+    return tuple(result)
+
+
+def _hosts(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Parse a comma list of host names or IP addresses (RUNSTREAM_ALLOWED_HOSTS), lower-cased.
+
+    An IPv6 address may be given with or without brackets; a port, scheme or wildcard is refused.
+    """
+    result: list[str] = []
+    for item in (env.get(name) or "").split(","):
+        host = item.strip().lower()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not host:
+            continue
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOST_NAME.match(host):
+                raise SettingsError(
+                    f"{name}: expected host names or IP addresses (no scheme, port or wildcard), "
+                    f"got {item.strip()!r}"
+                ) from None
+        result.append(host)
+    return tuple(result)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything a server or worker process is configured with (design.md section 5)."""
+    """Everything a server or worker process is configured with (README.md configuration table)."""
 
     redis_url: str | None = None
     database_url: str | None = None
@@ -59,14 +117,21 @@ class Settings:
     redis_prefix: str = "runstream"
     host: str = "127.0.0.1"
     port: int = 8000
+    allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
     api_keys: dict[str, str] = field(default_factory=dict)
-    signing_key: str = ""
+    signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
+    signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
     graphs: dict[str, str] = field(default_factory=dict)
     stream_ttl_s: int = 24 * 3600
     stream_token_ttl_s: int = 3600
     ping_interval_s: float = 15.0
     viewer_queue_size: int = 4096
     max_body_bytes: int = 1024 * 1024
+    max_message_chars: int = limits.DEFAULT_MAX_MESSAGE_CHARS
+    max_run_messages: int = limits.DEFAULT_MAX_RUN_MESSAGES
+    max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
+    max_metadata_keys: int = limits.DEFAULT_MAX_METADATA_KEYS
+    max_resume_bytes: int = limits.DEFAULT_MAX_RESUME_BYTES
     worker_concurrency: int = 100
     job_timeout_s: int = 3600
     poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
@@ -98,6 +163,12 @@ class Settings:
         openai_key = env.get("OPENAI_API_KEY") or None
         model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if openai_key else "fake")
         api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":")
+        signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
+        signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")
+        if signing_key and signing_keys:
+            raise SettingsError(
+                "set RUNSTREAM_SIGNING_KEY (one key) or RUNSTREAM_SIGNING_KEYS (a list), not both"
+            )
         return cls(
             redis_url=env.get("RUNSTREAM_REDIS_URL") or None,
             database_url=env.get("RUNSTREAM_DATABASE_URL") or None,
@@ -105,14 +176,31 @@ class Settings:
             redis_prefix=env.get("RUNSTREAM_REDIS_PREFIX") or "runstream",
             host=env.get("RUNSTREAM_HOST") or "127.0.0.1",
             port=_int(env, "RUNSTREAM_PORT", 8000),
+            allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
             api_keys=api_keys,
-            signing_key=env.get("RUNSTREAM_SIGNING_KEY") or "",
+            signing_key=signing_key,
+            signing_keys=signing_keys,
             graphs=_pairs(env, "RUNSTREAM_GRAPHS", "="),
             stream_ttl_s=_int(env, "RUNSTREAM_STREAM_TTL", 24 * 3600, minimum=1),
             stream_token_ttl_s=_int(env, "RUNSTREAM_STREAM_TOKEN_TTL", 3600, minimum=1),
             ping_interval_s=_int(env, "RUNSTREAM_PING_INTERVAL_MS", 15000, minimum=10) / 1000,
             viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
             max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+            max_message_chars=_int(
+                env, "RUNSTREAM_MAX_MESSAGE_CHARS", limits.DEFAULT_MAX_MESSAGE_CHARS, minimum=1
+            ),
+            max_run_messages=_int(
+                env, "RUNSTREAM_MAX_RUN_MESSAGES", limits.DEFAULT_MAX_RUN_MESSAGES, minimum=1
+            ),
+            max_metadata_bytes=_int(
+                env, "RUNSTREAM_MAX_METADATA_BYTES", limits.DEFAULT_MAX_METADATA_BYTES, minimum=2
+            ),
+            max_metadata_keys=_int(
+                env, "RUNSTREAM_MAX_METADATA_KEYS", limits.DEFAULT_MAX_METADATA_KEYS
+            ),
+            max_resume_bytes=_int(
+                env, "RUNSTREAM_MAX_RESUME_BYTES", limits.DEFAULT_MAX_RESUME_BYTES, minimum=4
+            ),
             worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
             job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),
             poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 500, minimum=1) / 1000,
@@ -145,6 +233,28 @@ class Settings:
             raise SettingsError(f"set {' and '.join(missing)} (or use `runstream up`)")
         assert self.redis_url and self.database_url
         return self.redis_url, self.database_url
+
+    def stream_token_keys(self) -> tuple[tuple[str, str], ...]:
+        """The (key id, secret) pairs of stream tokens, the one that signs first.
+
+        `RUNSTREAM_SIGNING_KEY=s` is the list `default:s`. Without API keys, and without a
+        signing key, a fixed key (see `_NO_AUTH_KEY`).
+
+        Raises:
+            SettingsError: API keys are configured but no signing key: a server that
+                authenticates callers must not sign their stream URLs with a guessable key.
+        """
+        if self.signing_keys:
+            return self.signing_keys
+        if self.signing_key:
+            return ((SINGLE_KEY_ID, self.signing_key),)
+        if self.auth_enabled:
+            raise SettingsError(
+                "RUNSTREAM_API_KEYS is set but RUNSTREAM_SIGNING_KEY is not: set it to a long "
+                "random secret (e.g. `openssl rand -hex 32`), the same on every server "
+                "(or RUNSTREAM_SIGNING_KEYS=key_id:secret,... to rotate keys)"
+            )
+        return (_NO_AUTH_KEY,)
 
     @property
     def auth_enabled(self) -> bool:

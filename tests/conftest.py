@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -26,6 +25,7 @@ import uvicorn
 from arq.worker import Worker
 from redis.asyncio import Redis
 
+from bench.launcher import free_port
 from runner.worker import build_worker
 from server.app import create_app
 from server.embedded import EmbeddedServices
@@ -36,12 +36,6 @@ if TYPE_CHECKING:
     from tests.processes import Cluster
 
 configure_logging("warning", cache=False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

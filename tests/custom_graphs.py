@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
@@ -54,3 +55,27 @@ slow_writer = (
     .add_edge("propose_note", "write_then_linger")
     .add_edge("write_then_linger", END)
 )
+
+
+# A graph that reads a `configurable` key of its own, declared in CONFIGURABLE_KEYS below, and
+# reports what of the config it was given (the worker must pass only the declared keys).
+async def greet(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+    configurable = config.get("configurable") or {}
+    persona = configurable.get("persona", "nobody")
+    get_stream_writer()(
+        {
+            "persona": persona,
+            "thread_id": configurable.get("thread_id"),
+            "injected": "injected" in configurable,
+        }
+    )
+    return {"messages": [AIMessage(content=f"as {persona}", id="greeted")]}
+
+
+persona = StateGraph(MessagesState).add_node("greet", greet)
+persona.add_edge(START, "greet").add_edge("greet", END)
+
+declares_reserved = persona  # registered under an attribute that declares a reserved key
+
+# The configurable keys each graph of this module takes, by attribute (runner.graphs).
+CONFIGURABLE_KEYS = {"persona": {"persona"}, "declares_reserved": {"persona", "checkpoint_id"}}

@@ -1,4 +1,5 @@
-"""Bad input never changes state and gets a clear JSON error (design.md sections 2 and 3).
+"""Bad input never changes state and gets a clear JSON error (docs/protocol.md sections
+1 Conventions and 3 Endpoints).
 
 Every request here is refused. Each test records the test's whole state (the rows of
 `runstream_runs` and `runstream_threads` in its schema, every Redis key under its prefix)
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import psycopg
@@ -22,6 +24,7 @@ import pytest
 from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
+from stream_store.limits import JSON_MAX_DEPTH
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer
 
@@ -93,15 +96,17 @@ def _text(response: httpx.Response) -> str:
 
 
 def assert_error(response: httpx.Response, status: int) -> dict[str, str]:
-    """The response is `status` with exactly `{"error": {"code", "message"}}` as JSON."""
+    """The response is `status` with exactly `{"error": {"code", "message", "request_id"}}` as
+    JSON, the `request_id` being the answer's `X-Request-ID`."""
     assert response.status_code == status, (response.status_code, _text(response))
     assert response.headers["content-type"].startswith("application/json"), response.headers
     body = response.json()
     assert isinstance(body, dict) and set(body) == {"error"}, body
     error = body["error"]
-    assert isinstance(error, dict) and set(error) == {"code", "message"}, body
+    assert isinstance(error, dict) and set(error) == {"code", "message", "request_id"}, body
     assert isinstance(error["code"], str) and error["code"].strip(), body
     assert isinstance(error["message"], str) and error["message"].strip(), body
+    assert error["request_id"] and error["request_id"] == response.headers["x-request-id"], body
     return error
 
 
@@ -383,6 +388,158 @@ class TestOversizeBodies:
         assert response.status_code == 202, response.text
 
 
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def nested_body(field: str, depth: int) -> bytes:
+    """`{field: [[...]]}`: a JSON body `depth` arrays and objects deep, the body counted."""
+    inner = depth - 1
+    return f'{{"{field}":{"[" * inner}{"]" * inner}}}'.encode()
+
+
+def body_routes(api: Api) -> dict[str, tuple[str, str]]:
+    """Every route that takes a JSON body: (url, a top-level field of its body)."""
+    return {
+        "runs": ("/v1/runs", "input"),
+        "thread-runs": (f"/v1/threads/{api.thread_id}/runs", "input"),
+        "resume": (f"/v1/runs/{api.run_id}/resume", "resume"),
+        "threads": ("/v1/threads", "metadata"),
+    }
+
+
+class TestDeepJson:
+    """JSON nested more than `JSON_MAX_DEPTH` deep is a 400 that records nothing, never a 500
+    (issue 9: past about 960 levels the decoder raised `RecursionError`)."""
+
+    @pytest.mark.parametrize(
+        "depth", [JSON_MAX_DEPTH + 1, 1000], ids=["just-over-the-limit", "past-recursion-limit"]
+    )
+    @pytest.mark.parametrize("target", ["runs", "thread-runs", "resume", "threads"])
+    async def test_deeply_nested_json_is_rejected_without_side_effects(
+        self, api: Api, target: str, depth: int
+    ) -> None:
+        url, field = body_routes(api)[target]
+        raw = nested_body(field, depth)
+        assert len(raw) <= MAX_BODY  # a 400 for depth, not a 413 for size
+        error = await api.refused(400, "POST", url, content=raw, headers=JSON_HEADERS)
+        assert error["code"] == "invalid_request"
+        assert f"more than {JSON_MAX_DEPTH}" in error["message"], error
+
+    async def test_json_as_deep_as_the_limit_is_accepted(self, api: Api) -> None:
+        """The 400 above is about depth alone: the same body one level shallower is recorded."""
+        inner = JSON_MAX_DEPTH - 2  # the body and `metadata` are the first two levels
+        metadata = {"a": json.loads("[" * inner + "]" * inner)}
+        response = await api.client.post("/v1/threads", json={"metadata": metadata})
+        assert response.status_code == 201, response.text
+        assert response.json()["metadata"] == metadata
+
+    async def test_brackets_inside_strings_do_not_count(self, api: Api) -> None:
+        text = '"\\' + "[{" * 200  # an escaped quote and backslash, then brackets
+        response = await api.client.post("/v1/threads", json={"metadata": {"note": text}})
+        assert response.status_code == 201, response.text
+        assert response.json()["metadata"] == {"note": text}
+
+
+NUL = "\u0000"
+
+
+class TestNulCharacters:
+    """NUL (U+0000), which Postgres cannot store, is a 400 `invalid_request` naming where it is
+    and recording nothing, on every route, never a 500 (issue 9)."""
+
+    @pytest.mark.parametrize(
+        ("body", "where"),
+        [
+            (run_body(f"a{NUL}b"), "input.messages[0].content"),
+            (
+                {"input": {"messages": [{"role": "user", "content": "hi", "id": f"m{NUL}"}]}},
+                "input.messages[0].id",
+            ),
+            (run_body(metadata={"tag": f"x{NUL}"}), "metadata.tag"),
+            (run_body(metadata={f"k{NUL}": 1}), "metadata["),
+            (run_body(metadata={"deep": {"list": ["ok", NUL]}}), "metadata.deep.list[1]"),
+            (run_body(graph=f"chat{NUL}"), "graph"),
+            (run_body(config={"configurable": {f"x{NUL}": 1}}), "config.configurable["),
+        ],
+        ids=[
+            "content",
+            "message-id",
+            "metadata-value",
+            "metadata-key",
+            "metadata-nested",
+            "graph",
+            "configurable-key",
+        ],
+    )
+    @pytest.mark.parametrize("target", ["runs", "thread-runs"])
+    async def test_nul_in_a_run_body_is_rejected_naming_the_field(
+        self, api: Api, target: str, body: dict[str, Any], where: str
+    ) -> None:
+        url = body_routes(api)[target][0]
+        error = await api.refused(400, "POST", url, json=body)
+        assert error["code"] == "invalid_request"
+        assert error["message"].startswith(where) and "NUL" in error["message"], error
+
+    @pytest.mark.parametrize(
+        ("body", "where"),
+        [
+            ({"metadata": {"tag": f"x{NUL}"}}, "metadata.tag"),
+            ({"metadata": {f"k{NUL}": "v"}}, "metadata["),
+        ],
+        ids=["value", "key"],
+    )
+    async def test_nul_in_thread_metadata_is_rejected_naming_the_field(
+        self, api: Api, body: dict[str, Any], where: str
+    ) -> None:
+        error = await api.refused(400, "POST", "/v1/threads", json=body)
+        assert error["message"].startswith(where) and "NUL" in error["message"], error
+
+    @pytest.mark.parametrize(
+        ("value", "where"),
+        [(f"a{NUL}", "resume"), ({"note": [f"x{NUL}"]}, "resume.note[0]")],
+        ids=["string", "nested"],
+    )
+    async def test_nul_in_a_resume_value_is_rejected_naming_the_field(
+        self, api: Api, value: Any, where: str
+    ) -> None:
+        """Even for a run that is not interrupted: the body is refused before the run is read."""
+        url = f"/v1/runs/{api.run_id}/resume"
+        error = await api.refused(400, "POST", url, json={"resume": value})
+        assert error["message"].startswith(where) and "NUL" in error["message"], error
+
+    async def test_an_escaped_backslash_before_u0000_is_not_nul(self, api: Api) -> None:
+        """The six characters `\\u0000` are text, not NUL: only the character is refused."""
+        text = "\\u0000"
+        response = await api.client.post("/v1/threads", json={"metadata": {"note": text}})
+        assert response.status_code == 201, response.text
+        assert response.json()["metadata"] == {"note": text}
+
+    @pytest.mark.parametrize(
+        "path", ["/ui/%00", "/ui/app.js%00", "/v1/runs/{run}%00", "/v1/threads/{thread}%00/runs"]
+    )
+    async def test_nul_in_the_path_is_rejected_without_side_effects(
+        self, api: Api, path: str
+    ) -> None:
+        url = path.format(run=api.run_id, thread=api.thread_id)
+        await api.refused(400, "GET", url)
+
+    @pytest.mark.parametrize(
+        ("route", "params", "status"),
+        [
+            ("threads", {"cursor": f"a{NUL}"}, 400),
+            ("threads", {"limit": f"1{NUL}"}, 400),
+            ("events", {"last_event_id": f"1-0{NUL}"}, 400),
+            ("events", {"token": f"a.b{NUL}.c"}, 401),
+        ],
+        ids=["cursor", "limit", "last-event-id", "token"],
+    )
+    async def test_nul_in_a_query_parameter_is_refused_without_side_effects(
+        self, api: Api, route: str, params: dict[str, str], status: int
+    ) -> None:
+        url = "/v1/threads" if route == "threads" else f"/v1/runs/{api.run_id}/events"
+        await api.refused(status, "GET", url, params=params)
+
+
 # -- ids in paths ---------------------------------------------------------------------------
 
 BAD_IDS = [
@@ -445,7 +602,8 @@ BAD_EVENT_IDS = [
 
 
 class TestEventIds:
-    """A malformed `Last-Event-ID` header or `last_event_id` query is a 400 (design.md s.3)."""
+    """A malformed `Last-Event-ID` header or `last_event_id` query is a 400 (docs/protocol.md
+    4.1 Event ids)."""
 
     @pytest.mark.parametrize("value", BAD_EVENT_IDS)
     async def test_bad_last_event_id_header_is_rejected_without_side_effects(
@@ -507,6 +665,31 @@ class TestIdempotencyKey:
         headers = {"Idempotency-Key": "k" * 255}
         response = await api.client.post("/v1/runs", json=run_body(), headers=headers)
         assert response.status_code == 202, response.text
+
+
+class TestStreamTokenInput:
+    """A `token` this server did not issue is a 401 that records nothing, whatever its
+    characters: a non-ASCII signature used to raise `TypeError` (a 500; issue 9)."""
+
+    @pytest.mark.parametrize("part", [0, -1], ids=["first-part", "signature"])
+    async def test_non_ascii_token_is_unauthorized_without_side_effects(
+        self, api: Api, part: int
+    ) -> None:
+        run = (await api.client.get(f"/v1/runs/{api.run_id}")).json()
+        parts = parse_qs(urlsplit(run["stream_url"]).query)["token"][0].split(".")
+        parts[part] = parts[part][:-1] + "\u00e9"
+        url = f"/v1/runs/{api.run_id}/events"
+        error = await api.refused(401, "GET", url, params={"token": ".".join(parts)})
+        assert error["code"] == "unauthorized"
+
+    @pytest.mark.parametrize(
+        "token", ["\u00e9", "\u00e9.\u00e9.\u00e9", "a.b.c", "..", "x" * 2000, "\U0001f600.a"]
+    )
+    async def test_garbage_token_is_unauthorized_without_side_effects(
+        self, api: Api, token: str
+    ) -> None:
+        url = f"/v1/runs/{api.run_id}/events"
+        await api.refused(401, "GET", url, params={"token": token})
 
 
 def _cursor(text: bytes) -> str:

@@ -45,3 +45,5 @@ class TestCompose:
             assert env["RUNSTREAM_API_KEYS"].startswith(
                 "${RUNSTREAM_API_KEYS:?"
             )  # 0.0.0.0 needs keys
+            # and API keys need a signing key (issue 9): compose refuses to start without one
+            assert env["RUNSTREAM_SIGNING_KEY"].startswith("${RUNSTREAM_SIGNING_KEY:?")

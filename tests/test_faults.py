@@ -1,5 +1,5 @@
-"""Fault injection with real processes: accepted means done (issue 4, design.md guarantees
-2, 4, 5, 6, 8). Run alone with `pytest -m fault`.
+"""Fault injection with real processes: accepted means done (issue 4; guarantees 2,
+4, 5, 6 and 8 of docs/protocol.md section 6, Guarantees). Run alone with `pytest -m fault`.
 
 Each test gets a private redis-server (so FLUSHALL and kills touch nothing else), its own
 Postgres schema, short leases (1 s) and a fast reaper (0.2 s).
@@ -298,7 +298,9 @@ class TestStuckViewer:
         self, cluster: Cluster, fault_settings: Settings
     ) -> None:
         _, url = await cluster.server(
-            RUNSTREAM_VIEWER_QUEUE_SIZE="2048", RUNSTREAM_MAX_BODY_BYTES=str(32 << 20)
+            RUNSTREAM_VIEWER_QUEUE_SIZE="2048",
+            RUNSTREAM_MAX_BODY_BYTES=str(32 << 20),
+            RUNSTREAM_MAX_MESSAGE_CHARS=str(32 << 20),
         )
         await cluster.ready_worker(RUNSTREAM_FAKE_TOKEN_DELAY_MS="0")
         # 10,000 tokens of 800 characters: far more than the socket buffers of a stuck client.

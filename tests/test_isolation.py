@@ -1,7 +1,8 @@
 """Guarantee 7 (isolation) and authentication: API keys, and the signed `stream_url` token.
 
 Every thread and run belongs to the caller that created it; nobody else can read, attach,
-cancel, resume or delete it, and not-found and not-yours look the same (design.md sections 2-4).
+cancel, resume or delete it, and not-found and not-yours look the same (docs/protocol.md
+sections 2 Authentication, 3 Endpoints, 4 Events and 5 `stream_url` and its token).
 """
 
 from __future__ import annotations
@@ -357,18 +358,26 @@ class TestStreamTokens:
         run_id = alice_data.finished["run_id"]
         other_id = alice_data.interrupted["run_id"]
         token = alice_data.finished["stream_url"].split("?token=", 1)[1]
-        payload, signature = token.split(".", 1)
+        kid, payload, signature = token.split(".")
         decoded = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
         swapped = base64.urlsafe_b64encode(decoded.replace(run_id.encode(), other_id.encode()))
         as_bob = base64.urlsafe_b64encode(decoded.replace(b"\nalice\n", b"\nbob\n"))
         flipped = signature[:-1] + ("A" if signature[-1] != "A" else "B")
         cases = {
-            "flipped signature": (run_id, f"{payload}.{flipped}"),
-            "no signature": (run_id, payload),
-            "empty signature": (run_id, f"{payload}."),
-            "signature only": (run_id, f".{signature}"),
-            "other run, old signature": (other_id, f"{swapped.decode().rstrip('=')}.{signature}"),
-            "other owner, old signature": (run_id, f"{as_bob.decode().rstrip('=')}.{signature}"),
+            "flipped signature": (run_id, f"{kid}.{payload}.{flipped}"),
+            "no signature": (run_id, f"{kid}.{payload}"),
+            "empty signature": (run_id, f"{kid}.{payload}."),
+            "signature only": (run_id, f"..{signature}"),
+            "no key id": (run_id, f"{payload}.{signature}"),
+            "unknown key id": (run_id, f"other.{payload}.{signature}"),
+            "other run, old signature": (
+                other_id,
+                f"{kid}.{swapped.decode().rstrip('=')}.{signature}",
+            ),
+            "other owner, old signature": (
+                run_id,
+                f"{kid}.{as_bob.decode().rstrip('=')}.{signature}",
+            ),
             "garbage": (run_id, "not-a-token"),
             "truncated": (run_id, token[: len(token) // 2]),
         }

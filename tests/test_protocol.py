@@ -1,4 +1,5 @@
-"""The wire details of design.md section 3: headers, pings, custom events, graph registry."""
+"""The wire details of docs/protocol.md 3.1 Submitting a run and 4 Events (SSE): headers,
+pings, custom events, graph registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Runs from submit to terminal: the event protocol of design.md section 3 (issue 2)."""
+"""Runs from submit to terminal: the event protocol of docs/protocol.md section 4, Events
+(SSE) (issue 2)."""
 
 from __future__ import annotations
 

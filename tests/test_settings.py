@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from server.cli import serve
+from server.cli import serve, up
 from stream_store.settings import Settings, SettingsError
 
 
@@ -38,11 +40,21 @@ class TestSettings:
             ("RUNSTREAM_PORT", "eighty"),
             ("RUNSTREAM_STREAM_TTL", "0"),
             ("RUNSTREAM_DATABASE_SCHEMA", "bad;schema"),
+            ("RUNSTREAM_ALLOWED_HOSTS", "http://runstream.example"),
+            ("RUNSTREAM_ALLOWED_HOSTS", "runstream.example:8000"),
+            ("RUNSTREAM_ALLOWED_HOSTS", "*.example.com"),
         ],
     )
     def test_bad_values_are_refused_by_name(self, name: str, value: str) -> None:
         with pytest.raises(SettingsError, match=name):
             Settings.from_env({name: value}, env_file="")
+
+    def test_allowed_hosts_are_a_lower_cased_list(self) -> None:
+        """RUNSTREAM_ALLOWED_HOSTS (issue 9): names and addresses, IPv6 with or without brackets."""
+        assert Settings.from_env({}, env_file="").allowed_hosts == ()
+        value = " Runstream.Internal, 10.0.0.7,[fd00::1],, fd00::2 "
+        settings = Settings.from_env({"RUNSTREAM_ALLOWED_HOSTS": value}, env_file="")
+        assert settings.allowed_hosts == ("runstream.internal", "10.0.0.7", "fd00::1", "fd00::2")
 
     def test_dotenv_file_is_read_and_environment_wins(self, tmp_path: object) -> None:
         from pathlib import Path
@@ -63,3 +75,64 @@ class TestServeRefusesOpenBinds:
     def test_missing_service_urls_are_named(self) -> None:
         with pytest.raises(SettingsError, match="RUNSTREAM_REDIS_URL and RUNSTREAM_DATABASE_URL"):
             Settings().require_services()
+
+
+class TestSigningKeys:
+    """Stream-token keys (issue 9): `RUNSTREAM_SIGNING_KEYS=id:secret,...`, the first signing,
+    or one `RUNSTREAM_SIGNING_KEY`; errors name the setting and never echo a secret."""
+
+    def test_signing_keys_are_a_list_in_order(self) -> None:
+        value = " k2:new-secret , k1:old:secret:with:colons "
+        settings = Settings.from_env({"RUNSTREAM_SIGNING_KEYS": value}, env_file="")
+        expected = (("k2", "new-secret"), ("k1", "old:secret:with:colons"))
+        assert settings.signing_keys == expected
+        assert settings.stream_token_keys() == expected
+
+    def test_one_signing_key_is_the_list_of_one_key_named_default(self) -> None:
+        settings = Settings.from_env({"RUNSTREAM_SIGNING_KEY": "s3cret"}, env_file="")
+        assert settings.stream_token_keys() == (("default", "s3cret"),)
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            "k1",
+            "k1:",
+            ":topsecret",
+            "bad id:topsecret",
+            "k\u00e9:topsecret",
+            "k" * 33 + ":topsecret",
+            "k1:topsecret,k1:topsecret2",
+        ],
+        ids=["no-colon", "no-secret", "no-id", "space-in-id", "non-ascii-id", "long-id", "twice"],
+    )
+    def test_malformed_signing_keys_are_refused_without_echoing_secrets(self, value: str) -> None:
+        with pytest.raises(SettingsError, match="RUNSTREAM_SIGNING_KEYS") as refused:
+            Settings.from_env({"RUNSTREAM_SIGNING_KEYS": value}, env_file="")
+        assert "topsecret" not in str(refused.value)
+
+    def test_both_forms_at_once_are_refused(self) -> None:
+        env = {"RUNSTREAM_SIGNING_KEY": "a", "RUNSTREAM_SIGNING_KEYS": "k1:b"}
+        with pytest.raises(SettingsError, match="not both"):
+            Settings.from_env(env, env_file="")
+
+    def test_api_keys_without_a_signing_key_have_no_token_keys(self) -> None:
+        settings = Settings.from_env({"RUNSTREAM_API_KEYS": "k:alice"}, env_file="")
+        with pytest.raises(SettingsError, match="RUNSTREAM_SIGNING_KEY"):
+            settings.stream_token_keys()
+
+
+class TestProductionNeedsASigningKey:
+    """With API keys configured, `serve` and `up` refuse to start without a signing key: stream
+    URLs must not be signed with a key derived from, or guessed without, a secret (issue 9)."""
+
+    @pytest.mark.parametrize("command", [serve, up], ids=["serve", "up"])
+    def test_api_keys_without_a_signing_key_refuse_to_start(
+        self, command: Callable[[Settings, str, int], int]
+    ) -> None:
+        settings = Settings(
+            redis_url="redis://127.0.0.1:1/0",
+            database_url="postgresql://127.0.0.1:1/none",
+            api_keys={"k": "alice"},
+        )
+        with pytest.raises(SettingsError, match="RUNSTREAM_SIGNING_KEY"):
+            command(settings, "127.0.0.1", 8000)

@@ -30,7 +30,7 @@ from tests.processes import Cluster
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-NO_CHROMIUM = "chromium is not installed: apt-get install chromium; .ci/run installs it"
+NO_CHROMIUM = "chromium is not installed: ./scripts/test installs it (apt-get install chromium)"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 TIMEOUT_MS = 30_000  # generous: the machine is shared, and EventSource waits ~3 s to reconnect
 

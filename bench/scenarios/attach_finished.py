@@ -39,7 +39,7 @@ async def run(ctx: BenchContext) -> None:
 
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
-        await cluster.worker()
+        await cluster.ready_worker()
         async with Api(server.url) as api:
             submitted = await api.submit(words(ATTACH_EVENTS - OTHER_EVENTS), delay_ms=0)
             run = await api.wait_status(submitted["run_id"], TERMINAL_STATUSES, timeout_s=300)

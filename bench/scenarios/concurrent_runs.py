@@ -92,7 +92,7 @@ async def run(ctx: BenchContext) -> None:
     floor = await in_process_floor(concurrency, text, model_s)
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
-        worker = await cluster.worker(concurrency=concurrency)
+        worker = await cluster.ready_worker(concurrency=concurrency)
         async with Api(server.url, connections=20) as api:
             await api.wait_status(
                 (await api.submit("warm up", delay_ms=0))["run_id"], TERMINAL_STATUSES

@@ -21,8 +21,9 @@ from typing import Any
 
 from bench.api import Api, words
 from bench.context import BenchContext
+from bench.launcher import Process, Server
 from bench.load import LoadResult, ViewerLoad
-from bench.processes import Namespace, Process, Server, machine_cpu
+from bench.processes import Namespace, machine_cpu
 from bench.report import Target, histogram_summary
 
 NAME = "fanout"
@@ -227,7 +228,7 @@ async def run(ctx: BenchContext) -> None:
     ]
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
-        worker = await cluster.worker()
+        worker = await cluster.ready_worker()
         for runs, viewers, tokens in shapes:
             delay_ms = max(2, round(runs * viewers * 1000 / OFFERED_PER_S))
             started = time.monotonic()

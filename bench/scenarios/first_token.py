@@ -26,7 +26,7 @@ async def run(ctx: BenchContext) -> None:
     totals, posts = [], []
     async with ctx.cluster(NAME) as (_, cluster):
         server = await cluster.server()
-        await cluster.worker()
+        await cluster.ready_worker()
         async with Api(server.url) as api:
             for i in range(WARMUP + n):
                 start = time.perf_counter()

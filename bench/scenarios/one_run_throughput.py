@@ -91,7 +91,7 @@ async def run(ctx: BenchContext) -> None:
     rates, whole_rates, firsts, reconnects = [], [], [], 0
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
-        await cluster.worker()
+        await cluster.ready_worker()
         async with Api(server.url) as api:
             await _one(api, server.url, words(100))  # warm-up
             for _ in range(ctx.size(3, 1)):

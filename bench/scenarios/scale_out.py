@@ -78,7 +78,7 @@ async def run(ctx: BenchContext) -> None:
     batch = ctx.size(300, 100)
     async with ctx.cluster(NAME) as (namespace, cluster):
         servers = await cluster.servers(max(COUNTS))
-        fanout_worker = await cluster.worker()
+        fanout_worker = await cluster.ready_worker()
         server_rates: dict[int, float] = {}
         for count in COUNTS:
             fan = await fanout_round(

@@ -58,7 +58,7 @@ async def run(ctx: BenchContext) -> None:
     outcome = {"submitted": 0, "done": 0, "failed": 0}
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server(RUNSTREAM_STREAM_TTL=str(TTL_S))
-        worker = await cluster.worker(RUNSTREAM_STREAM_TTL=str(TTL_S))
+        worker = await cluster.ready_worker(RUNSTREAM_STREAM_TTL=str(TTL_S))
         redis = namespace.redis()
         try:
             start_memory = await _used_memory(redis)

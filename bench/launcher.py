@@ -1,0 +1,261 @@
+"""Real runstream processes: start `python -m server.cli serve|worker` children, wait until they
+are ready, signal them, stop them all.
+
+The one launcher of the fault tests (`tests/processes.py`) and the benchmarks (`bench/`); it
+lives in `bench/` because that package, like `tests/`, stays out of the wheel, mypy checks it,
+and it must not import `tests/` (pytest).
+
+The rule kept here: a child gets its configuration only through the environment, from the
+`RUNSTREAM_*` values its cluster's `config` gives; nothing of this process's own environment
+that starts with `RUNSTREAM_` or `OPENAI_` leaks into it. A child's output goes to a temporary
+file, kept after it stops (so a failure can show what it said on the way down) until
+`Cluster.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import httpx
+
+__all__ = [
+    "ROOT",
+    "Cluster",
+    "Process",
+    "ProcessError",
+    "Server",
+    "child_env",
+    "cpu_seconds",
+    "free_port",
+    "rss_bytes",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ProcessError(RuntimeError):
+    """A child process died or did not become ready; the message carries its output's tail."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc/PID/status (VmRSS)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise ProcessError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def child_env(config: Mapping[str, str], **extra: str) -> dict[str, str]:
+    """The environment of a runstream child: ours without `RUNSTREAM_*`/`OPENAI_*`, then
+    info logging and unbuffered output, then `config`, then `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNSTREAM_", "OPENAI_"))}
+    env.update(RUNSTREAM_LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env.update(config)
+    env.update(extra)
+    return env
+
+
+class Process:
+    """A runstream child with its output in a temporary file."""
+
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], *, log_prefix: str = "rs-"
+    ) -> None:
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
+            prefix=f"{log_prefix}{name}-", suffix=".log", delete=False
+        )
+        self.proc = subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def tail(self, chars: int = 4000) -> str:
+        return f"----- {self.name} (pid {self.pid}) -----\n{self.output()[-chars:]}"
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """SIGTERM (after SIGCONT, in case it is paused); SIGKILL after `timeout_s`."""
+        if self.alive():
+            self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+    def remove_log(self) -> None:
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+class Server(NamedTuple):
+    process: Process
+    url: str
+
+
+class Cluster:
+    """The servers and workers of one test or scenario; `stop()` ends them all.
+
+    Args:
+        config: the `RUNSTREAM_*` values of the children, called at each start.
+        log_prefix: the start of the children's log file names.
+        ready_timeout_s: how long a child may take to become ready.
+    """
+
+    def __init__(
+        self,
+        config: Callable[[], Mapping[str, str]],
+        *,
+        log_prefix: str = "rs-",
+        ready_timeout_s: float = 60,
+    ) -> None:
+        self.config = config
+        self.log_prefix = log_prefix
+        self.ready_timeout_s = ready_timeout_s
+        self.processes: list[Process] = []
+
+    def _spawn(self, kind: str, argv: list[str], env: dict[str, str]) -> Process:
+        name = f"{kind}{len(self.processes)}"
+        process = Process(name, argv, child_env(self.config(), **env), log_prefix=self.log_prefix)
+        self.processes.append(process)
+        return process
+
+    async def server(self, port: int | None = None, **env: str) -> Server:
+        """A ready `runstream serve` on `port` (default a free one; pass the same one to
+        replace a server)."""
+        port = port or free_port()
+        argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+        server = Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}")
+        await self._wait_server(server)
+        return server
+
+    async def servers(self, count: int, **env: str) -> list[Server]:
+        """`count` servers on free ports, started together."""
+        started = []
+        for _ in range(count):
+            port = free_port()
+            argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+            started.append(Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}"))
+        await asyncio.gather(*(self._wait_server(s) for s in started))
+        return started
+
+    def worker(self, concurrency: int | None = None, **env: str) -> Process:
+        """Start `runstream worker` without waiting for it."""
+        argv = [sys.executable, "-m", "server.cli", "worker"]
+        if concurrency is not None:
+            argv += ["--concurrency", str(concurrency)]
+        return self._spawn("worker", argv, env)
+
+    async def ready_worker(self, concurrency: int | None = None, **env: str) -> Process:
+        """Start `runstream worker` and wait for "worker ready" in its output."""
+        return (await self.workers(1, concurrency, **env))[0]
+
+    async def workers(
+        self, count: int, concurrency: int | None = None, **env: str
+    ) -> list[Process]:
+        """`count` ready workers, started together."""
+        started = [self.worker(concurrency, **env) for _ in range(count)]
+        await asyncio.gather(*(self._wait_worker(p) for p in started))
+        return started
+
+    async def _wait_server(self, server: Server) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            while True:
+                if not server.process.alive():
+                    raise ProcessError(f"server exited while starting\n{server.process.tail()}")
+                try:
+                    if (await http.get("/readyz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ProcessError(
+                        f"server not ready in {self.ready_timeout_s} s\n{server.process.tail()}"
+                    )
+                await asyncio.sleep(0.05)
+
+    async def _wait_worker(self, process: Process) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while "worker ready" not in process.output():
+            if not process.alive():
+                raise ProcessError(f"worker exited while starting\n{process.tail()}")
+            if time.monotonic() > deadline:
+                raise ProcessError(
+                    f"worker not ready in {self.ready_timeout_s} s\n{process.tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGTERM every child at once, then wait for each (SIGKILL after 20 s); logs stay."""
+        for process in self.processes:
+            if process.alive():
+                process.resume()
+                process.proc.terminate()
+        for process in self.processes:
+            process.stop()
+
+    def close(self) -> None:
+        """Stop every child and remove their logs."""
+        self.stop()
+        for process in self.processes:
+            process.remove_log()
+        self.processes.clear()
+
+    def tails(self, chars: int = 4000) -> str:
+        return "\n".join(p.tail(chars) for p in self.processes)

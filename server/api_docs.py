@@ -1,0 +1,68 @@
+"""The API docs at `/schema`: Swagger UI from this server's own files, never from another host.
+
+Swagger UI is vendored in `server/web/vendor/swagger-ui/` (version, source, license and hashes
+in its README) and served under `/ui/` with the web page, so the docs work offline and run no
+script that was not reviewed into the repository. The page this plugin renders loads only
+those files and `/ui/api-docs.js`, which starts Swagger UI and loads the spec from
+`/schema/openapi.json`.
+
+Litestar's `SwaggerRenderPlugin` takes `js_url`/`css_url`, but its page would still need more:
+it starts Swagger UI (with the whole spec) in an inline `<script>`, which a CSP without
+`'unsafe-inline'` blocks, it loads its favicon from a CDN, and it adds an OAuth2 redirect page
+(another inline script) that runstream does not use. This plugin renders the same docs without
+any of these.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from litestar import Request, Router
+from litestar.openapi.plugins import OpenAPIRenderPlugin
+
+__all__ = ["DOCS_PATH", "SWAGGER_UI_URL", "OfflineSwaggerRenderPlugin"]
+
+DOCS_PATH = "/schema"
+SWAGGER_UI_URL = "/ui/vendor/swagger-ui"
+
+
+class OfflineSwaggerRenderPlugin(OpenAPIRenderPlugin):
+    """Swagger UI at `/schema` and `/schema/swagger`, its assets from this origin only."""
+
+    def __init__(
+        self,
+        *,
+        js_url: str = f"{SWAGGER_UI_URL}/swagger-ui-bundle.js",
+        css_url: str = f"{SWAGGER_UI_URL}/swagger-ui.css",
+        init_js_url: str = "/ui/api-docs.js",
+        path: str = "/swagger",
+    ) -> None:
+        super().__init__(path=path, favicon='<link rel="icon" href="data:,">', style="")
+        self.js_url = js_url
+        self.css_url = css_url
+        self.init_js_url = init_js_url
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        title = escape(str(openapi_schema["info"]["title"]))
+        spec_url = escape(self.get_openapi_json_route(request))
+        page = f"""<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>{title} API</title>
+  {self.favicon}
+  <link rel="stylesheet" href="{escape(self.css_url)}">
+  <script src="{escape(self.js_url)}" defer></script>
+  <script src="{escape(self.init_js_url)}" defer></script>
+</head>
+<body>
+  <div id="swagger-ui" data-spec-url="{spec_url}"></div>
+</body>
+</html>
+"""
+        return page.encode()
+
+    def receive_router(self, router: Router) -> None:
+        """Add no OAuth2 redirect page: runstream uses API keys, not OAuth."""

@@ -1,0 +1,354 @@
+"""Every change of a run's status, each written once: the Postgres update, then its events.
+
+The rule every transition keeps: Postgres (the system of record) changes first, by a
+conditional UPDATE that only one of several racing processes can win; only the winner writes
+the events that announce it, and the last of those events is remembered as the run's
+`last_event_id`. A viewer that sees a status event can therefore always read that status back,
+and a crash between the two steps leaves a state the reaper completes (`repair`).
+
+Which process calls what:
+
+    server   submit, cancel, resume
+    worker   claim, start, interrupt, finish, announce_retry
+    reaper   requeue (or exhaust), repair, restore_stream
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import structlog
+
+from .errors import Conflict, Fenced, StoreUnavailable, StreamGone
+from .events import (
+    DoneData,
+    ErrorData,
+    PendingData,
+    RetryData,
+    RunStatus,
+    RunStatusData,
+    WireMessage,
+    decode_data,
+    encode_data,
+)
+from .log import EventLog
+from .queue import RunQueue
+from .records import Created, NewRun, Records, RunRecord
+
+__all__ = ["RetryPlan", "RunLifecycle"]
+
+logger = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    """What clients must be told when a new attempt starts over an old one's stream."""
+
+    discard: list[str]  # ids of messages whose partial tokens clients drop
+    resend: Sequence[tuple[str, Any]]  # (event, data) that give the kept messages whole
+
+
+PlanRetry = Callable[[RunRecord], Awaitable[RetryPlan]]
+
+
+class RunLifecycle:
+    """The transitions of a run; one instance per process, over its records and event log."""
+
+    def __init__(
+        self,
+        records: Records,
+        events: EventLog,
+        queue: RunQueue,
+        *,
+        lease_s: float,
+        max_attempts: int,
+    ) -> None:
+        self.records = records
+        self.events = events
+        self.queue = queue
+        self.max_attempts = max_attempts
+        # Long enough for one reaper to write an outcome; short enough that another one
+        # finishes the job soon if that reaper dies.
+        self.repair_lock_s = max(5.0, 5 * lease_s)
+
+    # -- events ------------------------------------------------------------------------------
+
+    async def _event(
+        self,
+        run: RunRecord,
+        attempt: int,
+        event: str,
+        data: Any,
+        *,
+        status: RunStatus | None = None,
+        settled: bool = False,
+    ) -> str:
+        return await self.events.append(
+            run.run_id, attempt, event, encode_data(data), status=status, settled=settled
+        )
+
+    async def _status(
+        self, run: RunRecord, attempt: int, status: RunStatus, *, settled: bool = False
+    ) -> str:
+        data = RunStatusData(status=status, attempt=attempt)
+        return await self._event(run, attempt, "run", data, status=status, settled=settled)
+
+    async def _outcome(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
+        """The status event and the terminal event of a finished `run`, then its last id."""
+        await self._status(run, attempt, run.status, settled=settled)
+        if run.status == RunStatus.FAILED:
+            error = run.error or {}
+            data: Any = ErrorData(
+                code=str(error.get("code", "failed")),
+                message=str(error.get("message", "the run failed")),
+            )
+            last = await self._event(run, attempt, "error", data, settled=settled)
+        else:
+            output = msgspec.convert(run.output, WireMessage) if run.output else None
+            done = DoneData(status=run.status, output=output)  # type: ignore[arg-type]
+            last = await self._event(run, attempt, "done", done, settled=settled)
+        await self.records.set_last_event_id(run.run_id, last)
+
+    async def _pending(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
+        """The `pending` event and `interrupted` status of an interrupted `run`."""
+        await self._event(
+            run, attempt, "pending", PendingData(interrupt=run.interrupt), settled=settled
+        )
+        last = await self._status(run, attempt, RunStatus.INTERRUPTED, settled=settled)
+        await self.records.set_last_event_id(run.run_id, last)
+
+    # -- server ------------------------------------------------------------------------------
+
+    async def submit(self, new: NewRun) -> Created:
+        """Record the run with its stream open, then hand it to the workers if it may start.
+
+        A failed enqueue does not fail the submit: the run is recorded and its stream open,
+        and the reaper enqueues queued runs that have no job.
+        """
+
+        async def open_stream(run: RunRecord) -> None:
+            queued = RunStatusData(status=RunStatus.QUEUED, attempt=run.attempt)
+            await self.events.open(
+                run.run_id,
+                owner=run.owner,
+                thread_id=run.thread_id,
+                attempt=run.attempt,
+                event="run",
+                data=encode_data(queued),
+            )
+
+        created = await self.records.create_run(new, before_commit=open_stream)
+        if created.dispatch_now:
+            try:
+                await self.queue.enqueue(created.run)
+            except StoreUnavailable as exc:
+                logger.warning(
+                    "enqueue failed; the reaper will retry it",
+                    run_id=created.run.run_id,
+                    error=str(exc),
+                )
+        return created
+
+    async def cancel(self, run: RunRecord) -> RunRecord:
+        """Cancel a queued or interrupted run at once, or ask the worker running it to stop.
+
+        Raises:
+            Conflict: the run already finished.
+        """
+        if run.status.terminal:
+            raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
+        cancelled = await self.records.cancel_idle_run(run.run_id, run.owner)
+        if cancelled is not None:
+            await self._outcome(cancelled, cancelled.attempt)
+            await self.queue.dispatch_next(cancelled.thread_id)
+            logger.info("run cancelled")
+            return cancelled
+        # Running (or just claimed): the worker that holds it stops it and writes the outcome.
+        await self.events.request_cancel(run.run_id)
+        logger.info("cancel requested from the worker")
+        return await self.records.get_run(run.run_id, run.owner) or run
+
+    async def resume(self, run: RunRecord, value: Any) -> RunRecord:
+        """Queue an interrupted run again with the answer to its interrupt.
+
+        Raises:
+            Conflict: the run is not interrupted.
+        """
+        resumed = await self.records.resume_run(run.run_id, run.owner, value)
+        if resumed is None:
+            raise Conflict(
+                f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
+            )
+        await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
+        await self.queue.enqueue(resumed)
+        logger.info("run resumed")
+        return resumed
+
+    # -- worker ------------------------------------------------------------------------------
+
+    async def claim(self, run_id: str, lease_s: float) -> RunRecord | None:
+        """queued -> running for this worker, with the attempt's lease; None if not ours."""
+        run = await self.records.claim_run(run_id)
+        if run is None:
+            logger.info("run not claimable, skipping", run_id=run_id)
+            return None
+        try:
+            await self.events.claim(run.run_id, run.attempt, lease_s)
+        except (Fenced, StreamGone) as exc:
+            logger.warning(
+                "could not take the run's lease; leaving it to the reaper",
+                run_id=run_id,
+                error=str(exc),
+            )
+            return None
+        return run
+
+    async def start(self, run: RunRecord, plan_retry: PlanRetry) -> None:
+        """The attempt begins: its `retry` announcement if nobody wrote it, then `running`."""
+        if run.attempt > 1:
+            record = await self.events.live_record(run.run_id)
+            if record is not None and record.retry_attempt < run.attempt:
+                await self.announce_retry(run, await plan_retry(run))  # the reaper died first
+        await self._status(run, run.attempt, RunStatus.RUNNING)
+
+    async def interrupt(self, run: RunRecord, value: Any) -> bool:
+        """running -> interrupted; False when the attempt no longer held the run."""
+        interrupted = await self.records.interrupt_run(run.run_id, run.attempt, value)
+        if interrupted is None:
+            logger.warning("run changed hands before it paused; writing nothing")
+            return False
+        await self._pending(interrupted, run.attempt, settled=True)
+        logger.info("run interrupted")
+        return True
+
+    async def finish(
+        self,
+        run: RunRecord,
+        status: RunStatus,
+        *,
+        output: WireMessage | None = None,
+        error: dict[str, str] | None = None,
+    ) -> bool:
+        """running -> succeeded, failed or cancelled; False when the attempt lost the run.
+
+        The caller has written every event the attempt emitted before this: the outcome's
+        events are the stream's last.
+        """
+        done = await self.records.finish_run(
+            run.run_id,
+            run.attempt,
+            status,
+            output=msgspec.to_builtins(output) if output is not None else None,
+            error=error,
+        )
+        if done is None:
+            logger.warning("run changed hands before it finished; writing nothing", status=status)
+            return False
+        await self._outcome(done, run.attempt, settled=True)
+        logger.info("run finished", status=status)
+        return True
+
+    async def announce_retry(self, run: RunRecord, plan: RetryPlan) -> None:
+        """Write the `retry` event of `run.attempt` and re-send the messages it keeps whole."""
+        retry = RetryData(attempt=run.attempt, discard=plan.discard)
+        await self._event(run, run.attempt, "retry", retry)
+        for event, data in plan.resend:
+            await self._event(run, run.attempt, event, data)
+
+    # -- reaper ------------------------------------------------------------------------------
+
+    async def requeue(self, run: RunRecord, reason: str, plan_retry: PlanRetry) -> None:
+        """Queue attempt `run.attempt + 1` (the stream already fenced `run.attempt` out), or
+        fail the run with `attempts_exhausted` when none are left."""
+        following = run.attempt + 1
+        log = logger.bind(run_id=run.run_id, thread_id=run.thread_id, attempt=following)
+        if following > self.max_attempts:
+            error = {
+                "code": "attempts_exhausted",
+                "message": f"gave up after {run.attempt} attempts; the last one ended: {reason}",
+            }
+            failed = await self.records.fail_attempts_exhausted(run.run_id, run.attempt, error)
+            if failed is None:
+                await self.repair(run.run_id)
+                return
+            await self._outcome(failed, following)
+            await self.queue.dispatch_next(run.thread_id)
+            log.warning("run failed: attempts exhausted", reason=reason)
+            return
+        queued = await self.records.requeue_attempt(run.run_id, run.attempt)
+        if queued is None:
+            await self.repair(run.run_id)
+            return
+        plan = await plan_retry(queued)
+        await self.announce_retry(queued, plan)
+        await self._status(queued, following, RunStatus.QUEUED)
+        await self.queue.enqueue(queued)
+        log.warning("run re-queued", reason=reason, discard=len(plan.discard))
+
+    async def repair(self, run_id: str) -> None:
+        """Postgres holds the run's outcome but its stream was never told: tell it.
+
+        The caller has fenced the old attempt out of the stream; the events are written as the
+        live record's current attempt, once: under a lock, as every worker's reaper may find
+        the run in the same pass.
+        """
+        if not await self.events.lock_repair(run_id, self.repair_lock_s):
+            return
+        run = await self.records.get_run(run_id)
+        record = await self.events.live_record(run_id)
+        if run is None or record is None:
+            return
+        last = await self.events.last_event(run_id)
+        if run.status.terminal:
+            if last is not None and last.terminal:
+                await self.records.set_last_event_id(run_id, last.id)
+                return
+            await self._outcome(run, record.attempt)
+            await self.queue.dispatch_next(run.thread_id)
+        elif run.status == RunStatus.INTERRUPTED:
+            await self.records.set_attempt(run_id, record.attempt)
+            said_interrupted = (
+                last is not None
+                and last.event == "run"
+                and decode_data(last.data).get("status") == RunStatus.INTERRUPTED
+            )
+            if said_interrupted and last is not None:
+                await self.records.set_last_event_id(run_id, last.id)
+            else:
+                await self._pending(run, record.attempt)
+        else:
+            return
+        logger.warning("run stream repaired from postgres", run_id=run_id, status=run.status)
+
+    async def restore_stream(self, run: RunRecord) -> None:
+        """Redis lost the run's record and stream: start a new one, opened by a `retry` event.
+
+        A run that was running gets a new attempt (its worker's writes are fenced out by the
+        new record's attempt); queued and interrupted runs say their status again.
+        """
+        running = run.status == RunStatus.RUNNING
+        attempt = run.attempt + 1 if running else run.attempt
+        await self.events.open(
+            run.run_id,
+            owner=run.owner,
+            thread_id=run.thread_id,
+            attempt=attempt,
+            event="retry",
+            data=encode_data(RetryData(attempt=attempt, discard=[])),
+            status=run.status,
+        )
+        logger.warning("run stream restored after redis lost it", run_id=run.run_id)
+        if running:
+            queued = await self.records.requeue_attempt(run.run_id, run.attempt)
+            if queued is None:
+                await self.repair(run.run_id)
+                return
+            await self._status(queued, queued.attempt, RunStatus.QUEUED)
+            await self.queue.enqueue(queued)
+        elif run.status == RunStatus.QUEUED:
+            await self._status(run, attempt, RunStatus.QUEUED)
+        elif run.status == RunStatus.INTERRUPTED:
+            await self._pending(run, attempt)

@@ -1,0 +1,122 @@
+"""The private names of other packages that runstream overrides are still there, as we use them
+(issue 10).
+
+A private method can change in any release without notice. Each check names the package, the
+private name and the file of ours that depends on it, so an upgrade that breaks one fails here,
+loudly, rather than as a worker that stops waking up or a checkpoint write that is no longer
+fenced. No service is needed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from arq.worker import Worker
+from langgraph.checkpoint.postgres import _ainternal
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+
+def _broken(package: str, name: str, ours: str, what: str) -> str:
+    return f"{package}: {name} {what}; fix {ours}, which relies on it"
+
+
+def _kind(function: Any) -> str:
+    if inspect.isasyncgenfunction(inspect.unwrap(function)):
+        return "an async context manager"
+    return "a coroutine function" if inspect.iscoroutinefunction(function) else "a plain function"
+
+
+def _check_signature(
+    package: str, name: str, ours: str, obj: Any, expected: str, kind: str
+) -> None:
+    """`obj` is a function of `kind` whose parameters are `expected` (annotations left out)."""
+    assert callable(obj), _broken(package, name, ours, "is gone")
+    signature = inspect.signature(obj)
+    bare = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    assert str(bare) == expected, _broken(
+        package, name, ours, f"now has the signature {signature}, not {expected}"
+    )
+    assert _kind(obj) == kind, _broken(package, name, ours, f"is now {_kind(obj)}, not {kind}")
+
+
+def _check_called(package: str, name: str, ours: str, caller: Any, call: str) -> None:
+    """`caller`'s source still contains `call`: what we override is still used as we assume."""
+    source = inspect.getsource(caller)
+    assert call in source, _broken(
+        package, name, ours, f"no longer appears as `{call}` in {caller.__qualname__}"
+    )
+
+
+class TestArq:
+    """`runner/worker.py` (`RunWorker`) overrides two private methods of arq's `Worker`."""
+
+    PACKAGE = "arq"
+    OURS = "runner/worker.py (RunWorker)"
+
+    def test_poll_iteration_is_the_loop_body(self) -> None:
+        """`Worker._poll_iteration(self)`, a coroutine, is what the poll loop runs each turn."""
+        name = "Worker._poll_iteration"
+        method = getattr(Worker, "_poll_iteration", None)
+        _check_signature(self.PACKAGE, name, self.OURS, method, "(self)", "a coroutine function")
+        _check_called(self.PACKAGE, name, self.OURS, Worker, "await self._poll_iteration()")
+
+    def test_release_sem_dec_counter_on_complete_runs_when_a_job_ends(self) -> None:
+        """`Worker._release_sem_dec_counter_on_complete(self)`, plain, frees a job slot."""
+        name = "Worker._release_sem_dec_counter_on_complete"
+        method = getattr(Worker, "_release_sem_dec_counter_on_complete", None)
+        _check_signature(self.PACKAGE, name, self.OURS, method, "(self)", "a plain function")
+        _check_called(
+            self.PACKAGE, name, self.OURS, Worker, "self._release_sem_dec_counter_on_complete()"
+        )
+
+
+class TestLanggraphCheckpointPostgres:
+    """`runner/checkpointer.py` (`FencedPostgresSaver`) overrides `AsyncPostgresSaver._cursor`
+    and calls `_ainternal.get_connection`."""
+
+    PACKAGE = "langgraph-checkpoint-postgres"
+    OURS = "runner/checkpointer.py (FencedPostgresSaver)"
+
+    def test_cursor_takes_pipeline_and_is_an_async_context_manager(self) -> None:
+        """`AsyncPostgresSaver._cursor(self, *, pipeline=False)` yields a cursor."""
+        name = "AsyncPostgresSaver._cursor"
+        method = getattr(AsyncPostgresSaver, "_cursor", None)
+        expected = "(self, *, pipeline=False)"
+        _check_signature(
+            self.PACKAGE, name, self.OURS, method, expected, "an async context manager"
+        )
+
+    @pytest.mark.parametrize("writer", ["aput", "aput_writes"])
+    def test_checkpoint_writes_ask_for_a_pipeline(self, writer: str) -> None:
+        """The fence applies to `_cursor(pipeline=True)`: every checkpoint write asks for it."""
+        _check_called(
+            self.PACKAGE,
+            "AsyncPostgresSaver._cursor",
+            self.OURS,
+            getattr(AsyncPostgresSaver, writer),
+            "self._cursor(pipeline=True)",
+        )
+
+    @pytest.mark.parametrize("attribute", ["conn", "pipe"])
+    def test_saver_keeps_conn_and_pipe(self, attribute: str) -> None:
+        """Our `_cursor` reads `self.conn` and `self.pipe`, which `__init__` sets."""
+        _check_called(
+            self.PACKAGE,
+            f"AsyncPostgresSaver.{attribute}",
+            self.OURS,
+            AsyncPostgresSaver.__init__,
+            f"self.{attribute} = {attribute}",
+        )
+
+    def test_get_connection_takes_a_pool(self) -> None:
+        """`_ainternal.get_connection(conn)`: an async context manager, a pool's connection."""
+        name = "langgraph.checkpoint.postgres._ainternal.get_connection"
+        function = getattr(_ainternal, "get_connection", None)
+        _check_signature(
+            self.PACKAGE, name, self.OURS, function, "(conn)", "an async context manager"
+        )

@@ -102,26 +102,18 @@ def metadata(value: Mapping[str, Any], settings: Settings) -> None:
             raise _too_large(
                 f"metadata key {key[:40]!r}...", f"is {len(key)} characters", METADATA_KEY_MAX_CHARS
             )
-    encoded = len(msgspec.json.encode(value))
-    if encoded > settings.max_metadata_bytes:
-        raise _too_large(
-            "metadata",
-            f"is {encoded} bytes as JSON",
-            settings.max_metadata_bytes,
-            "RUNSTREAM_MAX_METADATA_BYTES",
-        )
+    _json_within(value, "metadata", settings.max_metadata_bytes, "RUNSTREAM_MAX_METADATA_BYTES")
 
 
 def resume_value(value: Any, settings: Settings) -> None:
     """413 for a resume value bigger than the operator allows."""
+    _json_within(value, "resume", settings.max_resume_bytes, "RUNSTREAM_MAX_RESUME_BYTES")
+
+
+def _json_within(value: Any, what: str, limit: int, setting: str) -> None:
     encoded = len(msgspec.json.encode(value))
-    if encoded > settings.max_resume_bytes:
-        raise _too_large(
-            "resume",
-            f"is {encoded} bytes as JSON",
-            settings.max_resume_bytes,
-            "RUNSTREAM_MAX_RESUME_BYTES",
-        )
+    if encoded > limit:
+        raise _too_large(what, f"is {encoded} bytes as JSON", limit, setting)
 
 
 def configurable(values: Mapping[str, Any], graphs: GraphRegistry, graph: str) -> None:

@@ -45,18 +45,27 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     return value
 
 
-def _pairs(env: Mapping[str, str], name: str, sep: str) -> dict[str, str]:
-    """Parse `a<sep>b,c<sep>d` lists such as RUNSTREAM_API_KEYS and RUNSTREAM_GRAPHS."""
-    result: dict[str, str] = {}
+def _items(
+    env: Mapping[str, str], name: str, sep: str, *, secret: bool = False
+) -> list[tuple[str, str]]:
+    """Parse `a<sep>b,c<sep>d` lists (RUNSTREAM_API_KEYS, RUNSTREAM_GRAPHS, ...), in order.
+
+    With `secret` (the right-hand sides are secrets), an error never shows an item.
+    """
+    result: list[tuple[str, str]] = []
     for item in (env.get(name) or "").split(","):
-        item = item.strip()
-        if not item:
+        left, found, right = (part.strip() for part in item.strip().partition(sep))
+        if not (left or found or right):
             continue
-        left, found, right = item.partition(sep)
-        if not found or not left.strip() or not right.strip():
-            raise SettingsError(f"{name}: expected 'x{sep}y' items, got {item!r}")
-        result[left.strip()] = right.strip()
+        if not found or not left or not right:
+            shown = "one is incomplete" if secret else f"got {item.strip()!r}"
+            raise SettingsError(f"{name}: expected 'x{sep}y' items, {shown}")
+        result.append((left, right))
     return result
+
+
+def _pairs(env: Mapping[str, str], name: str, sep: str, *, secret: bool = False) -> dict[str, str]:
+    return dict(_items(env, name, sep, secret=secret))
 
 
 def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
@@ -64,23 +73,15 @@ def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], .
 
     Errors name the key id, never the secret.
     """
-    result: list[tuple[str, str]] = []
-    for item in (env.get(name) or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key_id, found, secret = item.partition(":")
-        key_id, secret = key_id.strip(), secret.strip()
-        if not found or not secret:
-            raise SettingsError(f"{name}: expected 'key_id:secret' items, one has no secret")
+    keys = _items(env, name, ":", secret=True)
+    for index, (key_id, _) in enumerate(keys):
         if not _KEY_ID.match(key_id):
             raise SettingsError(
                 f"{name}: a key id is 1-32 characters from A-Z a-z 0-9 _ -, got {key_id[:40]!r}"
             )
-        if any(key_id == known for known, _ in result):
+        if any(key_id == earlier for earlier, _ in keys[:index]):
             raise SettingsError(f"{name}: key id {key_id!r} is given twice")
-        result.append((key_id, secret))
-    return tuple(result)
+    return tuple(keys)
 
 
 def _hosts(env: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -162,7 +163,7 @@ class Settings:
             raise SettingsError(f"RUNSTREAM_DATABASE_SCHEMA is not an identifier: {schema!r}")
         openai_key = env.get("OPENAI_API_KEY") or None
         model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if openai_key else "fake")
-        api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":")
+        api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
         signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
         signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")
         if signing_key and signing_keys:

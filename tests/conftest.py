@@ -90,6 +90,17 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
         await redis.aclose()
 
 
+def schema_connection(settings: Settings, **kwargs: Any) -> Any:
+    """A connection (`async with await ...`) in autocommit on the test's own schema."""
+    assert settings.database_url
+    return psycopg.AsyncConnection.connect(
+        settings.database_url,
+        autocommit=True,
+        options=f"-c search_path={settings.database_schema}",
+        **kwargs,
+    )
+
+
 class ServerHandle:
     def __init__(self, url: str, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
         self.url = url

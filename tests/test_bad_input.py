@@ -19,14 +19,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import psycopg
 import pytest
 from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
 from stream_store.limits import JSON_MAX_DEPTH
 from stream_store.settings import Settings
-from tests.conftest import ServerHandle, StartServer
+from tests.conftest import ServerHandle, StartServer, schema_connection
 
 MAX_BODY = 2048
 RANDOM_ID = "5f0c2a7e-9d1b-4c3e-8a6f-2b7d9e1c4a50"
@@ -54,11 +53,8 @@ class State:
 
 async def state_of(settings: Settings) -> State:
     """The rows of the test's tables and the dump of every key under its Redis prefix."""
-    assert settings.database_url and settings.redis_url
-    async with await psycopg.AsyncConnection.connect(
-        settings.database_url, autocommit=True, row_factory=dict_row
-    ) as conn:
-        await conn.execute(f'SET search_path TO "{settings.database_schema}"')
+    assert settings.redis_url
+    async with await schema_connection(settings, row_factory=dict_row) as conn:
         runs = await (await conn.execute("SELECT * FROM runstream_runs ORDER BY run_id")).fetchall()
         threads = await (
             await conn.execute("SELECT * FROM runstream_threads ORDER BY thread_id")

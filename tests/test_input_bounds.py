@@ -12,14 +12,13 @@ import json
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from langgraph._internal import _constants as langgraph_constants
 from psycopg.types.json import Jsonb
 
 from runner.graphs import GraphRegistry
 from stream_store.settings import Settings, SettingsError
-from tests.conftest import StartServer, StartWorker
+from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import read_events
 from tests.test_bad_input import assert_error
 
@@ -169,11 +168,7 @@ class TestConfigurableAllowList:
                     "__pregel_checkpointer": None,
                 }
             }
-            assert settings.database_url
-            async with await psycopg.AsyncConnection.connect(
-                settings.database_url, autocommit=True
-            ) as conn:
-                await conn.execute(f'SET search_path TO "{settings.database_schema}"')
+            async with await schema_connection(settings) as conn:
                 await conn.execute(
                     "UPDATE runstream_runs SET config = %s WHERE run_id = %s",
                     (Jsonb(forged), run["run_id"]),

@@ -110,6 +110,11 @@ class TestSigningKeys:
             Settings.from_env({"RUNSTREAM_SIGNING_KEYS": value}, env_file="")
         assert "topsecret" not in str(refused.value)
 
+    def test_malformed_api_keys_are_refused_without_echoing_keys(self) -> None:
+        with pytest.raises(SettingsError, match="RUNSTREAM_API_KEYS") as refused:
+            Settings.from_env({"RUNSTREAM_API_KEYS": "topsecret:alice,topsecret2"}, env_file="")
+        assert "topsecret" not in str(refused.value)
+
     def test_both_forms_at_once_are_refused(self) -> None:
         env = {"RUNSTREAM_SIGNING_KEY": "a", "RUNSTREAM_SIGNING_KEYS": "k1:b"}
         with pytest.raises(SettingsError, match="not both"):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import psycopg
 import pytest
 from arq.worker import Worker
 
 from stream_store.connections import NestedCheckout, open_pg_pool
 from stream_store.settings import Settings
+from tests.conftest import schema_connection
 from tests.test_threads import finish
 
 # Four times the connections in the server's pool (10): on the old code, enough of them held a
@@ -19,9 +19,7 @@ CONCURRENT = 40
 
 
 async def checkpoint_rows(settings: Settings, thread_id: str) -> int:
-    async with await psycopg.AsyncConnection.connect(
-        settings.database_url, autocommit=True, options=f"-c search_path={settings.database_schema}"
-    ) as conn:
+    async with await schema_connection(settings) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
         )
@@ -78,11 +76,7 @@ class TestDeleteIsAtomic:
 
         # A deferred constraint trigger fails the delete's transaction at COMMIT, after every
         # statement in it (the checkpoint purge included) has run.
-        async with await psycopg.AsyncConnection.connect(
-            settings.database_url,
-            autocommit=True,
-            options=f"-c search_path={settings.database_schema}",
-        ) as conn:
+        async with await schema_connection(settings) as conn:
             await conn.execute(
                 "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS"
                 " $$ BEGIN RAISE EXCEPTION 'commit refused by the test'; END $$"

@@ -21,15 +21,17 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, Durability, StreamMode
 from redis.exceptions import RedisError
 
+from stream_store.checkpoints import attempt_fence
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
 from stream_store.events import MessageData, RunStatus, WireMessage, encode_data
+from stream_store.log import EventLog
 from stream_store.records import RunRecord
+from stream_store.services import Services
 
-from .checkpointer import attempt_fence
-from .context import WorkerContext
 from .graphs import RunContext
 from .models import make_chat_model
 from .recovery import hand_back, retry_planner
+from .state import Attempt, AttemptPhase, WorkerState
 from .thread_state import input_messages
 from .translate import StreamTranslator, to_wire_message
 
@@ -65,8 +67,8 @@ class _Writer:
     or `drain`.
     """
 
-    def __init__(self, ctx: WorkerContext, run: RunRecord) -> None:
-        self.events = ctx["events"]
+    def __init__(self, events: EventLog, run: RunRecord) -> None:
+        self.events = events
         self.run = run
         self._pending: list[tuple[str, bytes]] = []
         self._flushing: asyncio.Task[None] | None = None
@@ -108,60 +110,62 @@ class _Writer:
                 task.result()
 
 
-async def _keep_lease(ctx: WorkerContext, run: RunRecord, task: asyncio.Task[None]) -> None:
-    lease_s = ctx["settings"].lease_s
+async def _keep_lease(services: Services, run: RunRecord, attempt: Attempt) -> None:
+    lease_s = services.settings.lease_s
     while True:
         await asyncio.sleep(lease_s / 3)
         try:
-            await ctx["events"].renew(run.run_id, run.attempt, lease_s)
+            await services.events.renew(run.run_id, run.attempt, lease_s)
         except (Fenced, StreamGone):
-            if run.run_id in ctx["settling"]:
-                return  # the outcome is recorded; its events are exempt from the lease
-            logger.warning("lease lost; stopping this attempt", run_id=run.run_id)
-            ctx["lost"].add(run.run_id)
-            task.cancel()
-            return
+            if attempt.lose():
+                logger.warning("lease lost; stopping this attempt", run_id=run.run_id)
+            return  # (settling: the outcome's events are exempt from the lease)
         except StoreUnavailable as exc:
             logger.warning("lease renewal failed; will retry", run_id=run.run_id, error=str(exc))
 
 
-async def execute_run(ctx: WorkerContext, run_id: str) -> None:
-    """Claim the run, stream its graph into its event log, and record the outcome."""
-    run = await ctx["lifecycle"].claim(run_id, ctx["settings"].lease_s)
+async def execute_run(ctx: dict[str, Any], run_id: str) -> None:
+    """The arq job: claim the run, stream its graph into its event log, record the outcome."""
+    state = WorkerState.of(ctx)
+    services = state.services
+    run = await services.lifecycle.claim(run_id, services.settings.lease_s)
     if run is None:
         return
     with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id):
-        finished = await _execute_attempt(ctx, run)
+        finished = await _execute_attempt(state, run)
     if finished:
-        await ctx["queue"].dispatch_next(run.thread_id)
+        await services.queue.dispatch_next(run.thread_id)
 
 
-async def _execute_attempt(ctx: WorkerContext, run: RunRecord) -> bool:
+async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     """Run the claimed attempt to an outcome; True when the run finished (terminal)."""
+    services = state.services
     run_id = run.run_id
     task = asyncio.current_task()
     assert task is not None
-    ctx["running"][run_id] = task
-    keeper = asyncio.create_task(_keep_lease(ctx, run, task))
+    attempt = state.attempts[run_id] = Attempt(run_id, task)
+    keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
-    writer = _Writer(ctx, run)
+    writer = _Writer(services.events, run)
     finished = False
     try:
-        if await ctx["events"].cancel_requested(run_id):
+        if await services.events.cancel_requested(run_id):
             raise asyncio.CancelledError
-        await ctx["lifecycle"].start(run, retry_planner(ctx))
+        await services.lifecycle.start(run, retry_planner(services))
         logger.info("run started", graph=run.graph, attempt=run.attempt)
-        finished = await _stream_graph(ctx, run, writer)
+        finished = await _stream_graph(state, attempt, run, writer)
     except asyncio.CancelledError:
         task.uncancel()
         keeper.cancel()
-        if run_id in ctx["lost"]:
+        if attempt.phase is AttemptPhase.LOST:
             logger.warning("attempt abandoned: lease lost")
-        elif run_id in ctx["cancelling"] or await ctx["events"].cancel_requested(run_id):
-            finished = await _finish(ctx, run, writer, RunStatus.CANCELLED)
+        elif attempt.phase is AttemptPhase.CANCELLING or await services.events.cancel_requested(
+            run_id
+        ):
+            finished = await _finish(services, attempt, run, writer, RunStatus.CANCELLED)
         else:
             logger.info("worker stopping; handing the run back")
-            await hand_back(ctx, run)
+            await hand_back(services, run)
     except (Fenced, StreamGone) as exc:
         logger.warning("attempt fenced out; stopping without writing", error=str(exc))
     except INFRASTRUCTURE_ERRORS as exc:
@@ -169,19 +173,16 @@ async def _execute_attempt(ctx: WorkerContext, run: RunRecord) -> bool:
     except Exception as exc:
         logger.exception("run failed")
         message = f"{type(exc).__name__}: {exc}"
-        secret = ctx["settings"].openai_api_key
+        secret = services.settings.openai_api_key
         if secret:  # an upstream may echo the key back in its error text
             message = message.replace(secret, "***")
         error = {"code": "graph_error", "message": message[:1000]}
-        finished = await _finish(ctx, run, writer, RunStatus.FAILED, error=error)
+        finished = await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     finally:
         keeper.cancel()
         writer.abandon()
         attempt_fence.reset(fence)
-        ctx["running"].pop(run_id, None)
-        ctx["cancelling"].discard(run_id)
-        ctx["lost"].discard(run_id)
-        ctx["settling"].discard(run_id)
+        del state.attempts[run_id]
     return finished
 
 
@@ -216,10 +217,13 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
     return {"messages": input_messages(run)}
 
 
-async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> bool:
+async def _stream_graph(
+    state: WorkerState, attempt: Attempt, run: RunRecord, writer: _Writer
+) -> bool:
     """Run the graph; True when the run finished (False when it is now interrupted)."""
-    graph = ctx["graphs"].get(run.graph, ctx["checkpointer"])
-    configurable = ctx["graphs"].caller_configurable(run.graph, run.config.get("configurable"))
+    services = state.services
+    graph = state.graphs.get(run.graph, services.checkpointer)
+    configurable = state.graphs.caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
         "configurable": {**configurable, "thread_id": run.thread_id},
         "metadata": {"run_id": run.run_id},
@@ -228,8 +232,8 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
         run_id=run.run_id,
         thread_id=run.thread_id,
         attempt=run.attempt,
-        chat_model=make_chat_model(ctx["settings"], configurable),
-        ledger=ctx["ledger"],
+        chat_model=make_chat_model(services.settings, configurable),
+        ledger=state.ledger,
     )
     graph_input = await _graph_input(graph, run, config)
     if isinstance(graph_input, dict) and run.attempt == 1:
@@ -246,22 +250,24 @@ async def _stream_graph(ctx: WorkerContext, run: RunRecord, writer: _Writer) -> 
             for event, data in translator.translate(mode, chunk):
                 await writer.emit(event, data)
 
-    state = await graph.aget_state(config)  # type: ignore[arg-type]
-    if state.interrupts and await ctx["events"].cancel_requested(run.run_id):
-        return await _finish(ctx, run, writer, RunStatus.CANCELLED)  # cancelled while it ran
-    if state.interrupts:
+    snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
+    if snapshot.interrupts and await services.events.cancel_requested(run.run_id):
+        # cancelled while it ran
+        return await _finish(services, attempt, run, writer, RunStatus.CANCELLED)
+    if snapshot.interrupts:
         await writer.drain()  # the outcome's events are the stream's last
-        ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
-        await ctx["lifecycle"].interrupt(run, state.interrupts[0].value)
+        attempt.phase = AttemptPhase.SETTLING
+        await services.lifecycle.interrupt(run, snapshot.interrupts[0].value)
         return False
-    messages = state.values.get("messages") or []
+    messages = snapshot.values.get("messages") or []
     last = messages[-1] if messages else None
     output = to_wire_message(last) if isinstance(last, AIMessage) else None
-    return await _finish(ctx, run, writer, RunStatus.SUCCEEDED, output=output)
+    return await _finish(services, attempt, run, writer, RunStatus.SUCCEEDED, output=output)
 
 
 async def _finish(
-    ctx: WorkerContext,
+    services: Services,
+    attempt: Attempt,
     run: RunRecord,
     writer: _Writer,
     status: RunStatus,
@@ -270,5 +276,5 @@ async def _finish(
     error: dict[str, str] | None = None,
 ) -> bool:
     await writer.drain()  # an outcome in Postgres implies every event before it is in the stream
-    ctx["settling"].add(run.run_id)  # from here on only the outcome's events are written
-    return await ctx["lifecycle"].finish(run, status, output=output, error=error)
+    attempt.phase = AttemptPhase.SETTLING  # from here on only the outcome's events are written
+    return await services.lifecycle.finish(run, status, output=output, error=error)

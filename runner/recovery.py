@@ -23,9 +23,10 @@ from stream_store.events import RunStatus
 from stream_store.lifecycle import PlanRetry, RetryPlan
 from stream_store.log import TakeOver
 from stream_store.records import RunRecord
+from stream_store.services import Services
 from stream_store.threads import delete_thread
 
-from .context import WorkerContext
+from .state import WorkerState
 from .thread_state import input_messages, thread_messages
 from .translate import StreamTranslator
 
@@ -35,7 +36,7 @@ logger = structlog.get_logger()
 
 
 async def incomplete_messages(
-    ctx: WorkerContext, run: RunRecord
+    services: Services, run: RunRecord
 ) -> tuple[list[str], list[BaseMessage]]:
     """What a retry must tell clients: the messages to discard, and those to send whole.
 
@@ -45,8 +46,8 @@ async def incomplete_messages(
     stream can lag the checkpoint, since events go out while the graph runs on. Anything else
     the stream started is dropped: the node that made it runs again, under a new message id.
     """
-    seen, completed = await ctx["events"].message_ids(run.run_id)
-    thread = await thread_messages(ctx["checkpointer"], run.thread_id)
+    seen, completed = await services.events.message_ids(run.run_id)
+    thread = await thread_messages(services.checkpointer, run.thread_id)
     kept = {m.id for m in thread}
     given = input_messages(run)
     given_ids = {m.id for m in given}
@@ -56,39 +57,40 @@ async def incomplete_messages(
     return discard, [m for m in mine if m.id not in completed]
 
 
-async def plan_retry(ctx: WorkerContext, run: RunRecord) -> RetryPlan:
+async def plan_retry(services: Services, run: RunRecord) -> RetryPlan:
     """The `retry` announcement of `run.attempt`: what to discard, and what to send whole."""
-    discard, resend = await incomplete_messages(ctx, run)
+    discard, resend = await incomplete_messages(services, run)
     translator = StreamTranslator()  # a token first for model text, as when it streamed
     events = [pair for message in resend for pair in translator.complete(message)]
     return RetryPlan(discard=discard, resend=events)
 
 
-def retry_planner(ctx: WorkerContext) -> PlanRetry:
-    return functools.partial(plan_retry, ctx)
+def retry_planner(services: Services) -> PlanRetry:
+    return functools.partial(plan_retry, services)
 
 
-async def hand_back(ctx: WorkerContext, run: RunRecord) -> None:
+async def hand_back(services: Services, run: RunRecord) -> None:
     """This worker is stopping: give the run to the next attempt now, not after its lease."""
-    if await ctx["events"].take_over(run.run_id, run.attempt, force=True) == TakeOver.TAKEN:
-        await ctx["lifecycle"].requeue(run, "the worker shut down", retry_planner(ctx))
+    if await services.events.take_over(run.run_id, run.attempt, force=True) == TakeOver.TAKEN:
+        await services.lifecycle.requeue(run, "the worker shut down", retry_planner(services))
 
 
-async def reap_once(ctx: WorkerContext) -> None:
+async def reap_once(state: WorkerState) -> None:
     """One pass: expired leases, queued runs without a job, runs whose stream Redis lost."""
-    records, events, settings = ctx["records"], ctx["events"], ctx["settings"]
-    lifecycle = ctx["lifecycle"]
+    services = state.services
+    records, events, settings = services.records, services.events, services.settings
+    lifecycle = services.lifecycle
     for run in await records.running_claimed_before(settings.lease_s):
-        if run.run_id in ctx["running"]:
+        if run.run_id in state.attempts:
             continue  # executing here; its heartbeat holds the lease
         verdict = await events.take_over(run.run_id, run.attempt)
         if verdict == TakeOver.TAKEN:
             reason = "its worker stopped renewing the lease"
-            await lifecycle.requeue(run, reason, retry_planner(ctx))
+            await lifecycle.requeue(run, reason, retry_planner(services))
         elif verdict == TakeOver.MISSING:
             await lifecycle.restore_stream(run)
     for run in await records.unsettled(settings.lease_s):
-        if run.run_id in ctx["running"]:
+        if run.run_id in state.attempts:
             continue
         verdict = await events.take_over(run.run_id, run.attempt, force=True)
         if verdict == TakeOver.MISSING:  # the stream expired or was lost: nothing to tell
@@ -103,38 +105,38 @@ async def reap_once(ctx: WorkerContext) -> None:
         if not await events.exists(run.run_id):
             await lifecycle.restore_stream(run)
         fresh = await records.redispatch_if_stuck(run.run_id, run.dispatch, stuck_after_s)
-        await ctx["queue"].enqueue(fresh or run)
+        await services.queue.enqueue(fresh or run)
 
 
-async def expire_idle_threads(ctx: WorkerContext) -> None:
+async def expire_idle_threads(services: Services) -> None:
     """Delete threads idle longer than RUNSTREAM_THREAD_RETENTION, as DELETE would."""
-    retention_s = ctx["settings"].thread_retention_s
+    retention_s = services.settings.thread_retention_s
     if not retention_s:
         return
-    for thread_id, owner in await ctx["records"].idle_threads(retention_s):
+    for thread_id, owner in await services.records.idle_threads(retention_s):
         try:
-            await delete_thread(ctx["records"], ctx["events"], thread_id, owner)
+            await delete_thread(services.records, services.events, thread_id, owner)
         except (NotFound, Conflict):
             continue  # deleted or used meanwhile
         logger.info("thread expired", thread_id=thread_id, retention_s=retention_s)
 
 
-async def restore_interrupted(ctx: WorkerContext) -> None:
+async def restore_interrupted(services: Services) -> None:
     """At start-up: interrupted runs whose stream Redis lost get it back (resume needs it)."""
-    for run in await ctx["records"].active_runs():
-        if run.status == RunStatus.INTERRUPTED and not await ctx["events"].exists(run.run_id):
-            await ctx["lifecycle"].restore_stream(run)
+    for run in await services.records.active_runs():
+        if run.status == RunStatus.INTERRUPTED and not await services.events.exists(run.run_id):
+            await services.lifecycle.restore_stream(run)
 
 
-async def reap_forever(ctx: WorkerContext) -> None:
-    interval = ctx["settings"].reaper_interval_s
+async def reap_forever(state: WorkerState) -> None:
+    interval = state.services.settings.reaper_interval_s
     passes = 0
     while True:
         try:
             if passes % 30 == 0:
-                await restore_interrupted(ctx)
-            await reap_once(ctx)
-            await expire_idle_threads(ctx)
+                await restore_interrupted(state.services)
+            await reap_once(state)
+            await expire_idle_threads(state.services)
         except (StoreError, RedisError, OSError) as exc:
             logger.warning("reaper pass failed; retrying", error=str(exc))
         except Exception:

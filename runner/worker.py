@@ -1,7 +1,7 @@
 """The arq worker of `runstream worker`: its start-up, shut-down and pub/sub listener.
 
-The worker process owns its connections (a Redis client shared with arq, a psycopg pool and the
-LangGraph checkpointer on it) and passes them to jobs through the typed `ctx`. Jobs are not
+The worker process owns its connections (`Services`, on the Redis client arq already has) and
+passes them to jobs as one typed `WorkerState` in arq's `ctx` (`ctx["state"]`). Jobs are not
 retried by arq (`max_tries=1`): a run's fate is decided by runstream, not by arq's bookkeeping.
 """
 
@@ -9,26 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
-from stream_store.connections import open_pg_pool, open_redis
+from stream_store.connections import open_redis
 from stream_store.keys import KeySpace
-from stream_store.lifecycle import RunLifecycle
-from stream_store.log import EventLog
-from stream_store.migrations import migrate
-from stream_store.queue import EXECUTE_RUN, RunQueue
-from stream_store.records import Records
+from stream_store.queue import EXECUTE_RUN
+from stream_store.services import open_services
 from stream_store.settings import Settings
 
-from .checkpointer import FencedPostgresSaver
-from .context import WorkerContext
 from .execute import execute_run
 from .graphs import GraphRegistry
 from .recovery import reap_forever
+from .state import WorkerState
 from .tools import ToolLedger
 
 __all__ = ["build_worker"]
@@ -37,38 +33,30 @@ logger = structlog.get_logger()
 
 
 async def startup(ctx: dict[str, Any]) -> None:
-    wctx = cast(WorkerContext, ctx)
-    settings = wctx["settings"]
-    keys = KeySpace(settings.redis_prefix)
-    pool = await open_pg_pool(settings, max_size=max(4, min(settings.worker_concurrency, 10)))
-    checkpointer = FencedPostgresSaver(pool)
-    await migrate(pool, settings.database_schema)
+    settings: Settings = ctx["settings"]
+    stack = contextlib.AsyncExitStack()
+    services = await stack.enter_async_context(
+        open_services(
+            settings,
+            pool_size=max(4, min(settings.worker_concurrency, 10)),
+            redis=ctx["redis"],  # arq's own client: the worker needs no second one
+        )
+    )
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
-    records = Records(pool)
-    wctx["pool"] = pool
-    wctx["checkpointer"] = checkpointer
-    wctx["records"] = records
-    wctx["events"] = EventLog(wctx["redis"], keys, settings.stream_ttl_s)
-    wctx["queue"] = RunQueue(wctx["redis"], keys, records)
-    wctx["lifecycle"] = RunLifecycle(
-        records,
-        wctx["events"],
-        wctx["queue"],
-        lease_s=settings.lease_s,
-        max_attempts=settings.max_attempts,
+    state = WorkerState(
+        services=services,
+        graphs=graphs,
+        ledger=ToolLedger(services.pool),
+        wake=ctx["wake"],
+        exit_stack=stack,
     )
-    wctx["graphs"] = graphs
-    wctx["ledger"] = ToolLedger(pool)
-    wctx["running"] = {}
-    wctx["cancelling"] = set()
-    wctx["lost"] = set()
-    wctx["settling"] = set()
-    wctx["reaper"] = asyncio.create_task(reap_forever(wctx))
-    wctx["listener"] = asyncio.create_task(_listen(wctx, keys))
+    for background in (reap_forever(state), _listen(state)):
+        stack.push_async_callback(_stop, asyncio.create_task(background))
+    ctx["state"] = state
     logger.info(
         "worker ready",
-        queue=keys.queue(),
+        queue=services.keys.queue(),
         model=settings.model,
         graphs=graphs.names(),
         concurrency=settings.worker_concurrency,
@@ -76,42 +64,39 @@ async def startup(ctx: dict[str, Any]) -> None:
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
-    wctx = cast(WorkerContext, ctx)
-    for name in ("listener", "reaper"):
-        background = wctx.get(name)
-        if isinstance(background, asyncio.Task):
-            background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await background
-    if "events" in wctx:
-        await wctx["events"].aclose()
-    if "pool" in wctx:
-        await wctx["pool"].close()
+    state = ctx.pop("state", None)
+    if isinstance(state, WorkerState):
+        await state.exit_stack.aclose()  # background tasks first, then the services
     logger.info("worker stopped")
 
 
-async def _listen(ctx: WorkerContext, keys: KeySpace) -> None:
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _listen(state: WorkerState) -> None:
     """Wake the worker when a run is queued; cancel runs a server asked to stop.
 
     Resubscribes after errors; a wake-up lost meanwhile costs one idle poll, nothing more.
     """
+    keys = state.services.keys
     cancel_channel, wake_channel = keys.cancel_channel(), keys.wake_channel()
     while True:
         try:
-            pubsub = ctx["redis"].pubsub(ignore_subscribe_messages=True)
+            pubsub = state.services.redis.pubsub(ignore_subscribe_messages=True)
             async with pubsub:
                 await pubsub.subscribe(cancel_channel, wake_channel)
-                ctx["wake"].set()  # anything queued while unsubscribed
+                state.wake.set()  # anything queued while unsubscribed
                 async for message in pubsub.listen():
                     if message["channel"].decode() == wake_channel:
-                        ctx["wake"].set()
+                        state.wake.set()
                         continue
-                    run_id = message["data"].decode()
-                    task = ctx["running"].get(run_id)
-                    if task is not None and run_id not in ctx["settling"]:
-                        logger.info("cancelling run", run_id=run_id)
-                        ctx["cancelling"].add(run_id)
-                        task.cancel()
+                    attempt = state.attempts.get(message["data"].decode())
+                    if attempt is not None:
+                        logger.info("cancelling run", run_id=attempt.run_id)
+                        attempt.cancel()
         except RedisError as exc:
             logger.warning("pub/sub listener lost redis, retrying", error=str(exc))
             await asyncio.sleep(1)
@@ -147,7 +132,7 @@ def build_worker(settings: Settings, *, handle_signals: bool = True) -> RunWorke
     """An arq Worker for this deployment's queue, configured from `settings`."""
     keys = KeySpace(settings.redis_prefix)
     return RunWorker(
-        functions=[func(execute_run, name=EXECUTE_RUN, max_tries=1)],  # type: ignore[arg-type]
+        functions=[func(execute_run, name=EXECUTE_RUN, max_tries=1)],
         queue_name=keys.queue(),
         redis_pool=open_redis(settings),
         on_startup=startup,

@@ -1,18 +1,79 @@
-"""The LangGraph checkpointer's tables, reached through a connection the caller already holds.
+"""The LangGraph checkpointer's tables: the fenced saver runs use, and statements on a
+connection the caller already holds.
 
-The checkpointer normally takes its own connection from the pool for every statement. Deleting
-a thread and migrating must instead run its statements on the caller's connection: inside the
-caller's transaction (a thread delete is all or nothing) and without a second checkout while
-the first holds locks (see `PgPool`).
+**The fenced saver.** Inside a run (the `attempt_fence` context is set) every checkpoint write
+runs in a transaction that first takes a share lock on the run's row and checks that the run is
+still `running` as this attempt. The reaper's take-over (an UPDATE of that row) therefore either
+happens before the check, and the stale write is refused, or waits for the write to commit: a
+worker that lost its run never writes a checkpoint after the run moved on.
+
+It also drops the saver's process-wide `asyncio.Lock` (langgraph issue 7259): the lock guards
+one shared connection, but ours is a pool and every cursor has a connection of its own, so the
+lock only made every run in the worker wait for every other run's checkpoint.
+
+This overrides `_cursor`, a private method of `AsyncPostgresSaver` (langgraph-checkpoint-postgres
+3.x): the public API has no hook for running a statement in the write's transaction.
+`tests/test_private_apis.py` fails, naming this module, if an upgrade changes it.
+
+**On the caller's connection.** Deleting a thread and migrating run the checkpointer's
+statements on the caller's connection instead of one from the pool: inside the caller's
+transaction (a thread delete is all or nothing) and without a second checkout while the first
+holds locks (see `PgPool`).
 """
 
 from __future__ import annotations
 
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg import AsyncConnection
-from psycopg.rows import DictRow
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-__all__ = ["delete_thread_checkpoints", "setup_checkpoints"]
+from langgraph.checkpoint.postgres import _ainternal
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from .errors import Fenced
+
+__all__ = [
+    "FencedPostgresSaver",
+    "attempt_fence",
+    "delete_thread_checkpoints",
+    "setup_checkpoints",
+]
+
+attempt_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "runstream_attempt_fence", default=None
+)
+
+
+class FencedPostgresSaver(AsyncPostgresSaver):
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        if self.pipe is not None or not isinstance(self.conn, AsyncConnectionPool):
+            raise TypeError("FencedPostgresSaver needs a connection pool")
+        fence = attempt_fence.get()
+        async with _ainternal.get_connection(self.conn) as conn:  # a pooled connection: no lock
+            if fence is None or not pipeline:  # reads, and writes outside a run, are not fenced
+                if pipeline:
+                    async with (
+                        conn.pipeline(),
+                        conn.cursor(binary=True, row_factory=dict_row) as cur,
+                    ):
+                        yield cur
+                else:
+                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        yield cur
+                return
+            async with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                await cur.execute(
+                    "SELECT 1 FROM runstream_runs WHERE run_id = %s AND attempt = %s"
+                    " AND status = 'running' FOR SHARE",
+                    fence,
+                )
+                if await cur.fetchone() is None:
+                    raise Fenced(f"run {fence[0]}: attempt {fence[1]} no longer owns the run")
+                yield cur
 
 
 async def setup_checkpoints(conn: AsyncConnection[DictRow]) -> None:

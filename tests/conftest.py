@@ -165,7 +165,7 @@ async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
         worker = build_worker(replace(settings, **changes), handle_signals=False)
         task = asyncio.create_task(worker.main())
         for _ in range(500):
-            if "records" in worker.ctx:
+            if "state" in worker.ctx:
                 break
             if task.done():
                 task.result()
@@ -184,9 +184,8 @@ async def stop_worker(worker: Worker, task: asyncio.Task[None] | None = None) ->
     for job in list(worker.tasks.values()):
         job.cancel()
     await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
-    if worker.on_shutdown and "records" in worker.ctx:
+    if worker.on_shutdown and "state" in worker.ctx:
         await worker.on_shutdown(worker.ctx)
-        worker.ctx.pop("records", None)
     if worker._pool is not None:
         await worker._pool.aclose()
         worker._pool = None

@@ -76,11 +76,11 @@ class TestArq:
 
 
 class TestLanggraphCheckpointPostgres:
-    """`runner/checkpointer.py` (`FencedPostgresSaver`) overrides `AsyncPostgresSaver._cursor`
+    """`stream_store/checkpoints.py` (`FencedPostgresSaver`) overrides `AsyncPostgresSaver._cursor`
     and calls `_ainternal.get_connection`."""
 
     PACKAGE = "langgraph-checkpoint-postgres"
-    OURS = "runner/checkpointer.py (FencedPostgresSaver)"
+    OURS = "stream_store/checkpoints.py (FencedPostgresSaver)"
 
     def test_cursor_takes_pipeline_and_is_an_async_context_manager(self) -> None:
         """`AsyncPostgresSaver._cursor(self, *, pipeline=False)` yields a cursor."""

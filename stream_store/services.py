@@ -1,0 +1,76 @@
+"""The connections and storage components of one process, assembled the same way for the
+server and the worker.
+
+Opened at start-up by the entry point (the server's lifespan, the worker's `on_startup`) and
+passed down; nothing in runstream opens a connection of its own elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from arq.connections import ArqRedis
+
+from .checkpoints import FencedPostgresSaver
+from .connections import PgPool, open_pg_pool, open_redis
+from .keys import KeySpace
+from .lifecycle import RunLifecycle
+from .log import EventLog
+from .migrations import migrate
+from .queue import RunQueue
+from .records import Records
+from .settings import Settings
+
+__all__ = ["Services", "open_services"]
+
+
+@dataclass
+class Services:
+    settings: Settings
+    keys: KeySpace
+    redis: ArqRedis  # a redis-py client that can also enqueue arq jobs
+    pool: PgPool
+    checkpointer: FencedPostgresSaver  # fenced only inside a run (`attempt_fence`)
+    records: Records
+    events: EventLog
+    queue: RunQueue
+    lifecycle: RunLifecycle
+
+
+@contextlib.asynccontextmanager
+async def open_services(
+    settings: Settings, *, pool_size: int = 10, redis: ArqRedis | None = None
+) -> AsyncIterator[Services]:
+    """Open Redis (unless `redis` is given) and a migrated Postgres pool; close what was opened,
+    in reverse order."""
+    keys = KeySpace(settings.redis_prefix)
+    async with contextlib.AsyncExitStack() as stack:
+        if redis is None:
+            redis = open_redis(settings)
+            stack.push_async_callback(redis.aclose)
+        pool = await open_pg_pool(settings, max_size=pool_size)
+        stack.push_async_callback(pool.close)
+        await migrate(pool, settings.database_schema)
+        records = Records(pool)
+        events = EventLog(redis, keys, settings.stream_ttl_s)
+        stack.push_async_callback(events.aclose)
+        queue = RunQueue(redis, keys, records)
+        yield Services(
+            settings=settings,
+            keys=keys,
+            redis=redis,
+            pool=pool,
+            checkpointer=FencedPostgresSaver(pool),
+            records=records,
+            events=events,
+            queue=queue,
+            lifecycle=RunLifecycle(
+                records,
+                events,
+                queue,
+                lease_s=settings.lease_s,
+                max_attempts=settings.max_attempts,
+            ),
+        )

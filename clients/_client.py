@@ -17,7 +17,6 @@ import httpx
 import msgspec
 from httpx_sse import aconnect_sse
 
-from server.schemas import RunOut, ThreadDetail, ThreadList, ThreadOut
 from stream_store.events import (
     TERMINAL_EVENTS,
     DoneData,
@@ -29,6 +28,7 @@ from stream_store.events import (
     RunStatusData,
     TokenData,
 )
+from stream_store.schemas import RunOut, ThreadDetail, ThreadList, ThreadOut
 
 from ._errors import RunstreamError, Unavailable, raise_for_error
 

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 import structlog
 
-from stream_store.logs import configure_logging
 from stream_store.settings import Settings, SettingsError
+
+from .logs import configure_logging
 
 __all__ = ["main"]
 

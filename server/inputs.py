@@ -16,10 +16,10 @@ from runner.configurable import ConfigurableRefused, check
 from runner.graphs import GraphRegistry
 from stream_store.events import is_event_id
 from stream_store.limits import IDEMPOTENCY_KEY_MAX_CHARS, METADATA_KEY_MAX_CHARS
+from stream_store.schemas import InputMessage
 from stream_store.settings import Settings
 
 from .errors import ApiError
-from .schemas import InputMessage
 
 __all__ = [
     "configurable",

@@ -14,13 +14,13 @@ from litestar.response import Stream
 
 from stream_store.errors import NotFound
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
+from stream_store.schemas import ResumeRequest, RunCreate, RunOut
 
 from . import inputs
 from .attach import attach, check_resume_point
 from .auth import Caller, caller_from_request
 from .errors import ApiError
 from .resources import Resources
-from .schemas import ResumeRequest, RunCreate, RunOut
 
 __all__ = ["RunsController", "run_out", "submit_run"]
 

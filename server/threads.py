@@ -13,13 +13,21 @@ from runner.thread_state import thread_messages
 from runner.translate import to_wire_message
 from stream_store.errors import NotFound
 from stream_store.records import ThreadRecord
+from stream_store.schemas import (
+    RunCreate,
+    RunList,
+    RunOut,
+    ThreadCreate,
+    ThreadDetail,
+    ThreadList,
+    ThreadOut,
+)
 from stream_store.threads import delete_thread
 
 from . import inputs
 from .auth import Caller
 from .resources import Resources
 from .runs import IdempotencyHeader, run_out, submit_run
-from .schemas import RunCreate, RunList, RunOut, ThreadCreate, ThreadDetail, ThreadList, ThreadOut
 
 __all__ = ["ThreadsController"]
 

@@ -29,7 +29,7 @@ from bench.launcher import free_port
 from runner.worker import build_worker
 from server.app import create_app
 from server.embedded import EmbeddedServices
-from stream_store.logs import configure_logging
+from server.logs import configure_logging
 from stream_store.settings import Settings
 
 if TYPE_CHECKING:

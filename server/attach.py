@@ -13,9 +13,9 @@ from stream_store.log import EventLog, LiveRecord
 from stream_store.records import RunRecord
 
 from .errors import ApiError
-from .fanout import StreamFollower, sse_frame
+from .fanout import Frame, StreamFollower, Viewer, sse_frame
 
-__all__ = ["attach", "check_resume_point"]
+__all__ = ["Attachment", "check_resume_point"]
 
 logger = structlog.get_logger()
 
@@ -54,87 +54,113 @@ def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) ->
     return record.first_id
 
 
-async def _stream_was_reset(events: EventLog, run_id: str, first_id: str) -> bool:
-    record = await events.live_record(run_id)
-    return record is not None and record.first_id != first_id
-
-
-async def attach(
-    follower: StreamFollower,
-    events: EventLog,
-    run_id: str,
-    after: str,
-    ping_interval_s: float,
-    first_id: str,
-) -> AsyncIterator[bytes]:
-    """SSE frames of every event after `after`, ending after the terminal event.
+class Attachment:
+    """One viewer's SSE response: a replay from Redis, then live frames from the follower, until
+    the terminal event.
 
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
-    live feed replays from Redis again, the same way, without leaving the connection.
+    live feed replays from Redis again, the same way, without leaving the connection. Every
+    write is timed (`Viewer.writing_since`), so the follower can cut off a client that stopped
+    reading.
     """
-    loop = asyncio.get_running_loop()
-    viewer = await follower.subscribe(run_id)
-    try:
-        last_id = after
-        while True:
-            while True:  # replay: everything after `last_id` that Redis has now
-                page = await events.read_range(run_id, last_id, count=REPLAY_PAGE)
-                if page:
-                    viewer.writing_since = loop.time()
-                    yield b"".join(sse_frame(event).data for event in page)
-                    viewer.writing_since = None
-                    last_id = page[-1].id
-                    if page[-1].terminal:
+
+    def __init__(
+        self,
+        follower: StreamFollower,
+        events: EventLog,
+        *,
+        run_id: str,
+        after: str,
+        first_id: str,
+        ping_interval_s: float,
+    ) -> None:
+        self.follower = follower
+        self.events = events
+        self.run_id = run_id
+        self.first_id = first_id  # a `retry` with another first id: Redis lost the stream
+        self.ping_interval_s = ping_interval_s
+        self.last_id = after
+        self.last = parse_event_id(after)
+        self.ended = False  # the terminal event is sent, or the stream was reset
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        viewer = await self.follower.subscribe(self.run_id)
+        try:
+            while not self.ended:
+                for phase in (self._replay(), self._live(viewer)):
+                    async for data in phase:
+                        viewer.writing_since = loop.time()
+                        yield data
+                        viewer.writing_since = None
+                    if self.ended:
                         return
-                if len(page) < REPLAY_PAGE:
-                    break
-            last = parse_event_id(last_id)
-            newest = await events.last_event(run_id)
-            if newest is not None and newest.terminal and parse_event_id(newest.id) <= last:
-                return  # the client already has the terminal event: nothing will follow it
-            while True:  # live, until the end or until the viewer falls behind
-                try:
-                    if viewer.queue.empty():
-                        async with asyncio.timeout(ping_interval_s):  # cheaper than wait_for
-                            frame = await viewer.queue.get()
-                    else:
-                        frame = viewer.queue.get_nowait()
-                except TimeoutError:
-                    viewer.writing_since = loop.time()
-                    yield PING
-                    viewer.writing_since = None
-                    continue
-                # Whatever else is already queued goes out in the same write: one send per burst
-                # rather than one per event, which is most of the cost of a fast run.
-                chunk = bytearray()
-                ended = False
-                while frame is not None:
-                    position = parse_event_id(frame.id)
-                    if position > last:
-                        if frame.event == "retry" and await _stream_was_reset(
-                            events, run_id, first_id
-                        ):
-                            ended = True  # Redis lost the stream; on reconnect: 410
-                            break
-                        chunk += frame.data
-                        last, last_id = position, frame.id
-                        if frame.terminal:
-                            ended = True
-                            break
-                    if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
-                        break
-                    frame = viewer.queue.get_nowait()
-                if chunk:
-                    viewer.writing_since = loop.time()
-                    yield bytes(chunk)
-                    viewer.writing_since = None
-                if ended:
+                if not viewer.lagging or await self._stream_was_reset():
+                    return  # closed (server shutdown), or Redis lost the stream: it reconnects
+                viewer.lagging = False  # take live frames again, then replay what was missed
+        finally:
+            self.follower.unsubscribe(self.run_id, viewer)
+
+    def _advance(self, event_id: str) -> None:
+        self.last_id, self.last = event_id, parse_event_id(event_id)
+
+    async def _replay(self) -> AsyncIterator[bytes]:
+        """Everything after `last_id` that Redis has now, a page per write."""
+        while True:
+            page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
+            if page:
+                yield b"".join(sse_frame(event).data for event in page)
+                self._advance(page[-1].id)
+                if page[-1].terminal:
+                    self.ended = True
                     return
-                if frame is None:
+            if len(page) < REPLAY_PAGE:
+                break
+        newest = await self.events.last_event(self.run_id)
+        if newest is not None and newest.terminal and parse_event_id(newest.id) <= self.last:
+            self.ended = True  # the client already has the terminal event: nothing follows it
+
+    async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
+        """Live frames, a burst per write, until the end or until the viewer's queue closes
+        (it fell behind, or the server is shutting down); a ping after each quiet interval."""
+        while True:
+            try:
+                if viewer.queue.empty():
+                    async with asyncio.timeout(self.ping_interval_s):  # cheaper than wait_for
+                        frame = await viewer.queue.get()
+                else:
+                    frame = viewer.queue.get_nowait()
+            except TimeoutError:
+                yield PING
+                continue
+            chunk, frame = await self._burst(viewer, frame)
+            if chunk:
+                yield chunk
+            if self.ended or frame is None:
+                return
+
+    async def _burst(self, viewer: Viewer, frame: Frame | None) -> tuple[bytes, Frame | None]:
+        """`frame` and whatever else is queued already, as one write: one send per burst
+        rather than one per event, which is most of the cost of a fast run. Returns the bytes
+        and the last frame taken (None: the queue is closed)."""
+        chunk = bytearray()
+        while frame is not None:
+            position = parse_event_id(frame.id)
+            if position > self.last:  # not sent by the replay already
+                if frame.event == "retry" and await self._stream_was_reset():
+                    self.ended = True  # Redis lost the stream; on reconnect: 410
                     break
-            if not viewer.lagging or await _stream_was_reset(events, run_id, first_id):
-                return  # closed (server shutdown), or Redis lost the stream: the client reconnects
-            viewer.lagging = False  # take live frames again, then replay what was missed
-    finally:
-        follower.unsubscribe(run_id, viewer)
+                chunk += frame.data
+                self._advance(frame.id)
+                if frame.terminal:
+                    self.ended = True
+                    break
+            if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
+                break
+            frame = viewer.queue.get_nowait()
+        return bytes(chunk), frame
+
+    async def _stream_was_reset(self) -> bool:
+        record = await self.events.live_record(self.run_id)
+        return record is not None and record.first_id != self.first_id

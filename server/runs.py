@@ -17,7 +17,7 @@ from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 from stream_store.schemas import ResumeRequest, RunCreate, RunOut
 
 from . import inputs
-from .attach import attach, check_resume_point
+from .attach import Attachment, check_resume_point
 from .auth import Caller, caller_from_request
 from .errors import ApiError
 from .resources import Resources
@@ -165,14 +165,14 @@ class RunsController(Controller):
         record = await resources.events.live_record(run.run_id)
         first_id = check_resume_point(run, record, after)
         logger.debug("viewer attached", after=after)
-        frames = attach(
+        frames = Attachment(
             resources.follower,
             resources.events,
-            run.run_id,
-            after,
-            resources.settings.ping_interval_s,
-            first_id,
-        )
+            run_id=run.run_id,
+            after=after,
+            first_id=first_id,
+            ping_interval_s=resources.settings.ping_interval_s,
+        ).frames()
         return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")

@@ -11,6 +11,8 @@ Which process calls what:
     server   submit, cancel, resume
     worker   claim, start, interrupt, finish, announce_retry
     reaper   requeue (or exhaust), repair, restore_stream
+
+It is longer than most modules here on purpose: every transition is in it, and only here.
 """
 
 from __future__ import annotations

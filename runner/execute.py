@@ -25,6 +25,7 @@ from stream_store.checkpoints import attempt_fence
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
 from stream_store.events import MessageData, RunStatus, WireMessage, encode_data
 from stream_store.log import EventLog
+from stream_store.messages import input_messages, to_wire_message
 from stream_store.records import RunRecord
 from stream_store.services import Services
 
@@ -32,8 +33,7 @@ from .graphs import RunContext
 from .models import make_chat_model
 from .recovery import hand_back, retry_planner
 from .state import Attempt, AttemptPhase, WorkerState
-from .thread_state import input_messages
-from .translate import StreamTranslator, to_wire_message
+from .translate import StreamTranslator
 
 __all__ = ["execute_run"]
 

@@ -22,12 +22,12 @@ from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.events import RunStatus
 from stream_store.lifecycle import PlanRetry, RetryPlan
 from stream_store.log import TakeOver
+from stream_store.messages import input_messages, thread_messages
 from stream_store.records import RunRecord
 from stream_store.services import Services
 from stream_store.threads import delete_thread
 
 from .state import WorkerState
-from .thread_state import input_messages, thread_messages
 from .translate import StreamTranslator
 
 __all__ = ["hand_back", "reap_forever", "reap_once", "retry_planner"]

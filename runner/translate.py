@@ -7,45 +7,15 @@ concatenated tokens always equal the message's content.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from stream_store.events import MessageData, TokenData, WireMessage
+from stream_store.events import MessageData, TokenData
+from stream_store.messages import message_text, to_wire_message
 
-__all__ = ["StreamTranslator", "to_wire_message"]
-
-_ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
-
-
-def message_text(content: Any) -> str:
-    """The text of a message's content (a string, or a list of content blocks)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-        return "".join(parts)
-    return ""
-
-
-def to_wire_message(message: BaseMessage) -> WireMessage:
-    tool_calls = None
-    if isinstance(message, AIMessage) and message.tool_calls:
-        tool_calls = [dict(call) for call in message.tool_calls]
-    return WireMessage(
-        id=message.id or str(uuid.uuid4()),
-        role=_ROLES.get(message.type, message.type),
-        content=message.content,
-        tool_calls=tool_calls,
-        tool_call_id=getattr(message, "tool_call_id", None),
-    )
+__all__ = ["StreamTranslator"]
 
 
 class StreamTranslator:

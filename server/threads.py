@@ -9,9 +9,8 @@ import structlog
 from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
 
-from runner.thread_state import thread_messages
-from runner.translate import to_wire_message
 from stream_store.errors import NotFound
+from stream_store.messages import thread_messages, to_wire_message
 from stream_store.records import ThreadRecord
 from stream_store.schemas import (
     RunCreate,

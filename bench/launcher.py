@@ -139,6 +139,16 @@ class Process:
                 self.proc.wait(10)
         self.log.close()
 
+    async def terminate(self, timeout_s: float = 20) -> int:
+        """SIGTERM and wait for the exit code; ProcessError if it ignores the signal."""
+        self.signal(signal.SIGTERM)
+        try:
+            return await asyncio.to_thread(self.proc.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ProcessError(
+                f"{self.name} did not exit {timeout_s} s after SIGTERM\n{self.tail()}"
+            ) from None
+
     def remove_log(self) -> None:
         Path(self.log.name).unlink(missing_ok=True)
 

@@ -1,162 +1,30 @@
 """Threads and runs survive restarting every process; deleting a thread leaves nothing behind.
 
-These tests run the real commands (`python -m server.cli serve|worker`) as subprocesses,
-configured only through the environment, stop them with SIGTERM and start new ones.
+These tests run the real commands (`python -m server.cli serve|worker`) as subprocesses
+(`tests.processes.Cluster`), configured only through the environment, stop them with SIGTERM
+and start new ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
 from stream_store.settings import Settings
-from tests.conftest import free_port
+from tests.processes import Cluster
 from tests.sse import Received, read_events, reassemble
 
-ROOT = Path(__file__).resolve().parent.parent
-STOP_TIMEOUT_S = 20
-READY_TIMEOUT_S = 90
 
-
-class Proc:
-    """One `runstream` subprocess with its output in a log file."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self.log = log
-        self._log_file = log.open("wb")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", *args],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
-
-    def output(self, tail: int = 12000) -> str:
-        if not self._log_file.closed:
-            self._log_file.flush()
-        return self.log.read_bytes().decode(errors="replace")[-tail:]
-
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    async def terminate(self) -> int:
-        """SIGTERM and wait; the test fails if the process ignores it."""
-        if self.running():
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            return await asyncio.to_thread(self.popen.wait, STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"{self.name} did not exit {STOP_TIMEOUT_S}s after SIGTERM\n{self.output()}"
-            )
-
-    def kill(self) -> None:
-        if self.running():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        self._log_file.close()
-
-
-class Processes:
-    """Starts server and worker subprocesses for one test's settings; kills them all after."""
-
-    def __init__(self, settings: Settings, logs: Path) -> None:
-        self.settings = settings
-        self.logs = logs
-        self.started: list[Proc] = []
-        env = dict(os.environ)
-        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNSTREAM_API_KEYS", "RUNSTREAM_GRAPHS"):
-            env.pop(name, None)
-        assert settings.redis_url and settings.database_url
-        env.update(
-            RUNSTREAM_REDIS_URL=settings.redis_url,
-            RUNSTREAM_DATABASE_URL=settings.database_url,
-            RUNSTREAM_DATABASE_SCHEMA=settings.database_schema,
-            RUNSTREAM_REDIS_PREFIX=settings.redis_prefix,
-            RUNSTREAM_FAKE_TOKEN_DELAY_MS="0",
-            RUNSTREAM_MODEL="fake",
-            RUNSTREAM_SIGNING_KEY=settings.signing_key,
-            RUNSTREAM_LOG_LEVEL="info",
-        )
-        self.env = env
-
-    def _start(self, name: str, args: list[str]) -> Proc:
-        index = len(self.started)
-        proc = Proc(name, args, self.env, self.logs / f"{index:02d}-{name}.log")
-        self.started.append(proc)
-        return proc
-
-    def server(self) -> tuple[Proc, str]:
-        port = free_port()
-        return self._start("server", ["serve", "--port", str(port)]), f"http://127.0.0.1:{port}"
-
-    def worker(self) -> Proc:
-        return self._start("worker", ["worker"])
-
-    def dump(self) -> str:
-        return "\n".join(
-            f"===== {p.name} (pid {p.popen.pid}, exit {p.popen.poll()}) =====\n{p.output()}"
-            for p in self.started
-        )
-
-    def kill_all(self) -> None:
-        for proc in self.started:
-            proc.kill()
-
-
-@pytest.fixture
-def processes(settings: Settings, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(settings, tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.kill_all()
-        # pytest shows this only when the test failed.
-        print(procs.dump())
-
-
-async def wait_ready(url: str, procs: Processes, *watch: Proc) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    async with httpx.AsyncClient(base_url=url, timeout=5) as http:
-        while time.monotonic() < deadline:
-            for proc in watch:
-                assert proc.running(), f"{proc.name} exited early\n{procs.dump()}"
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    pytest.fail(f"{url}/readyz did not answer 200 within {READY_TIMEOUT_S}s\n{procs.dump()}")
-
-
-async def start_both(procs: Processes) -> str:
-    """A server and a worker, started together; returns the server's URL once it is ready."""
-    server, url = procs.server()
-    worker = procs.worker()
-    await wait_ready(url, procs, server, worker)
-    return url
+async def start_both(cluster: Cluster) -> str:
+    """A server and a worker (not waited for: the runs wait for it); the server's URL."""
+    cluster.worker()
+    return (await cluster.server()).url
 
 
 def body(text: str) -> dict[str, Any]:
@@ -278,9 +146,9 @@ class World:
     before: dict[str, Any]
 
 
-async def two_threads_then_restart(processes: Processes) -> World:
+async def two_threads_then_restart(cluster: Cluster) -> World:
     """Run two turns on each of two threads, check them, then restart server and worker."""
-    url = await start_both(processes)
+    url = await start_both(cluster)
     run_ids: dict[str, list[str]] = {}
     events: dict[str, list[Received]] = {}
     stream_urls: dict[str, str] = {}
@@ -313,10 +181,10 @@ async def two_threads_then_restart(processes: Processes) -> World:
             }
 
     # Stop every process (SIGTERM, wait), start new ones on a new port.
-    for proc in list(processes.started):
-        await proc.terminate()
-    assert not any(p.running() for p in processes.started)
-    url = await start_both(processes)
+    for process in list(cluster.processes):
+        await process.terminate()
+    assert not any(p.alive() for p in cluster.processes)
+    url = await start_both(cluster)
     return World(url, thread_ids, run_ids, events, stream_urls, before)
 
 
@@ -341,9 +209,9 @@ async def third_run_on_thread_a(client: httpx.AsyncClient, world: World) -> str:
 
 class TestRestart:
     async def test_threads_and_runs_survive_restarting_every_process(
-        self, processes: Processes
+        self, cluster: Cluster
     ) -> None:
-        world = await two_threads_then_restart(processes)
+        world = await two_threads_then_restart(cluster)
         before, thread_ids, run_ids = world.before, world.thread_ids, world.run_ids
         tid_a, tid_b = thread_ids["a"], thread_ids["b"]
         async with httpx.AsyncClient(base_url=world.url, timeout=30) as client:
@@ -404,9 +272,9 @@ class TestRestart:
             assert [t["thread_id"] for t in listed] == [tid_b, tid_a]
 
     async def test_deleting_a_thread_after_the_restart_leaves_nothing(
-        self, settings: Settings, processes: Processes
+        self, settings: Settings, cluster: Cluster
     ) -> None:
-        world = await two_threads_then_restart(processes)
+        world = await two_threads_then_restart(cluster)
         tid_a, tid_b = world.thread_ids["a"], world.thread_ids["b"]
         async with httpx.AsyncClient(base_url=world.url, timeout=30) as client:
             all_a = [*world.run_ids["a"], await third_run_on_thread_a(client, world)]

@@ -105,6 +105,11 @@ class Namespace:
             # one_run_throughput sends one message of THROUGHPUT_WORDS words (~129k characters),
             # over the default per-message limit (100k); the body stays under 1 MiB.
             "RUNSTREAM_MAX_MESSAGE_CHARS": "1000000",
+            # The scenarios measure capacity with one caller: no per-caller limits.
+            "RUNSTREAM_MAX_SUBMITS_PER_MINUTE": "0",
+            "RUNSTREAM_MAX_ACTIVE_RUNS": "0",
+            "RUNSTREAM_MAX_SSE_CONNECTIONS": "0",
+            "RUNSTREAM_MAX_SSE_CONNECTIONS_PER_TOKEN": "0",
         }
 
     def redis(self) -> Redis:

@@ -12,6 +12,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
+from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 
 from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin
@@ -42,8 +43,12 @@ def create_app(settings: Settings) -> Litestar:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        async with open_resources(settings) as resources:
+        async with (
+            open_resources(settings) as resources,
+            open_caller_quotas(resources.redis, settings) as quotas,
+        ):
             app.state.resources = resources
+            app.state.quotas = quotas
             logger.info(
                 "server ready",
                 model=settings.model,
@@ -56,6 +61,9 @@ def create_app(settings: Settings) -> Litestar:
 
     def provide_caller(request: Request[Any, Any, Any]) -> Caller:
         return caller_from_request(request, request.app.state.resources.settings)
+
+    def provide_quotas(request: Request[Any, Any, Any]) -> CallerQuotas:
+        return request.app.state.quotas
 
     prometheus = PrometheusConfig(app_name="runstream", group_path=True)
     return Litestar(
@@ -71,6 +79,7 @@ def create_app(settings: Settings) -> Litestar:
         dependencies={
             "resources": Provide(provide_resources, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
+            "quotas": Provide(provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],

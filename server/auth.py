@@ -114,7 +114,10 @@ class StreamTokens:
         if not hmac.compare_digest(self._sign(kid, encoded).encode(), signature.encode()):
             raise Unauthorized("invalid stream token")
         try:
-            token_run, owner, expires = _unb64(encoded).decode().split("\n")
+            # The run id (a UUID) first and the expiry last: the owner between them may hold
+            # any character, a newline too, as `RUNSTREAM_API_KEYS` can name one.
+            token_run, rest = _unb64(encoded).decode().split("\n", 1)
+            owner, expires = rest.rsplit("\n", 1)
             expires_at = int(expires)
         except ValueError:  # signed by us, so only if a key leaked or the format changed
             raise Unauthorized("malformed stream token") from None

@@ -2,7 +2,7 @@
 one place.
 
 ApiError          bad input found by the server itself (400, 401, 413 ...)
-StoreError        from stream_store: 404, 409, 410, 422, 503
+StoreError        from stream_store: 404, 409, 410, 422, 429 (with Retry-After), 503
 Unauthorized      401
 HTTPException     Litestar's own (validation 400, unknown route 404, 405, 413)
 anything else     500, logged with its traceback, never shown to the client
@@ -24,6 +24,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from stream_store.errors import (
     Conflict,
     IdempotencyMismatch,
+    LimitReached,
     NotFound,
     StoreError,
     StoreUnavailable,
@@ -62,6 +63,7 @@ _STORE_STATUS: list[tuple[type[StoreError], int]] = [
     (Conflict, 409),
     (StreamGone, 410),
     (IdempotencyMismatch, 422),
+    (LimitReached, 429),
     (StoreUnavailable, 503),
 ]
 
@@ -105,7 +107,10 @@ def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
 def _store_error(request: Request[Any, Any, Any], exc: StoreError) -> Response[Any]:
     status = next((s for kind, s in _STORE_STATUS if isinstance(exc, kind)), 500)
     if status < 500:
-        return error_response(request, status, exc.code, exc.message)
+        response = error_response(request, status, exc.code, exc.message)
+        if isinstance(exc, LimitReached):
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     rid = request_id(request.scope)
     cause = exc.__cause__
     if isinstance(exc, StoreUnavailable):

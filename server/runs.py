@@ -13,6 +13,7 @@ from litestar.params import Parameter
 from litestar.response import Stream
 
 from stream_store.errors import NotFound
+from stream_store.quotas import CallerQuotas
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 from stream_store.schemas import ResumeRequest, RunCreate, RunOut
 
@@ -68,13 +69,18 @@ def _with_message_ids(run_input: dict[str, Any]) -> dict[str, Any]:
 
 async def submit_run(
     resources: Resources,
+    quotas: CallerQuotas,
     caller: Caller,
     body: RunCreate,
     *,
     path_thread_id: str | None,
     idempotency_key: str | None,
 ) -> Response[RunOut]:
-    """Record, open the stream of, and enqueue a run: 202, or 200 for an idempotent replay."""
+    """Record, open the stream of, and enqueue a run: 202, or 200 for an idempotent replay.
+
+    Checks the input, then the caller's submits per minute (`quotas`), then, in the run's
+    transaction, its queued and running runs (`max_active_runs`).
+    """
     if body.graph not in resources.graphs:
         raise ApiError(
             400,
@@ -101,7 +107,9 @@ async def submit_run(
         idempotency_key=key,
         request_hash=_request_hash(body, thread_id) if key else None,
         title=first_user[:TITLE_CHARS] if first_user else None,
+        max_active_runs=resources.settings.max_active_runs,
     )
+    await quotas.take_submit(caller.owner)
     created = await resources.lifecycle.submit(new)
     run = created.run
     structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
@@ -126,11 +134,12 @@ class RunsController(Controller):
         self,
         data: RunCreate,
         resources: Resources,
+        quotas: CallerQuotas,
         caller: Caller,
         idempotency_key: IdempotencyHeader = None,
     ) -> Response[RunOut]:
         return await submit_run(
-            resources, caller, data, path_thread_id=None, idempotency_key=idempotency_key
+            resources, quotas, caller, data, path_thread_id=None, idempotency_key=idempotency_key
         )
 
     @get("/{run_id:str}", summary="A run's status, for polling")
@@ -149,6 +158,7 @@ class RunsController(Controller):
         request: Request[Any, Any, Any],
         run_id: str,
         resources: Resources,
+        quotas: CallerQuotas,
         last_event_id_query: Annotated[
             str | None, Parameter(query="last_event_id", required=False)
         ] = None,
@@ -164,6 +174,7 @@ class RunsController(Controller):
         run = await _owned_run(resources, run_id, caller)
         record = await resources.events.live_record(run.run_id)
         first_id = check_resume_point(run, record, after)
+        slot = await quotas.take_stream_slot(caller.owner, token)  # last: nothing to give back
         logger.debug("viewer attached", after=after)
         frames = Attachment(
             resources.follower,
@@ -173,7 +184,9 @@ class RunsController(Controller):
             first_id=first_id,
             ping_interval_s=resources.settings.ping_interval_s,
         ).frames()
-        return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+        return Stream(
+            quotas.hold(slot, frames), media_type="text/event-stream", headers=SSE_HEADERS
+        )
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:

@@ -11,6 +11,7 @@ from litestar.params import Body, Parameter
 
 from stream_store.errors import NotFound
 from stream_store.messages import thread_messages, to_wire_message
+from stream_store.quotas import CallerQuotas
 from stream_store.records import ThreadRecord
 from stream_store.schemas import (
     RunCreate,
@@ -60,11 +61,13 @@ class ThreadsController(Controller):
     async def create(
         self,
         resources: Resources,
+        quotas: CallerQuotas,
         caller: Caller,
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> ThreadOut:
         metadata = data.metadata if data else {}
         inputs.metadata(metadata, resources.settings)
+        await quotas.take_submit(caller.owner)  # the same budget as runs
         thread = await resources.records.create_thread(caller.owner, metadata)
         logger.info("thread created", thread_id=thread.thread_id)
         return thread_out(thread)
@@ -105,11 +108,13 @@ class ThreadsController(Controller):
         thread_id: str,
         data: RunCreate,
         resources: Resources,
+        quotas: CallerQuotas,
         caller: Caller,
         idempotency_key: IdempotencyHeader = None,
     ) -> Response[RunOut]:
         return await submit_run(
             resources,
+            quotas,
             caller,
             data,
             path_thread_id=inputs.object_id(thread_id, "thread"),

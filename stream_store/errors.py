@@ -6,7 +6,8 @@ StoreError
 ├── Conflict             the request does not fit the current state           (409)
 ├── IdempotencyMismatch  an Idempotency-Key reused with a different body      (422)
 ├── Fenced               a newer attempt owns the run; the write was refused
-└── StreamGone           the run's stream expired or was lost                 (410)
+├── StreamGone           the run's stream expired or was lost                 (410)
+└── LimitReached         the caller is at one of its per-caller limits        (429)
 
 Redis errors are translated in one place, `redis_errors` (`from_redis` for an error a pipeline
 returns instead of raising): the stream scripts' `FENCED` and `GONE` replies become `Fenced` and
@@ -24,6 +25,7 @@ __all__ = [
     "Conflict",
     "Fenced",
     "IdempotencyMismatch",
+    "LimitReached",
     "NotFound",
     "StoreError",
     "StoreUnavailable",
@@ -79,6 +81,19 @@ class StreamGone(StoreError):
     """The run's event stream no longer exists."""
 
     code = "stream_gone"
+
+
+class LimitReached(StoreError):
+    """The caller is at a per-caller limit (submits per minute, active runs, SSE connections).
+
+    `retry_after_s` (at least 1) is when to try again: exact for submits, a hint otherwise.
+    """
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, code: str, retry_after_s: int) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = max(1, retry_after_s)
 
 
 def from_redis(exc: RedisError, run_id: str | None = None) -> StoreError:

@@ -67,7 +67,7 @@ ACTIVE_STATUSES: frozenset[RunStatus] = frozenset(
 )
 TERMINAL_EVENTS: frozenset[str] = frozenset({"done", "error"})
 
-_EVENT_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+_EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # fullmatch: `$` would let "1-0\n" through
 
 
 class WireBase(msgspec.Struct, omit_defaults=True):
@@ -147,7 +147,7 @@ _U64 = 2**64 - 1
 
 def is_event_id(value: str) -> bool:
     """True for a stream position as Redis could hand it out (`<ms>-<seq>`, each a u64)."""
-    if not _EVENT_ID.match(value):
+    if not _EVENT_ID.fullmatch(value):
         return False
     ms, seq = parse_event_id(value)
     return ms <= _U64 and seq <= _U64

@@ -1,7 +1,8 @@
 """The Redis key layout: every key runstream writes is spelled here and nowhere else.
 
 Per-run keys carry the run id in a hash tag (`{run_id}`) so that a Redis Cluster keeps all of a
-run's keys on one slot and the append script can touch them atomically.
+run's keys on one slot and the append script can touch them atomically. Per-caller keys carry
+the owner the same way (`{owner}`), so one script can take a caller's and a token's slot.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ class KeySpace:
     def run_repair(self, run_id: str) -> str:
         """String with a short TTL: one reaper at a time writes a run's outcome from Postgres."""
         return f"{self.prefix}:run:{{{run_id}}}:repair"
+
+    def caller_submits(self, owner: str) -> str:
+        """Sorted set: the caller's submits of the last minute, scored by Redis time (ms)."""
+        return f"{self.prefix}:caller:{{{owner}}}:submits"
+
+    def caller_streams(self, owner: str) -> str:
+        """Sorted set: the caller's open SSE connections, scored by when each lapses (ms)."""
+        return f"{self.prefix}:caller:{{{owner}}}:streams"
+
+    def token_streams(self, owner: str, token_digest: str) -> str:
+        """Sorted set: the SSE connections opened with one stream token (named by its digest)."""
+        return f"{self.prefix}:caller:{{{owner}}}:token:{token_digest}:streams"
 
     def cancel_channel(self) -> str:
         """Pub/sub channel on which servers tell workers to stop a running run."""

@@ -1,26 +1,38 @@
-"""Bounds on what a caller sends: every one is named here, with its unit.
+"""Bounds on what a caller sends and on what one caller may hold: every one is named here, with
+its unit.
 
 The fixed bounds are constants. Those an operator may want to change are `Settings` fields
 (`RUNSTREAM_MAX_*`) whose defaults are the `DEFAULT_*` constants below; only
 `stream_store.settings` reads them from the environment. The server checks every bound before it
 records anything (`server.inputs`); the worker applies again the ones it acts on (the fake
-model's delay). docs/protocol.md section 3.1 lists them all.
+model's delay). docs/protocol.md section 3.5 lists them all.
+
+The per-caller limits (submits per minute, active runs, open SSE connections) are kept in
+Redis by `stream_store.quotas` and, for active runs, in Postgres by `Records.create_run`; a
+value of 0 turns one off. docs/security.md, "Per-caller limits", gives the reasons.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ACTIVE_RUNS_RETRY_AFTER_S",
+    "DEFAULT_MAX_ACTIVE_RUNS",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
     "DEFAULT_MAX_RESUME_BYTES",
     "DEFAULT_MAX_RUN_MESSAGES",
+    "DEFAULT_MAX_SSE_CONNECTIONS",
+    "DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN",
+    "DEFAULT_MAX_SUBMITS_PER_MINUTE",
     "GRAPH_NAME_MAX_CHARS",
     "IDEMPOTENCY_KEY_MAX_CHARS",
     "JSON_MAX_DEPTH",
     "MAX_FAKE_TOKEN_DELAY_MS",
     "MESSAGE_ID_MAX_CHARS",
     "METADATA_KEY_MAX_CHARS",
+    "SSE_RETRY_AFTER_S",
+    "SUBMIT_WINDOW_S",
 ]
 
 # -- fixed ----------------------------------------------------------------------------------
@@ -34,6 +46,12 @@ JSON_MAX_DEPTH = 64
 # `config.configurable.fake_token_delay_ms`: between two chunks of the fake model, so a run of n
 # chunks holds its worker slot for at most n seconds.
 MAX_FAKE_TOKEN_DELAY_MS = 1000
+# The window `RUNSTREAM_MAX_SUBMITS_PER_MINUTE` counts over: any 60 s, not calendar minutes.
+SUBMIT_WINDOW_S = 60
+# `Retry-After` of a 429 for active runs or SSE connections: when one frees is not known (a run
+# ends, a client disconnects), so this is a hint. A 429 for submits says when a slot frees.
+ACTIVE_RUNS_RETRY_AFTER_S = 5
+SSE_RETRY_AFTER_S = 5
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
 
@@ -42,3 +60,10 @@ DEFAULT_MAX_RUN_MESSAGES = 1000  # input messages of one run
 DEFAULT_MAX_METADATA_BYTES = 16 * 1024  # run or thread metadata, encoded as compact JSON
 DEFAULT_MAX_METADATA_KEYS = 64  # top-level keys of run or thread metadata
 DEFAULT_MAX_RESUME_BYTES = 64 * 1024  # a resume value, encoded as compact JSON
+
+# -- defaults of the per-caller limits (RUNSTREAM_MAX_*; 0 turns one off) -------------------
+
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 120  # POST /v1/runs, /v1/threads/{id}/runs and /v1/threads
+DEFAULT_MAX_ACTIVE_RUNS = 50  # the caller's runs that are queued or running
+DEFAULT_MAX_SSE_CONNECTIONS = 100  # the caller's open GET /v1/runs/{id}/events responses
+DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN = 10  # ... of those, opened with one stream token

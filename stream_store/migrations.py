@@ -87,6 +87,11 @@ MIGRATIONS: list[str] = [
         WHERE last_event_id IS NULL AND settled_at IS NOT NULL;
     CREATE INDEX runstream_threads_updated ON runstream_threads (updated_at);
     """,
+    # The count of an owner's queued and running runs at every submit (RUNSTREAM_MAX_ACTIVE_RUNS).
+    """
+    CREATE INDEX runstream_runs_owner_working ON runstream_runs (owner)
+        WHERE status IN ('queued', 'running');
+    """,
 ]
 
 

@@ -7,7 +7,10 @@ the SQL: a query for another owner's row finds nothing, which the server answers
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -22,12 +25,15 @@ from psycopg_pool import PoolTimeout
 
 from .checkpoints import delete_thread_checkpoints
 from .connections import PgPool
-from .errors import Conflict, IdempotencyMismatch, NotFound, StoreUnavailable
+from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, StoreUnavailable
 from .events import ACTIVE_STATUSES, RunStatus
+from .limits import ACTIVE_RUNS_RETRY_AFTER_S
 
 __all__ = ["Created", "NewRun", "Records", "RunRecord", "ThreadRecord"]
 
 TITLE_CHARS = 80
+# The advisory-lock class (first of two int4 keys) under which a submit locks its owner.
+_OWNER_SUBMIT_LOCK = 0x7375626D  # "subm"
 
 _RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
@@ -103,6 +109,8 @@ class NewRun(msgspec.Struct, kw_only=True):
     idempotency_key: str | None = None
     request_hash: str | None = None
     title: str | None = None
+    # Refuse (LimitReached) when the owner has this many queued or running runs; 0: no limit.
+    max_active_runs: int = 0
 
 
 # Inserts the run on the thread named by a CTE `thread` (new or updated in the same statement).
@@ -146,6 +154,12 @@ class Records:
 
     def __init__(self, pool: PgPool) -> None:
         self.pool = pool
+        # One limited submit per owner at a time in this process, before it takes a pooled
+        # connection: a submit waiting on its owner's advisory lock holds a connection, and a
+        # burst from one caller would otherwise take the whole pool while it queues there.
+        self._owner_turns: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -161,6 +175,8 @@ class Records:
             NotFound: `new.thread_id` is unknown or not the owner's.
             Conflict: the thread has an active run and `multitask` is `reject`.
             IdempotencyMismatch: the key was used for a different request.
+            LimitReached: the owner has `new.max_active_runs` queued or running runs (a replay
+                by key is answered all the same).
         """
         try:
             return await self._insert_run(new, before_commit)
@@ -176,8 +192,9 @@ class Records:
     async def _insert_run(
         self, new: NewRun, before_commit: Callable[[RunRecord], Awaitable[None]]
     ) -> Created:
-        # Two statements between BEGIN and COMMIT, whatever the case: this is on the way from
-        # submit to first token, and each statement is a round trip.
+        # Two statements between BEGIN and COMMIT, whatever the case, and one more pipeline with
+        # an active-run limit: this is on the way from submit to first token, and each
+        # statement is a round trip.
         run_id = str(uuid.uuid4())
         run_values = (
             run_id,
@@ -190,7 +207,12 @@ class Records:
             new.idempotency_key,
             new.request_hash,
         )
-        async with _translated(), self.pool.connection() as conn, conn.transaction():
+        turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+        if new.max_active_runs:
+            turn = self._owner_turns.setdefault(new.owner, asyncio.Lock())
+        async with turn, _translated(), self.pool.connection() as conn, conn.transaction():
+            if new.max_active_runs:
+                await self._check_active_runs(conn, new)
             busy = False
             if new.thread_id is None:
                 thread_id = str(uuid.uuid4())
@@ -232,6 +254,36 @@ class Records:
             run = _run(row)
             await before_commit(run)
         return Created(run=run, created=True, dispatch_now=not busy)
+
+    async def _check_active_runs(self, conn: AsyncConnection[DictRow], new: NewRun) -> None:
+        """Refuse the run if its owner already has `new.max_active_runs` queued or running runs.
+
+        The owner's advisory lock, held to the end of the transaction, puts concurrent submits
+        of one owner in a line: each counts after the one before it committed or rolled back.
+        The count is a statement of its own, after the lock, so that it sees what the lock
+        waited for; the two go in one pipeline, one round trip.
+        """
+        async with conn.pipeline():
+            await conn.execute(
+                f"SELECT pg_advisory_xact_lock({_OWNER_SUBMIT_LOCK}, hashtext(%s))", (new.owner,)
+            )
+            cur = await conn.execute(
+                "SELECT count(*) AS active FROM runstream_runs"
+                " WHERE owner = %s AND status IN ('queued', 'running')",
+                (new.owner,),
+            )
+        counted = await cur.fetchone()
+        if counted is None or counted["active"] < new.max_active_runs:
+            return
+        if new.idempotency_key and await self._key_used(conn, new):
+            raise _KeyTaken  # a replay by key answers 200 with the run, at the limit or not
+        raise LimitReached(
+            f"you have {counted['active']} queued or running runs and"
+            f" RUNSTREAM_MAX_ACTIVE_RUNS allows {new.max_active_runs}; submit again when one"
+            " has finished, or cancel one",
+            code="too_many_active_runs",
+            retry_after_s=ACTIVE_RUNS_RETRY_AFTER_S,
+        )
 
     async def _key_used(self, conn: AsyncConnection[DictRow], new: NewRun) -> bool:
         # Not `_run_by_key`: that takes a second pooled connection while this one holds the

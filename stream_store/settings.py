@@ -133,6 +133,11 @@ class Settings:
     max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
     max_metadata_keys: int = limits.DEFAULT_MAX_METADATA_KEYS
     max_resume_bytes: int = limits.DEFAULT_MAX_RESUME_BYTES
+    # Per caller, across all servers; 0 turns one off (docs/security.md, "Per-caller limits").
+    max_submits_per_minute: int = limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
+    max_active_runs: int = limits.DEFAULT_MAX_ACTIVE_RUNS
+    max_sse_connections: int = limits.DEFAULT_MAX_SSE_CONNECTIONS
+    max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
     worker_concurrency: int = 100
     job_timeout_s: int = 3600
     poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
@@ -152,7 +157,10 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, env_file: str = ".env") -> Settings:
-        """Build settings from `environ` (default `os.environ`) over an optional `.env` file."""
+        """Build settings from `environ` (default `os.environ`) over an optional `.env` file.
+
+        One line per setting, so it is as long as the list of settings.
+        """
         env: dict[str, str] = {}
         if env_file and os.path.exists(env_file):
             env.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
@@ -201,6 +209,18 @@ class Settings:
             ),
             max_resume_bytes=_int(
                 env, "RUNSTREAM_MAX_RESUME_BYTES", limits.DEFAULT_MAX_RESUME_BYTES, minimum=4
+            ),
+            max_submits_per_minute=_int(
+                env, "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
+            ),
+            max_active_runs=_int(env, "RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
+            max_sse_connections=_int(
+                env, "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
+            ),
+            max_sse_connections_per_token=_int(
+                env,
+                "RUNSTREAM_MAX_SSE_CONNECTIONS_PER_TOKEN",
+                limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN,
             ),
             worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
             job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 import uvicorn
 from arq.worker import Worker
+from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
 
 from bench.launcher import free_port
@@ -36,6 +37,15 @@ if TYPE_CHECKING:
     from tests.processes import Cluster
 
 configure_logging("warning", cache=False)
+
+# Property tests and the API fuzz (tests/test_fuzz_parsers.py, tests/test_fuzz_api.py) stay
+# bounded so the suite stays fast; `pytest --hypothesis-profile=thorough` searches ten times
+# longer. No example database: a failure prints its seed and the shrunk example instead.
+hypothesis_settings.register_profile("runstream", max_examples=100, deadline=None, database=None)
+hypothesis_settings.register_profile(
+    "thorough", hypothesis_settings.get_profile("runstream"), max_examples=1000
+)
+hypothesis_settings.load_profile("runstream")
 
 
 @pytest.fixture
@@ -162,20 +172,26 @@ async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
     workers: list[tuple[Worker, asyncio.Task[None]]] = []
 
     async def start(**changes: Any) -> Worker:
-        worker = build_worker(replace(settings, **changes), handle_signals=False)
-        task = asyncio.create_task(worker.main())
-        for _ in range(500):
-            if "state" in worker.ctx:
-                break
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
+        worker, task = await launch_worker(replace(settings, **changes))
         workers.append((worker, task))
         return worker
 
     yield start
     for worker, task in workers:
         await stop_worker(worker, task)
+
+
+async def launch_worker(settings: Settings) -> tuple[Worker, asyncio.Task[None]]:
+    """An arq worker running in this event loop, once its state is built (5 s at most)."""
+    worker = build_worker(settings, handle_signals=False)
+    task = asyncio.create_task(worker.main())
+    for _ in range(500):
+        if "state" in worker.ctx:
+            break
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    return worker, task
 
 
 async def stop_worker(worker: Worker, task: asyncio.Task[None] | None = None) -> None:

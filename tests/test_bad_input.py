@@ -61,7 +61,15 @@ async def state_of(settings: Settings) -> State:
         ).fetchall()
     redis = Redis.from_url(settings.redis_url)
     try:
-        keys = sorted([k async for k in redis.scan_iter(match=f"{settings.redis_prefix}:*")])
+        # The submit-rate window counts attempts, refused ones included (docs/protocol.md 3.6):
+        # it is the one key a refused submit may change.
+        keys = sorted(
+            [
+                k
+                async for k in redis.scan_iter(match=f"{settings.redis_prefix}:*")
+                if not k.endswith(b":submits")
+            ]
+        )
         dumps = {key: await redis.dump(key) for key in keys}
     finally:
         await redis.aclose()

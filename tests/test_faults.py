@@ -470,7 +470,10 @@ class TestChaos:
         self, cluster: Cluster, fault_settings: Settings
     ) -> None:
         env = {"RUNSTREAM_MAX_ATTEMPTS": "20", "RUNSTREAM_FAKE_TOKEN_DELAY_MS": "10"}
-        _, url = await cluster.server()
+        # 200 runs at once from one caller: past the per-caller limits' defaults.
+        _, url = await cluster.server(
+            RUNSTREAM_MAX_SUBMITS_PER_MINUTE="0", RUNSTREAM_MAX_ACTIVE_RUNS="0"
+        )
         workers = [await cluster.ready_worker(**env) for _ in range(3)]
         texts = [words(30, f"c{i}-") for i in range(200)]
         rng = random.Random(7)

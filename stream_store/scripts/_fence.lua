@@ -1,6 +1,6 @@
--- Shared by the scripts of stream_store/log.py: composed in front of a script that uses it
--- (preamble + script, one chunk), never pasted into one. Only local functions: a script
--- may not create globals.
+-- Shared by the scripts of stream_store/log.py and quotas.py: composed in front of a script
+-- that uses it (preamble + script, one chunk), never pasted into one. Only local functions: a
+-- script may not create globals.
 
 -- Redis's clock in milliseconds: every lease is measured on it, never on a client's clock.
 local function now_ms()

@@ -1,6 +1,8 @@
 """SSE viewers in client processes, so that the load generator is not what a figure measures.
 
-`ViewerLoad` spreads viewer targets (server URL, stream path) over a few spawned processes.
+`ViewerLoad` spreads viewer targets (server URL, stream path) over a few spawned processes
+(`/v1` streams by default; LangGraph join streams with `last_event_id=b"-1"` and
+`terminal=LANGGRAPH_TERMINAL`).
 Each runs many `bench.sse.follow` readers on one event loop (uvloop when installed) and opens
 at most `connect_concurrency` connections at a time. The parent learns when every viewer has
 received its first event (`attached()`), may then let the run go, and collects per-viewer
@@ -20,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sse import ViewerResult, follow
+from .sse import TERMINAL, ViewerResult, follow
 
 __all__ = ["LoadResult", "ViewerLoad"]
 
@@ -46,6 +48,8 @@ async def _child_main(
     timeout_s: float,
     to_parent: Any,
     release: Any,
+    last_event_id: bytes | None,
+    terminal: tuple[bytes, ...],
 ) -> None:
     gate = asyncio.Semaphore(connect_concurrency)
     firsts = [asyncio.Event() for _ in targets]
@@ -53,7 +57,15 @@ async def _child_main(
     async def viewer(i: int) -> ViewerResult:
         base_url, path = targets[i]
         async with gate:  # held until the viewer has its first event (or gave up)
-            task = asyncio.create_task(follow(base_url, path, on_first=firsts[i]))
+            task = asyncio.create_task(
+                follow(
+                    base_url,
+                    path,
+                    on_first=firsts[i],
+                    last_event_id=last_event_id,
+                    terminal=terminal,
+                )
+            )
             waiter = asyncio.create_task(firsts[i].wait())
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
@@ -115,6 +127,8 @@ def _child(
     timeout_s: float,
     to_parent: Any,
     release: Any,
+    last_event_id: bytes | None = None,
+    terminal: tuple[bytes, ...] = TERMINAL,
 ) -> None:
     _raise_nofile()
     run = asyncio.run
@@ -122,7 +136,19 @@ def _child(
         import uvloop
 
         run = uvloop.run
-    run(_child_main(index, targets, mode, connect_concurrency, timeout_s, to_parent, release))
+    run(
+        _child_main(
+            index,
+            targets,
+            mode,
+            connect_concurrency,
+            timeout_s,
+            to_parent,
+            release,
+            last_event_id,
+            terminal,
+        )
+    )
 
 
 @dataclass
@@ -168,8 +194,12 @@ class ViewerLoad:
         mode: str = "follow",
         connect_concurrency: int = 100,
         timeout_s: float = 300,
+        last_event_id: bytes | None = None,
+        terminal: tuple[bytes, ...] = TERMINAL,
     ) -> None:
         self.targets = targets
+        self.last_event_id = last_event_id  # sent with each viewer's first request
+        self.terminal = terminal  # the events that end a viewer's stream
         self.procs = max(1, min(procs, len(targets)))
         self.mode = mode
         self.timeout_s = timeout_s
@@ -198,6 +228,8 @@ class ViewerLoad:
                     self.timeout_s,
                     self._queue,
                     self._release,
+                    self.last_event_id,
+                    self.terminal,
                 ),
                 daemon=True,
             )

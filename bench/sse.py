@@ -1,10 +1,12 @@
 """A light SSE reader over raw asyncio streams, cheap enough to run thousands per process.
 
-It speaks just enough HTTP/1.1 for `GET /v1/runs/{id}/events`: one request per connection,
-a chunked (or close-delimited) body, and the SSE framing runstream writes (`id:`, `event:`,
-`data:` lines, `: ping` comments). Events stay bytes: load generators count and compare ids
-without decoding JSON. `batches()` yields everything one socket read delivered, so a caller
-takes one clock reading per read, not per event.
+It speaks just enough HTTP/1.1 for `GET /v1/runs/{id}/events` and LangGraph's join stream
+(`GET /threads/{t}/runs/{r}/stream`): one request per connection, a chunked (or
+close-delimited) body, and SSE framing with LF or CRLF line ends (`id:`, `event:`, `data:`
+lines, comments). Events stay bytes: load generators count and compare ids without decoding
+JSON. `batches()` yields everything one socket read delivered, so a caller takes one clock
+reading per read, not per event. `SseParser` is the framing alone, for bodies read otherwise
+(httpx).
 """
 
 from __future__ import annotations
@@ -16,10 +18,21 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["SseError", "SseEvent", "SseStream", "ViewerResult", "event_position", "follow"]
+__all__ = [
+    "LANGGRAPH_TERMINAL",
+    "TERMINAL",
+    "SseError",
+    "SseEvent",
+    "SseParser",
+    "SseStream",
+    "ViewerResult",
+    "event_position",
+    "follow",
+]
 
 READ_SIZE = 256 * 1024
 TERMINAL = (b"done", b"error")
+LANGGRAPH_TERMINAL = (b"end", b"error")  # LangGraph's stream ends with `end` (or `error`)
 
 
 class SseError(RuntimeError):
@@ -43,6 +56,35 @@ def event_position(event_id: bytes) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+class SseParser:
+    """SSE framing: `feed` bytes of a body, get the complete events in them (comments skipped;
+    an event without `id:` has id b"")."""
+
+    def __init__(self) -> None:
+        self._text = b""
+
+    def feed(self, payload: bytes) -> list[SseEvent]:
+        text = self._text + payload
+        held = b"\r" if text.endswith(b"\r") else b""  # maybe half of a CRLF: wait for more
+        blocks = text[: len(text) - len(held)].replace(b"\r\n", b"\n").split(b"\n\n")
+        self._text = blocks.pop() + held
+        events = []
+        for block in blocks:
+            event_id = name = b""
+            data: list[bytes] = []
+            for line in block.split(b"\n"):
+                if line.startswith(b"id:"):
+                    event_id = line[3:].strip()
+                elif line.startswith(b"event:"):
+                    name = line[6:].strip()
+                elif line.startswith(b"data:"):
+                    value = line[5:]
+                    data.append(value[1:] if value.startswith(b" ") else value)
+            if name:
+                events.append(SseEvent(event_id, name, b"\n".join(data)))
+        return events
+
+
 class SseStream:
     """One SSE response. Open with `SseStream.open(...)`, read `batches()`, then `close()`."""
 
@@ -51,7 +93,7 @@ class SseStream:
         self._writer = writer
         self._chunked = True
         self._raw = bytearray()
-        self._text = b""
+        self._parser = SseParser()
         self.ended = False
 
     @classmethod
@@ -124,27 +166,6 @@ class SseStream:
         del raw[:pos]
         return b"".join(out)
 
-    def _parse(self, payload: bytes) -> list[SseEvent]:
-        text = self._text + payload
-        held = b"\r" if text.endswith(b"\r") else b""  # maybe half of a CRLF: wait for more
-        blocks = text[: len(text) - len(held)].replace(b"\r\n", b"\n").split(b"\n\n")
-        self._text = blocks.pop() + held
-        events = []
-        for block in blocks:
-            event_id = name = b""
-            data: list[bytes] = []
-            for line in block.split(b"\n"):
-                if line.startswith(b"id:"):
-                    event_id = line[3:].strip()
-                elif line.startswith(b"event:"):
-                    name = line[6:].strip()
-                elif line.startswith(b"data:"):
-                    value = line[5:]
-                    data.append(value[1:] if value.startswith(b" ") else value)
-            if name:
-                events.append(SseEvent(event_id, name, b"\n".join(data)))
-        return events
-
     async def batches(self) -> AsyncIterator[list[SseEvent]]:
         """The events of each socket read (pings skipped), until the response ends."""
         while not self.ended:
@@ -154,7 +175,7 @@ class SseStream:
                 break
             payload = self._dechunk(data) if self._chunked else data
             if payload:
-                events = self._parse(payload)
+                events = self._parser.feed(payload)
                 if events:
                     yield events
 
@@ -182,16 +203,21 @@ async def follow(
     *,
     on_first: asyncio.Event | None = None,
     max_reconnects: int = 20,
+    last_event_id: bytes | None = None,
+    terminal: tuple[bytes, ...] = TERMINAL,
 ) -> ViewerResult:
     """Read a run's stream to its terminal event, reconnecting with Last-Event-ID if cut off.
 
     Latency (wall-clock ms at receipt minus the ms part of the event id, which Redis stamped at
     XADD) is recorded for every event but the stream's first, the `run`/`queued` written at
-    submit, which viewers read back when they attach.
+    submit (LangGraph's join stream: its `metadata`), which viewers read back when they attach.
+    `last_event_id` goes with the first request (LangGraph's `-1`: from the start); `terminal`
+    names the events that end the stream. Events without an id (LangGraph's `metadata`) are
+    counted but neither ordered nor timed.
     """
     result = ViewerResult(path)
     last = (0, 0)
-    last_id: bytes | None = None
+    last_id = last_event_id
     latency = result.latency_ms
     while True:
         try:
@@ -205,23 +231,25 @@ async def follow(
                 now = time.time()
                 now_ms = int(now * 1000)
                 for event in batch:
-                    ms, _, seq = event.id.partition(b"-")
-                    position = (int(ms), int(seq))
-                    if position <= last:
-                        result.out_of_order += 1
-                    last = position
-                    if result.events == 0:
+                    first = result.events == 0
+                    if event.id:
+                        ms, _, seq = event.id.partition(b"-")
+                        position = (int(ms), int(seq))
+                        if position <= last:
+                            result.out_of_order += 1
+                        last = position
+                        last_id = result.last_id = event.id
+                        if not first:
+                            latency[now_ms - position[0]] += 1
+                    if first:
                         result.first_id = event.id
                         if on_first is not None:
                             on_first.set()
-                    else:
-                        latency[now_ms - position[0]] += 1
-                        if not result.first_live_at:
-                            result.first_live_at = now
+                    elif not result.first_live_at:
+                        result.first_live_at = now
                     result.events += 1
-                    if event.event in TERMINAL:
+                    if event.event in terminal:
                         result.terminal = True
-                last_id = result.last_id = batch[-1].id
                 result.last_at = now
         except (OSError, asyncio.IncompleteReadError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"

@@ -7,6 +7,21 @@ async with AsyncClient("http://127.0.0.1:8000") as client:
 """
 
 from ._client import AsyncClient
-from ._errors import Conflict, NotFound, RunstreamError, StreamGone, Unavailable
+from ._errors import (
+    Conflict,
+    NotFound,
+    RunstreamError,
+    StreamGone,
+    TooManyRequests,
+    Unavailable,
+)
 
-__all__ = ["AsyncClient", "Conflict", "NotFound", "RunstreamError", "StreamGone", "Unavailable"]
+__all__ = [
+    "AsyncClient",
+    "Conflict",
+    "NotFound",
+    "RunstreamError",
+    "StreamGone",
+    "TooManyRequests",
+    "Unavailable",
+]

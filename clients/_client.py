@@ -3,6 +3,8 @@
 `stream()` yields typed events and survives network errors, server restarts and proxies that
 cut connections: it reconnects with the last id it saw (so nothing is lost or repeated),
 backing off exponentially, and stops after the terminal event. SSE parsing is httpx-sse's.
+An answer 429 (a per-caller limit) is retried after the server's `Retry-After`, when that is
+within `max_retry_after_s` (tenacity does the retrying).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import httpx
 import msgspec
 from httpx_sse import aconnect_sse
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from stream_store.events import (
     TERMINAL_EVENTS,
@@ -30,7 +33,7 @@ from stream_store.events import (
 )
 from stream_store.schemas import RunOut, ThreadDetail, ThreadList, ThreadOut
 
-from ._errors import RunstreamError, Unavailable, raise_for_error
+from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
 
 __all__ = ["AsyncClient"]
 
@@ -61,6 +64,8 @@ class AsyncClient:
         *,
         timeout_s: float = 30.0,
         max_backoff_s: float = 5.0,
+        max_retry_after_s: float = 30.0,
+        rate_limit_attempts: int = 4,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -68,6 +73,8 @@ class AsyncClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self.rate_limit_attempts = rate_limit_attempts
         self.reconnects = 0
 
     async def __aenter__(self) -> AsyncClient:
@@ -84,9 +91,27 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def _worth_waiting(self, exc: BaseException) -> bool:
+        return isinstance(exc, TooManyRequests) and exc.retry_after_s <= self.max_retry_after_s
+
+    @staticmethod
+    def _retry_after(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return exc.retry_after_s if isinstance(exc, TooManyRequests) else 1.0
+
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = await self._http.request(method, path, **kwargs)
-        raise_for_error(response)
+        """One request; a 429 is sent again after `Retry-After` (a refused request changed
+        nothing on the server, so sending it again is safe)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self._worth_waiting),
+            wait=self._retry_after,
+            stop=stop_after_attempt(self.rate_limit_attempts),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                response = await self._http.request(method, path, **kwargs)
+                raise_for_error(response)
         return response
 
     # -- runs ---------------------------------------------------------------------------------
@@ -159,6 +184,12 @@ class AsyncClient:
                             return
             except (httpx.TransportError, Unavailable):
                 pass
+            except TooManyRequests as exc:  # no free event-stream slot yet
+                if not self._worth_waiting(exc):
+                    raise
+                self.reconnects += 1
+                await asyncio.sleep(exc.retry_after_s)
+                continue
             except RunstreamError as exc:
                 if exc.status < 500:
                     raise

@@ -5,14 +5,24 @@ RunstreamError          any error answer from the server ({"error": {"code", "me
 ├── NotFound            404: unknown, deleted or not yours
 ├── Conflict            409: the run or thread is not in a state that allows it
 ├── StreamGone          410: the run's events are no longer kept (or were reset)
+├── TooManyRequests     429: a per-caller limit; `retry_after_s` says when to try again
 └── Unavailable         503: the server could not reach Redis or Postgres
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 
-__all__ = ["Conflict", "NotFound", "RunstreamError", "StreamGone", "Unavailable"]
+__all__ = [
+    "Conflict",
+    "NotFound",
+    "RunstreamError",
+    "StreamGone",
+    "TooManyRequests",
+    "Unavailable",
+]
 
 
 class RunstreamError(Exception):
@@ -36,6 +46,10 @@ class StreamGone(RunstreamError):
     pass
 
 
+class TooManyRequests(RunstreamError):
+    retry_after_s: float = 1.0  # the server's Retry-After
+
+
 class Unavailable(RunstreamError):
     pass
 
@@ -44,6 +58,7 @@ _BY_STATUS: dict[int, type[RunstreamError]] = {
     404: NotFound,
     409: Conflict,
     410: StreamGone,
+    429: TooManyRequests,
     503: Unavailable,
 }
 
@@ -58,4 +73,8 @@ def raise_for_error(response: httpx.Response) -> None:
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", response.text[:200]
     kind = _BY_STATUS.get(response.status_code, RunstreamError)
-    raise kind(response.status_code, code, message, response.headers.get("x-request-id"))
+    error = kind(response.status_code, code, message, response.headers.get("x-request-id"))
+    if isinstance(error, TooManyRequests):
+        with contextlib.suppress(ValueError):  # an HTTP date or garbage: keep the default
+            error.retry_after_s = max(0.0, float(response.headers.get("retry-after", "1")))
+    raise error

@@ -23,9 +23,9 @@ from redis.exceptions import RedisError
 
 from stream_store.checkpoints import attempt_fence
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
-from stream_store.events import MessageData, RunStatus, WireMessage, encode_data
+from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage, encode_data
 from stream_store.log import EventLog
-from stream_store.messages import input_messages, to_wire_message
+from stream_store.messages import input_messages, state_to_json, to_wire_message
 from stream_store.records import RunRecord
 from stream_store.services import Services
 
@@ -39,7 +39,7 @@ __all__ = ["execute_run"]
 
 logger = structlog.get_logger()
 
-STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]  # + "values" if asked
 
 # Checkpoints are written while the next step runs, not before it, which keeps two Postgres
 # writes off the way to the first token. The stream ends only after every write has landed, so
@@ -241,10 +241,16 @@ async def _stream_graph(
         # (its input among them) the stream did not have whole.
         for message in graph_input["messages"]:
             await writer.emit("message", MessageData(message=to_wire_message(message)))
+    with_values = "values" in run.stream_modes
+    if with_values and run.attempt > 1:
+        # A LangGraph client holds text of the attempt that died: a fresh snapshot replaces it.
+        saved = await graph.aget_state(config)  # type: ignore[arg-type]
+        await writer.emit("values", ValuesData(values=state_to_json(saved.values)))
     if graph_input is not ...:
-        translator = StreamTranslator()
+        translator = StreamTranslator(record_updates="updates" in run.stream_modes)
+        modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
         stream = graph.astream(  # type: ignore[call-overload]
-            graph_input, config, context=context, stream_mode=STREAM_MODES, durability=DURABILITY
+            graph_input, config, context=context, stream_mode=modes, durability=DURABILITY
         )
         async for mode, chunk in stream:
             for event, data in translator.translate(mode, chunk):
@@ -257,7 +263,8 @@ async def _stream_graph(
     if snapshot.interrupts:
         await writer.drain()  # the outcome's events are the stream's last
         attempt.phase = AttemptPhase.SETTLING
-        await services.lifecycle.interrupt(run, snapshot.interrupts[0].value)
+        first = snapshot.interrupts[0]
+        await services.lifecycle.interrupt(run, first.value, first.id)
         return False
     messages = snapshot.values.get("messages") or []
     last = messages[-1] if messages else None

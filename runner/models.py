@@ -111,7 +111,8 @@ class EchoChatModel(GenericFakeChatModel):
                 await run_manager.on_llm_new_token("", chunk=chunk)
             yield chunk
             return
-        for index, token in enumerate(split_tokens(str(reply.content))):
+        tokens = split_tokens(str(reply.content)) or [""]  # no user text: one empty reply
+        for index, token in enumerate(tokens):
             if index and self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))

@@ -1,8 +1,10 @@
-"""LangGraph's stream (`messages`, `updates`, `custom` modes) turned into protocol events.
+"""LangGraph's stream (`messages`, `updates`, `custom`, `values` modes) turned into protocol
+events.
 
 The one rule kept here: every token of a message carries that message's id, and a message the
 model did not stream still reaches clients as one token before its `message` event, so that
-concatenated tokens always equal the message's content.
+concatenated tokens always equal the message's content. A run submitted through the LangGraph
+API also asks for LangGraph's own `values` and `updates` events, recorded as they come.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from stream_store.events import MessageData, TokenData
-from stream_store.messages import message_text, to_wire_message
+from stream_store.events import MessageData, TokenData, UpdatesData, ValuesData
+from stream_store.messages import message_text, state_to_json, to_wire_message
 
 __all__ = ["StreamTranslator"]
 
@@ -21,19 +23,29 @@ __all__ = ["StreamTranslator"]
 class StreamTranslator:
     """Stateful per execution: remembers which messages already streamed tokens."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_updates: bool = False) -> None:
         self.streamed: set[str] = set()
+        self.record_updates = record_updates
 
     def translate(self, mode: str, chunk: Any) -> Iterator[tuple[str, Any]]:
         """Yield `(event, data)` pairs for one item of `graph.astream(stream_mode=[...])`."""
         if mode == "messages":
-            message, _meta = chunk
-            yield from self._token(message)
+            message, meta = chunk
+            yield from self._token(message, meta.get("langgraph_node"))
+        elif mode == "values":
+            yield "values", ValuesData(values=state_to_json(chunk))
         elif mode == "updates":
             if (chunk.get("__metadata__") or {}).get("cached"):
                 # Writes a previous attempt saved, applied without re-running the node: the
                 # stream already has these messages, or the retry re-sent them whole.
                 return
+            if self.record_updates:
+                # As LangGraph streams them, `__interrupt__` included: its `updates` carry an
+                # interrupt before the `values` that do (the LangGraph view then sends no
+                # second one for the `pending` event the run's outcome writes).
+                updates = {node: update for node, update in chunk.items() if node != "__metadata__"}
+                if updates:
+                    yield "updates", UpdatesData(updates=state_to_json(updates))
             for node, update in chunk.items():
                 if node.startswith("__") or not isinstance(update, dict):
                     continue
@@ -46,7 +58,7 @@ class StreamTranslator:
         elif mode == "custom":
             yield "custom", chunk
 
-    def _token(self, message: Any) -> Iterator[tuple[str, Any]]:
+    def _token(self, message: Any, node: str | None) -> Iterator[tuple[str, Any]]:
         if not isinstance(message, AIMessage) or not message.id:
             return
         text = message_text(message.content)
@@ -54,7 +66,7 @@ class StreamTranslator:
             return
         if isinstance(message, AIMessageChunk) or message.id not in self.streamed:
             self.streamed.add(message.id)
-            yield "token", TokenData(message_id=message.id, text=text)
+            yield "token", TokenData(message_id=message.id, text=text, node=node)
 
     def complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
         """Events for a whole message: its `message`, after one token if none streamed."""

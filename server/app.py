@@ -8,6 +8,7 @@ from typing import Any
 
 import structlog
 from litestar import Litestar, Request
+from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
@@ -20,6 +21,7 @@ from .auth import Caller, caller_from_request
 from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
+from .langgraph.api import langgraph_router
 from .page import index, page_assets
 from .raw_input import ApiRequest, refuse_nul_in_path
 from .request_ids import add_request_id_header, bind_request_id
@@ -36,6 +38,30 @@ logger = structlog.get_logger()
 class _Metrics(PrometheusController):
     path = "/metrics"
     include_in_schema = False
+
+
+def _cors(settings: Settings) -> CORSConfig | None:
+    """Browser pages on other origins (a LangGraph UI, say) when the operator names them.
+
+    They must read `Location`/`Content-Location` (the SDKs reconnect with them) and send
+    `Last-Event-ID` and `x-api-key`.
+    """
+    if not settings.cors_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(settings.cors_origins),
+        allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+        allow_headers=[
+            "Content-Type",
+            "Authorization",
+            "X-Api-Key",
+            "Last-Event-ID",
+            "Idempotency-Key",
+            "X-Request-ID",
+        ],
+        expose_headers=["Location", "Content-Location", "X-Request-ID", "Retry-After"],
+        max_age=600,
+    )
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -70,6 +96,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[
             RunsController,
             ThreadsController,
+            langgraph_router(),
             healthz,
             readyz,
             _Metrics,
@@ -89,6 +116,7 @@ def create_app(settings: Settings) -> Litestar:
         guards=[refuse_nul_in_path],
         middleware=[browser_guard(settings), prometheus.middleware],  # refusals go first
         request_max_body_size=settings.max_body_bytes,
+        cors_config=_cors(settings),
         openapi_config=OpenAPIConfig(
             title="runstream",
             version="0.1.0",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import structlog
 
@@ -15,13 +16,35 @@ from stream_store.records import RunRecord
 from .errors import ApiError
 from .fanout import Frame, StreamFollower, Viewer, sse_frame
 
-__all__ = ["Attachment", "check_resume_point"]
+__all__ = ["Attachment", "Dialect", "RunstreamDialect", "check_resume_point"]
 
 logger = structlog.get_logger()
 
 PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty data line)
 REPLAY_PAGE = 1000
 MAX_CHUNK = 64 * 1024  # bytes per write when coalescing queued frames
+
+
+class Dialect(Protocol):
+    """How a viewer's frames are written, and which event ends its response."""
+
+    ping: bytes
+
+    def render(self, frame: Frame) -> bytes: ...
+
+    def ends_after(self, frame: Frame) -> bool: ...
+
+
+class RunstreamDialect:
+    """`/v1`'s events, as stored: the frames the follower encoded once for all viewers."""
+
+    ping = PING
+
+    def render(self, frame: Frame) -> bytes:
+        return frame.data
+
+    def ends_after(self, frame: Frame) -> bool:
+        return frame.terminal
 
 
 def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
@@ -74,7 +97,9 @@ class Attachment:
         after: str,
         first_id: str,
         ping_interval_s: float,
+        dialect: Dialect | None = None,
     ) -> None:
+        self.dialect: Dialect = dialect or RunstreamDialect()
         self.follower = follower
         self.events = events
         self.run_id = run_id
@@ -83,6 +108,7 @@ class Attachment:
         self.last_id = after
         self.last = parse_event_id(after)
         self.ended = False  # the terminal event is sent, or the stream was reset
+        self.complete = False  # the dialect's last event is sent: the response may end cleanly
 
     async def frames(self) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
@@ -109,17 +135,28 @@ class Attachment:
         """Everything after `last_id` that Redis has now, a page per write."""
         while True:
             page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
-            if page:
-                yield b"".join(sse_frame(event).data for event in page)
-                self._advance(page[-1].id)
-                if page[-1].terminal:
-                    self.ended = True
-                    return
+            chunk = bytearray()
+            for event in page:
+                frame = sse_frame(event)
+                chunk += self.dialect.render(frame)
+                self._advance(frame.id)
+                if self.dialect.ends_after(frame):
+                    self.ended = self.complete = True
+                    break
+            if chunk:
+                yield bytes(chunk)
+            if self.ended:
+                return
             if len(page) < REPLAY_PAGE:
                 break
         newest = await self.events.last_event(self.run_id)
-        if newest is not None and newest.terminal and parse_event_id(newest.id) <= self.last:
-            self.ended = True  # the client already has the terminal event: nothing follows it
+        if (
+            newest is not None
+            and self.dialect.ends_after(sse_frame(newest))
+            and parse_event_id(newest.id) <= self.last
+        ):
+            # the client already has the last event: nothing follows it
+            self.ended = self.complete = True
 
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Live frames, a burst per write, until the end or until the viewer's queue closes
@@ -132,7 +169,7 @@ class Attachment:
                 else:
                     frame = viewer.queue.get_nowait()
             except TimeoutError:
-                yield PING
+                yield self.dialect.ping
                 continue
             chunk, frame = await self._burst(viewer, frame)
             if chunk:
@@ -151,10 +188,10 @@ class Attachment:
                 if frame.event == "retry" and await self._stream_was_reset():
                     self.ended = True  # Redis lost the stream; on reconnect: 410
                     break
-                chunk += frame.data
+                chunk += self.dialect.render(frame)
                 self._advance(frame.id)
-                if frame.terminal:
-                    self.ended = True
+                if self.dialect.ends_after(frame):
+                    self.ended = self.complete = True
                     break
             if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
                 break

@@ -135,10 +135,19 @@ def _unauthorized(request: Request[Any, Any, Any], exc: Unauthorized) -> Respons
 def _validation(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
     details = exc.extra if isinstance(exc.extra, list) else []
     parts = [
-        f"{d.get('key') or 'body'}: {d.get('message')}" for d in details if isinstance(d, dict)
+        _missing_body(d) or f"{d.get('key') or 'body'}: {d.get('message')}"
+        for d in details
+        if isinstance(d, dict)
     ]
     message = "; ".join(parts) or exc.detail
     return error_response(request, 400, "invalid_request", message)
+
+
+def _missing_body(detail: dict[str, Any]) -> str | None:
+    """Litestar reports an absent body as the KeyError of its `data` parameter: say it plainly."""
+    if detail.get("key") == "data" and detail.get("message") == "'data'":
+        return "the request needs a body: a JSON object (Content-Type: application/json)"
+    return None
 
 
 def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

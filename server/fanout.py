@@ -39,12 +39,15 @@ class Frame:
     id: str
     event: str
     terminal: bool
-    data: bytes
+    data: bytes  # the `/v1` SSE frame
+    stored: StoredEvent  # as read from Redis, for other dialects (`server.langgraph`)
 
 
 def sse_frame(event: StoredEvent) -> Frame:
     message = ServerSentEventMessage(id=event.id, event=event.event, data=event.data.decode())
-    return Frame(id=event.id, event=event.event, terminal=event.terminal, data=message.encode())
+    return Frame(
+        id=event.id, event=event.event, terminal=event.terminal, data=message.encode(), stored=event
+    )
 
 
 class Viewer:

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 
@@ -24,6 +25,8 @@ class Resources(Services):
     follower: StreamFollower  # the process's one reader of live streams
     graphs: GraphRegistry
     tokens: StreamTokens
+    # When the graphs were loaded: the LangGraph API's assistants were "created" then.
+    started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
 
 
 @contextlib.asynccontextmanager

@@ -69,6 +69,7 @@ class ThreadsController(Controller):
         inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)  # the same budget as runs
         thread = await resources.records.create_thread(caller.owner, metadata)
+        assert thread is not None  # a fresh id is never taken
         logger.info("thread created", thread_id=thread.thread_id)
         return thread_out(thread)
 

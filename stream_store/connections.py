@@ -72,6 +72,10 @@ async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
         max_size=max_size,
         open=False,
         timeout=10,
+        # psycopg_pool retries a lost connection with a doubling delay and no cap, so after a
+        # 30 s outage its next try can be 30 s away. Giving up a slot after 8 s (tries at
+        # 0, 1, 3, 7 s) frees it, and the next request opens a fresh one at once.
+        reconnect_timeout=8,
         kwargs={
             "autocommit": True,
             "prepare_threshold": None,

@@ -27,6 +27,8 @@ __all__ = [
     "RunStatus",
     "RunStatusData",
     "TokenData",
+    "UpdatesData",
+    "ValuesData",
     "WireMessage",
     "decode_data",
     "encode_data",
@@ -92,6 +94,19 @@ class RunStatusData(WireBase):
 class TokenData(WireBase):
     message_id: str
     text: str
+    node: str | None = None  # the graph node whose model streamed it
+
+
+class ValuesData(WireBase):
+    """The graph's whole state after a step (LangGraph's `values` mode, when a run asks)."""
+
+    values: Any
+
+
+class UpdatesData(WireBase):
+    """What each node of a step wrote (LangGraph's `updates` mode, when a run asks)."""
+
+    updates: dict[str, Any]
 
 
 class MessageData(WireBase):
@@ -100,6 +115,7 @@ class MessageData(WireBase):
 
 class PendingData(WireBase):
     interrupt: Any
+    interrupt_id: str | None = None  # LangGraph's id of the interrupt
 
 
 class RetryData(WireBase):
@@ -119,7 +135,9 @@ class ErrorData(WireBase):
 
 CustomData = Any
 
-EventName = Literal["run", "token", "message", "custom", "pending", "retry", "done", "error"]
+EventName = Literal[
+    "run", "token", "message", "custom", "values", "updates", "pending", "retry", "done", "error"
+]
 
 
 class Event(WireBase):

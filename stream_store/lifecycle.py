@@ -17,6 +17,7 @@ It is longer than most modules here on purpose: every transition is in it, and o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,11 +115,17 @@ class RunLifecycle:
             last = await self._event(run, attempt, "done", done, settled=settled)
         await self.records.set_last_event_id(run.run_id, last)
 
-    async def _pending(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
+    async def _pending(
+        self,
+        run: RunRecord,
+        attempt: int,
+        *,
+        settled: bool = False,
+        interrupt_id: str | None = None,
+    ) -> None:
         """The `pending` event and `interrupted` status of an interrupted `run`."""
-        await self._event(
-            run, attempt, "pending", PendingData(interrupt=run.interrupt), settled=settled
-        )
+        pending = PendingData(interrupt=run.interrupt, interrupt_id=interrupt_id)
+        await self._event(run, attempt, "pending", pending, settled=settled)
         last = await self._status(run, attempt, RunStatus.INTERRUPTED, settled=settled)
         await self.records.set_last_event_id(run.run_id, last)
 
@@ -143,6 +150,11 @@ class RunLifecycle:
             )
 
         created = await self.records.create_run(new, before_commit=open_stream)
+        for ended in created.superseded:
+            await self._outcome(ended, ended.attempt)
+            logger.info("interrupted run ended by a new run", run_id=ended.run_id)
+        if created.created and new.multitask == "interrupt":
+            await self._cancel_others(created.run)
         if created.dispatch_now:
             try:
                 await self.queue.enqueue(created.run)
@@ -153,6 +165,13 @@ class RunLifecycle:
                     error=str(exc),
                 )
         return created
+
+    async def _cancel_others(self, run: RunRecord) -> None:
+        """Multitask `interrupt`: cancel the thread's other active runs; `run` starts after."""
+        for other in await self.records.thread_runs(run.thread_id, run.owner):
+            if other.run_id != run.run_id and other.status.active:
+                with contextlib.suppress(Conflict):  # it finished meanwhile
+                    await self.cancel(other)
 
     async def cancel(self, run: RunRecord) -> RunRecord:
         """Cancel a queued or interrupted run at once, or ask the worker running it to stop.
@@ -216,13 +235,13 @@ class RunLifecycle:
                 await self.announce_retry(run, await plan_retry(run))  # the reaper died first
         await self._status(run, run.attempt, RunStatus.RUNNING)
 
-    async def interrupt(self, run: RunRecord, value: Any) -> bool:
+    async def interrupt(self, run: RunRecord, value: Any, interrupt_id: str | None = None) -> bool:
         """running -> interrupted; False when the attempt no longer held the run."""
         interrupted = await self.records.interrupt_run(run.run_id, run.attempt, value)
         if interrupted is None:
             logger.warning("run changed hands before it paused; writing nothing")
             return False
-        await self._pending(interrupted, run.attempt, settled=True)
+        await self._pending(interrupted, run.attempt, settled=True, interrupt_id=interrupt_id)
         logger.info("run interrupted")
         return True
 

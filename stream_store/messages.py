@@ -15,14 +15,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.message import add_messages
+from pydantic import BaseModel
 
 from .events import WireMessage
 from .records import RunRecord
 
-__all__ = ["input_messages", "message_text", "thread_messages", "to_wire_message"]
+__all__ = [
+    "input_messages",
+    "message_text",
+    "state_to_json",
+    "thread_messages",
+    "to_wire_message",
+]
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
 
@@ -53,6 +61,20 @@ def to_wire_message(message: BaseMessage) -> WireMessage:
         tool_calls=tool_calls,
         tool_call_id=getattr(message, "tool_call_id", None),
     )
+
+
+def _encode_object(value: Any) -> Any:
+    if isinstance(value, BaseModel):  # LangChain's messages among them
+        return value.model_dump(mode="json")
+    return repr(value)  # anything else a graph keeps in its state: shown, never fatal
+
+
+def state_to_json(state: Any) -> Any:
+    """A graph's state (or a node's update) as JSON values, messages as LangChain dicts.
+
+    This is the shape LangGraph's own server gives `values`, `updates` and thread state.
+    """
+    return msgspec.to_builtins(state, enc_hook=_encode_object)
 
 
 async def thread_messages(checkpointer: BaseCheckpointSaver, thread_id: str) -> list[BaseMessage]:

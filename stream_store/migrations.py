@@ -92,6 +92,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runstream_runs_owner_working ON runstream_runs (owner)
         WHERE status IN ('queued', 'running');
     """,
+    # The LangGraph API's runs (docs/langgraph.md): the stream modes the worker records beyond
+    # runstream's own events, and the request's LangGraph fields, shown back in its run object.
+    """
+    ALTER TABLE runstream_runs ADD COLUMN stream_modes text[] NOT NULL DEFAULT '{}';
+    ALTER TABLE runstream_runs ADD COLUMN kwargs jsonb NOT NULL DEFAULT '{}';
+    """,
 ]
 
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -38,7 +38,7 @@ _OWNER_SUBMIT_LOCK = 0x7375626D  # "subm"
 _RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
     " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
-    " finished_at, error, interrupt, output, last_event_id"
+    " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs"
 )
 _THREAD_STATUS = """
     CASE
@@ -79,6 +79,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     interrupt: Any = None
     output: dict[str, Any] | None = None
     last_event_id: str | None = None
+    # Extra LangGraph stream modes the worker records (`values`, `updates`), and the LangGraph
+    # API's own fields of the request; both empty for runs submitted to `/v1`.
+    stream_modes: list[str] = []
+    kwargs: dict[str, Any] = {}
 
     @property
     def job_id(self) -> str:
@@ -111,13 +115,24 @@ class NewRun(msgspec.Struct, kw_only=True):
     title: str | None = None
     # Refuse (LimitReached) when the owner has this many queued or running runs; 0: no limit.
     max_active_runs: int = 0
+    stream_modes: list[str] = []
+    kwargs: dict[str, Any] = {}
+    # The answer to the thread's pending interrupt, for a run that continues it (LangGraph's
+    # `command.resume`): `{"value": ...}`.
+    resume: dict[str, Any] | None = None
+    # LangGraph ends a run at its interrupt: a new run on the thread ends an `interrupted` one
+    # (as succeeded) instead of waiting behind it.
+    supersede_interrupted: bool = False
+    # With a thread id that names no thread yet: create it (LangGraph's `if_not_exists`).
+    create_thread: bool = False
 
 
 # Inserts the run on the thread named by a CTE `thread` (new or updated in the same statement).
 _INSERT_RUN = (
     "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
-    " metadata, multitask, idempotency_key, request_hash)"
-    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s FROM thread"
+    " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume)"
+    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    " FROM thread"
     " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 )
 
@@ -130,6 +145,7 @@ class Created(msgspec.Struct):
     run: RunRecord
     created: bool
     dispatch_now: bool
+    superseded: list[RunRecord] = []  # interrupted runs this one ended (`supersede_interrupted`)
 
 
 def _run(row: dict[str, Any]) -> RunRecord:
@@ -206,6 +222,9 @@ class Records:
             new.multitask,
             new.idempotency_key,
             new.request_hash,
+            new.stream_modes,
+            Jsonb(new.kwargs),
+            Jsonb(new.resume) if new.resume is not None else None,
         )
         turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         if new.max_active_runs:
@@ -214,8 +233,11 @@ class Records:
             if new.max_active_runs:
                 await self._check_active_runs(conn, new)
             busy = False
-            if new.thread_id is None:
-                thread_id = str(uuid.uuid4())
+            superseded: list[RunRecord] = []
+            if new.thread_id is None or (
+                new.create_thread and not await self._thread_exists(conn, new.thread_id)
+            ):
+                thread_id = new.thread_id or str(uuid.uuid4())
                 cur = await conn.execute(
                     "WITH thread AS (INSERT INTO runstream_threads (thread_id, owner, title,"
                     " metadata) VALUES (%s, %s, %s, %s) RETURNING thread_id)"
@@ -234,6 +256,9 @@ class Records:
                 if found is None:
                     raise NotFound(f"thread {thread_id} not found")
                 busy = found["busy"]
+                if busy and new.supersede_interrupted:
+                    superseded = await self._end_interrupted(conn, thread_id)
+                    busy = await self._thread_busy(conn, thread_id)
                 if busy and new.multitask == "reject":
                     # A replay of an earlier request by key answers 200, busy or not.
                     if new.idempotency_key and await self._key_used(conn, new):
@@ -253,7 +278,40 @@ class Records:
                 raise _KeyTaken
             run = _run(row)
             await before_commit(run)
-        return Created(run=run, created=True, dispatch_now=not busy)
+        return Created(run=run, created=True, dispatch_now=not busy, superseded=superseded)
+
+    async def _thread_exists(self, conn: AsyncConnection[DictRow], thread_id: str) -> bool:
+        """Whether any owner has the thread: an id taken by another owner is not reusable."""
+        cur = await conn.execute(
+            "SELECT 1 FROM runstream_threads WHERE thread_id = %s", (thread_id,)
+        )
+        return await cur.fetchone() is not None
+
+    async def _thread_busy(self, conn: AsyncConnection[DictRow], thread_id: str) -> bool:
+        cur = await conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = %s"
+            " AND status = ANY(%s)) AS busy",
+            (thread_id, sorted(ACTIVE_STATUSES)),
+        )
+        found = await cur.fetchone()
+        return bool(found and found["busy"])
+
+    async def _end_interrupted(
+        self, conn: AsyncConnection[DictRow], thread_id: str
+    ) -> list[RunRecord]:
+        """interrupted -> succeeded for the thread's waiting run (its thread row is locked).
+
+        Its events are the caller's to write after the commit; `settled_at` without a
+        `last_event_id` lets the reaper write them if the caller dies first.
+        """
+        cur = await conn.execute(
+            "UPDATE runstream_runs SET status = 'succeeded', finished_at = clock_timestamp(),"
+            " settled_at = clock_timestamp(), last_event_id = NULL"
+            " WHERE thread_id = %s AND status = 'interrupted'"
+            f" RETURNING {_RUN_COLUMNS}",
+            (thread_id,),
+        )
+        return [_run(row) for row in await cur.fetchall()]
 
     async def _check_active_runs(self, conn: AsyncConnection[DictRow], new: NewRun) -> None:
         """Refuse the run if its owner already has `new.max_active_runs` queued or running runs.
@@ -300,6 +358,17 @@ class Records:
             (owner, key),
         )
 
+    async def _rows(self, query: str, params: Sequence[Any]) -> list[DictRow]:
+        async with _translated(), self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+    async def _runs(self, query: str, params: Sequence[Any] = ()) -> list[RunRecord]:
+        return [_run(row) for row in await self._rows(query, params)]
+
+    async def _threads(self, query: str, params: Sequence[Any] = ()) -> list[ThreadRecord]:
+        return [_thread(row) for row in await self._rows(query, params)]
+
     async def _one_run(self, query: str, params: tuple[Any, ...]) -> RunRecord | None:
         async with _translated(), self.pool.connection() as conn:
             cur = await conn.execute(query, params)
@@ -328,26 +397,20 @@ class Records:
 
     async def running_claimed_before(self, age_s: float) -> list[RunRecord]:
         """Runs running for at least `age_s` since their claim: the reaper checks their leases."""
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE status = 'running'"
-                " AND claimed_at < clock_timestamp() - make_interval(secs => %s)",
-                (age_s,),
-            )
-            rows = await cur.fetchall()
-        return [_run(row) for row in rows]
+        return await self._runs(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE status = 'running'"
+            " AND claimed_at < clock_timestamp() - make_interval(secs => %s)",
+            (age_s,),
+        )
 
     async def queued_heads(self) -> list[RunRecord]:
         """Per thread, the queued run that may go next (nothing else of its thread in flight)."""
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                f"SELECT DISTINCT ON (thread_id) {_RUN_COLUMNS} FROM runstream_runs r"
-                " WHERE status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
-                "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
-                " ORDER BY thread_id, created_at"
-            )
-            rows = await cur.fetchall()
-        return [_run(row) for row in rows]
+        return await self._runs(
+            f"SELECT DISTINCT ON (thread_id) {_RUN_COLUMNS} FROM runstream_runs r"
+            " WHERE status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
+            "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
+            " ORDER BY thread_id, created_at"
+        )
 
     async def redispatch_if_stuck(
         self, run_id: str, dispatch: int, age_s: float
@@ -389,25 +452,19 @@ class Records:
 
     async def unsettled(self, age_s: float) -> list[RunRecord]:
         """Runs whose outcome Postgres holds but whose stream was never told (writer died)."""
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
-                " WHERE last_event_id IS NULL AND settled_at IS NOT NULL"
-                " AND settled_at < clock_timestamp() - make_interval(secs => %s)",
-                (age_s,),
-            )
-            rows = await cur.fetchall()
-        return [_run(row) for row in rows]
+        return await self._runs(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+            " WHERE last_event_id IS NULL AND settled_at IS NOT NULL"
+            " AND settled_at < clock_timestamp() - make_interval(secs => %s)",
+            (age_s,),
+        )
 
     async def active_runs(self) -> list[RunRecord]:
         """Every queued, running or interrupted run (recovery after Redis lost its data)."""
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
-                " WHERE status IN ('queued', 'running', 'interrupted')"
-            )
-            rows = await cur.fetchall()
-        return [_run(row) for row in rows]
+        return await self._runs(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+            " WHERE status IN ('queued', 'running', 'interrupted')"
+        )
 
     async def finish_run(
         self,
@@ -491,26 +548,59 @@ class Records:
 
     # -- threads ----------------------------------------------------------------------------
 
-    async def create_thread(self, owner: str, metadata: dict[str, Any]) -> ThreadRecord:
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
-                f" VALUES (%s, %s, %s) RETURNING {_THREAD_COLUMNS}",
-                (str(uuid.uuid4()), owner, Jsonb(metadata)),
-            )
-            row = await cur.fetchone()
-        assert row is not None  # INSERT ... RETURNING always returns the row
-        return _thread(row)
+    async def create_thread(
+        self, owner: str, metadata: dict[str, Any], thread_id: str | None = None
+    ) -> ThreadRecord | None:
+        """A new thread; None when `thread_id` is given and already taken (by anyone)."""
+        found = await self._threads(
+            "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
+            " VALUES (%s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
+            f" RETURNING {_THREAD_COLUMNS}",
+            (thread_id or str(uuid.uuid4()), owner, Jsonb(metadata)),
+        )
+        return found[0] if found else None
+
+    async def update_thread_metadata(
+        self, thread_id: str, owner: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge `metadata` into the thread's (LangGraph's PATCH); None: not the owner's."""
+        found = await self._threads(
+            "UPDATE runstream_threads AS t SET metadata = t.metadata || %s,"
+            " updated_at = clock_timestamp() WHERE t.thread_id = %s AND t.owner = %s"
+            f" RETURNING {_THREAD_COLUMNS}",
+            (Jsonb(metadata), thread_id, owner),
+        )
+        return found[0] if found else None
+
+    async def search_threads(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any],
+        status: str | None,
+        limit: int,
+        offset: int,
+    ) -> list[ThreadRecord]:
+        """The owner's threads whose metadata contains `metadata`, newest first."""
+        query = (
+            f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            " WHERE t.owner = %s AND t.metadata @> %s) found"
+        )
+        params: list[Any] = [owner, Jsonb(metadata)]
+        if status is not None:
+            query += " WHERE status = %s"
+            params.append(status)
+        query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
+        params += [limit, offset]
+        return await self._threads(query, params)
 
     async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
-                " WHERE t.thread_id = %s AND t.owner = %s",
-                (thread_id, owner),
-            )
-            row = await cur.fetchone()
-        return _thread(row) if row else None
+        found = await self._threads(
+            f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            " WHERE t.thread_id = %s AND t.owner = %s",
+            (thread_id, owner),
+        )
+        return found[0] if found else None
 
     async def list_threads(
         self, owner: str, limit: int, before: tuple[datetime, str] | None
@@ -523,34 +613,36 @@ class Records:
             params += [before[0], before[1]]
         query += " ORDER BY t.created_at DESC, t.thread_id DESC LIMIT %s"
         params.append(limit)
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(query, params)
-            rows = await cur.fetchall()
-        return [_thread(row) for row in rows]
+        return await self._threads(query, params)
 
     async def idle_threads(self, idle_s: int, limit: int = 100) -> list[tuple[str, str]]:
         """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight."""
-        async with _translated(), self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
-                " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
-                " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
-                "   AND r.status IN ('queued', 'running', 'interrupted'))"
-                " ORDER BY t.updated_at LIMIT %s",
-                (idle_s, limit),
-            )
-            rows = await cur.fetchall()
+        rows = await self._rows(
+            "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
+            " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
+            " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
+            "   AND r.status IN ('queued', 'running', 'interrupted'))"
+            " ORDER BY t.updated_at LIMIT %s",
+            (idle_s, limit),
+        )
         return [(row["thread_id"], row["owner"]) for row in rows]
 
     async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
+        return await self._runs(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
+            " WHERE thread_id = %s AND owner = %s ORDER BY created_at",
+            (thread_id, owner),
+        )
+
+    async def delete_run(self, run_id: str, owner: str) -> bool:
+        """Delete a run that is over (its thread's checkpoints stay: they are the thread's)."""
         async with _translated(), self.pool.connection() as conn:
             cur = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
-                " WHERE thread_id = %s AND owner = %s ORDER BY created_at",
-                (thread_id, owner),
+                "DELETE FROM runstream_runs WHERE run_id = %s AND owner = %s"
+                " AND status <> ALL(%s) RETURNING run_id",
+                (run_id, owner, sorted(ACTIVE_STATUSES)),
             )
-            rows = await cur.fetchall()
-        return [_run(row) for row in rows]
+            return await cur.fetchone() is not None
 
     async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
         """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.

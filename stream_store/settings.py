@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
@@ -84,6 +85,20 @@ def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], .
     return tuple(keys)
 
 
+def _origins(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Parse a comma list of web origins (RUNSTREAM_CORS_ORIGINS): `scheme://host[:port]`."""
+    result: list[str] = []
+    for item in (env.get(name) or "").split(","):
+        origin = item.strip().lower().rstrip("/")
+        if not origin:
+            continue
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise SettingsError(f"{name}: expected origins like https://app.example, got {item!r}")
+        result.append(origin)
+    return tuple(result)
+
+
 def _hosts(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Parse a comma list of host names or IP addresses (RUNSTREAM_ALLOWED_HOSTS), lower-cased.
 
@@ -119,6 +134,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
+    # Web origins whose pages may call the API from the browser (CORS); none by default.
+    cors_origins: tuple[str, ...] = ()
     api_keys: dict[str, str] = field(default_factory=dict)
     signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
     signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
@@ -186,6 +203,7 @@ class Settings:
             host=env.get("RUNSTREAM_HOST") or "127.0.0.1",
             port=_int(env, "RUNSTREAM_PORT", 8000),
             allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
+            cors_origins=_origins(env, "RUNSTREAM_CORS_ORIGINS"),
             api_keys=api_keys,
             signing_key=signing_key,
             signing_keys=signing_keys,

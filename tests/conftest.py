@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,23 +53,41 @@ def test_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
-@pytest.fixture(scope="session")
-def service_urls() -> Iterator[tuple[str, str]]:
-    """(redis_url, database_url): the given test services, or embedded ones for the session."""
+_embedded = pytest.StashKey[tuple[EmbeddedServices, Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start embedded services for the services no `RUNSTREAM_TEST_*` variable names.
+
+    This runs once, in the process that starts pytest-xdist's workers: they inherit the
+    variables set here, so all of them share one Valkey and one PostgreSQL.
+    """
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller did it
     redis_url = os.environ.get("RUNSTREAM_TEST_REDIS_URL")
     database_url = os.environ.get("RUNSTREAM_TEST_DATABASE_URL")
     if redis_url and database_url:
-        yield redis_url, database_url
         return
     base = Path(tempfile.mkdtemp(prefix="rs-test-services-"))
     os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder
     services = EmbeddedServices(base / "data")
-    try:
-        started_redis, started_db = services.start(redis=not redis_url, postgres=not database_url)
-        yield str(redis_url or started_redis), str(database_url or started_db)
-    finally:
+    config.stash[_embedded] = (services, base)
+    started_redis, started_db = services.start(redis=not redis_url, postgres=not database_url)
+    os.environ["RUNSTREAM_TEST_REDIS_URL"] = str(redis_url or started_redis)
+    os.environ["RUNSTREAM_TEST_DATABASE_URL"] = str(database_url or started_db)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _embedded in config.stash:
+        services, base = config.stash[_embedded]
         services.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def service_urls() -> tuple[str, str]:
+    """(redis_url, database_url) of the services the tests use (see `pytest_configure`)."""
+    return os.environ["RUNSTREAM_TEST_REDIS_URL"], os.environ["RUNSTREAM_TEST_DATABASE_URL"]
 
 
 @pytest.fixture

@@ -109,6 +109,7 @@ class TcpProxy:
         self.target = (target_host, target_port)
         self.cut_every_bytes = cut_every_bytes  # > 0: drop each connection after that many
         self.cuts = 0
+        self.connections = 0  # connections accepted while up
         self.port = free_port()
         self.up = True
         self._server: asyncio.Server | None = None
@@ -121,6 +122,7 @@ class TcpProxy:
         if not self.up:
             writer.close()
             return
+        self.connections += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:

@@ -344,7 +344,12 @@ class TestMalformedBodies:
         await api.refused(400, "POST", f"/v1/runs/{api.run_id}/resume", json=body)
 
     async def test_resume_with_no_body_is_rejected_without_side_effects(self, api: Api) -> None:
-        await api.refused(400, "POST", f"/v1/runs/{api.run_id}/resume")
+        error = await api.refused(400, "POST", f"/v1/runs/{api.run_id}/resume")
+        assert "needs a body" in error["message"], error
+
+    async def test_a_run_with_no_body_is_refused_saying_a_body_is_needed(self, api: Api) -> None:
+        error = await api.refused(400, "POST", "/v1/runs")
+        assert error["message"].startswith("the request needs a body: a JSON object"), error
 
     @pytest.mark.parametrize(
         "raw",

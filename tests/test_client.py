@@ -8,7 +8,7 @@ import httpx
 import pytest
 from arq.worker import Worker
 
-from clients import AsyncClient, Conflict, NotFound
+from clients import AsyncClient, Conflict, NotFound, TooManyRequests
 from stream_store.events import Event, TokenData
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
@@ -117,3 +117,34 @@ class TestClientReconnects:
             await proxy.stop()
         assert events == again
         assert text_of(events) == TEXT
+
+
+class TestClientRateLimits:
+    """A 429 is waited out (its Retry-After) when that is short enough, else raised."""
+
+    async def test_a_long_retry_after_is_raised_with_its_wait(
+        self, start_server: StartServer
+    ) -> None:
+        server = await start_server(max_active_runs=1)  # no worker: the first run stays queued
+        async with AsyncClient(server.url, max_retry_after_s=1) as client:
+            await client.submit("first")
+            with pytest.raises(TooManyRequests) as refused:
+                await client.submit("second")
+            assert refused.value.code == "too_many_active_runs"
+            assert refused.value.retry_after_s == 5
+
+    async def test_stream_waits_for_a_free_connection_slot(
+        self, start_server: StartServer, worker: Worker
+    ) -> None:
+        server = await start_server(max_sse_connections=1)
+        async with AsyncClient(server.url) as first, AsyncClient(server.url) as second:
+            run = await first.submit(TEXT, config={"configurable": {"fake_token_delay_ms": 10}})
+            holding = first.stream(run.run_id)
+            await anext(holding)  # the caller's one slot is taken while this stays open
+            waiting = asyncio.create_task(anext(second.stream(run.run_id)))
+            await asyncio.sleep(1)
+            assert not waiting.done()  # refused with 429, waiting out Retry-After
+            await holding.aclose()
+            event = await asyncio.wait_for(waiting, 15)
+            assert event.event == "run"
+            assert second.reconnects >= 1

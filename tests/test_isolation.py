@@ -326,7 +326,7 @@ class TestStreamTokens:
         async with asyncio.timeout(30):
             async for event in iter_events(callers.anonymous, run["stream_url"]):
                 if event.event == "pending":
-                    assert event.data == {"interrupt": run["interrupt"]}
+                    assert event.data["interrupt"] == run["interrupt"]
                     break
             else:
                 raise AssertionError("the stream ended without its pending event")

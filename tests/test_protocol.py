@@ -58,7 +58,7 @@ class TestGraphRegistry:
                 assert custom == [{"word": w, "index": i} for i, w in enumerate("abc")]
                 assert events[-1].data["output"]["content"] == "3 words"
                 tokens = [e.data for e in events if e.event == "token"]
-                assert tokens == [{"message_id": "counted", "text": "3 words"}]
+                assert tokens == [{"message_id": "counted", "text": "3 words", "node": "count"}]
 
 
 class TestLogs:

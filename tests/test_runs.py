@@ -50,6 +50,17 @@ class TestRunStream:
         assert [m["content"] for m in message_events] == [TEXT, TEXT]
         assert [m["role"] for m in message_events] == ["user", "assistant"]
 
+    async def test_a_run_with_only_a_system_message_succeeds_with_an_empty_reply(
+        self, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        body = {"input": {"messages": [{"role": "system", "content": "be brief"}]}}
+        run = (await client.post("/v1/runs", json=body)).json()
+        events = await read_events(client, f"/v1/runs/{run['run_id']}/events")
+        assert events[-1].event == "done", events[-1]
+        assert events[-1].data["status"] == "succeeded"
+        assert events[-1].data["output"]["content"] == ""
+        assert not [e for e in events if e.event == "token"]
+
     async def test_tokens_of_one_message_share_its_id(
         self, client: httpx.AsyncClient, worker: Worker
     ) -> None:

@@ -43,6 +43,8 @@ class TestSettings:
             ("RUNSTREAM_ALLOWED_HOSTS", "http://runstream.example"),
             ("RUNSTREAM_ALLOWED_HOSTS", "runstream.example:8000"),
             ("RUNSTREAM_ALLOWED_HOSTS", "*.example.com"),
+            ("RUNSTREAM_CORS_ORIGINS", "ui.example"),
+            ("RUNSTREAM_CORS_ORIGINS", "https://ui.example/app"),
         ],
     )
     def test_bad_values_are_refused_by_name(self, name: str, value: str) -> None:
@@ -55,6 +57,12 @@ class TestSettings:
         value = " Runstream.Internal, 10.0.0.7,[fd00::1],, fd00::2 "
         settings = Settings.from_env({"RUNSTREAM_ALLOWED_HOSTS": value}, env_file="")
         assert settings.allowed_hosts == ("runstream.internal", "10.0.0.7", "fd00::1", "fd00::2")
+
+    def test_cors_origins_are_a_lower_cased_list(self) -> None:
+        assert Settings.from_env({}, env_file="").cors_origins == ()
+        value = "https://UI.example, http://localhost:3000/"
+        settings = Settings.from_env({"RUNSTREAM_CORS_ORIGINS": value}, env_file="")
+        assert settings.cors_origins == ("https://ui.example", "http://localhost:3000")
 
     def test_dotenv_file_is_read_and_environment_wins(self, tmp_path: object) -> None:
         from pathlib import Path

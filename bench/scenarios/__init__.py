@@ -21,6 +21,7 @@ MODULES = {
     "idle_sse": "idle_sse",
     "concurrent_runs": "concurrent_runs",
     "attach_finished": "attach_finished",
+    "langgraph_api": "langgraph_api",
     "soak": "soak",
     "scale_out": "scale_out",
 }

@@ -1,0 +1,1 @@
+"""LangGraph Agent Server API compatibility: the official LangGraph SDKs against runstream."""

@@ -1,0 +1,261 @@
+"""A run's stored runstream events as LangGraph SSE frames, for one viewer.
+
+runstream stores its own events (docs/protocol.md section 4); a LangGraph client wants
+LangGraph's (notes: /work/notes/langgraph-wire.md, section C). `LangGraphStream` translates
+one stored event at a time, so it serves a replay and live events alike. Its rules:
+
+- Frames are framed as LangGraph's server frames them: CRLF line ends, one line of JSON.
+- The `id:` of a stored event rides on the last frame it gives, so a client that reconnects
+  after that id skips them all, and one cut before it gets them all again.
+- Between a `retry` and the next `run` event, frames carry no `id:`: that window re-sends whole
+  messages a dead attempt had cut off, which must not reach a client as message chunks (it
+  would append them to the text it holds). A client cut inside the window resumes before the
+  `retry`, so the viewer that serves it knows it is in the window.
+- An assistant message with text always streamed `token`s before its `message` (protocol 4.3),
+  in this connection or an earlier one; its `message` event is therefore never re-sent as a
+  chunk, which a resumed viewer could not tell apart.
+- `pending` becomes an `updates` `__interrupt__` only when the run's own recorded `updates`
+  did not already carry it since the last `run` event.
+- Nothing follows `end` or `error`, though a run's stored events can go on after the
+  interrupt that ended its LangGraph stream.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import msgspec
+
+from stream_store.log import StoredEvent
+from stream_store.messages import message_text
+
+from .wire import assistant_id_for, run_status, to_langchain_dict
+
+__all__ = ["LangGraphStream"]
+
+
+class _Token(msgspec.Struct):
+    message_id: str
+    text: str
+    node: str | None = None  # the LangGraph node that streamed it
+
+
+class _Message(msgspec.Struct):
+    message: dict[str, Any]
+
+
+class _Values(msgspec.Struct):
+    values: msgspec.Raw
+
+
+class _Updates(msgspec.Struct):
+    updates: dict[str, msgspec.Raw]
+
+
+class _Pending(msgspec.Struct):
+    interrupt: msgspec.Raw
+    interrupt_id: str | None = None
+
+
+class _Retry(msgspec.Struct):
+    attempt: int
+    discard: list[str]
+
+
+class _Status(msgspec.Struct):
+    status: str
+
+
+class _Error(msgspec.Struct):
+    code: str
+    message: str
+
+
+_token = msgspec.json.Decoder(_Token)
+_message = msgspec.json.Decoder(_Message)
+_values = msgspec.json.Decoder(_Values)
+_updates = msgspec.json.Decoder(_Updates)
+_pending = msgspec.json.Decoder(_Pending)
+_retry = msgspec.json.Decoder(_Retry)
+_status = msgspec.json.Decoder(_Status)
+_error = msgspec.json.Decoder(_Error)
+_encode = msgspec.json.Encoder().encode
+
+# runstream's graph_error message is "<Type>: <text>"; LangGraph sends the two apart.
+_TYPED_ERROR = re.compile(r"([A-Za-z_][\w.]*): (.*)", re.DOTALL)
+
+
+def _frame(event: str, data: bytes, event_id: str | None) -> bytes:
+    id_line = f"id: {event_id}\r\n".encode() if event_id else b""
+    return b"event: " + event.encode() + b"\r\ndata: " + data + b"\r\n" + id_line + b"\r\n"
+
+
+class LangGraphStream:
+    """One viewer's translation of a run's stored events into LangGraph frames.
+
+    Plain `messages` mode sends the text accumulated so far in each `messages/partial`, also
+    after a resume (the resumed viewer `skip`s the events the client has). When both
+    `messages` and `messages-tuple` are asked for, `messages-tuple` wins, as in LangGraph.
+    """
+
+    # LangGraph's keep-alive comment, every 5 s; the JS SDK's idle watchdog counts on them.
+    heartbeat: ClassVar[bytes] = b": heartbeat\r\n\r\n"
+
+    def __init__(
+        self,
+        run_id: str,
+        thread_id: str,
+        graph: str,
+        modes: Sequence[str],
+        metadata: Mapping[str, Any],
+    ) -> None:
+        self.run_id = run_id
+        self._modes = frozenset(modes)
+        self._tuples = "messages-tuple" in self._modes
+        self._messages = "messages" in self._modes and not self._tuples
+        self._metadata = {
+            **metadata,
+            "run_id": run_id,
+            "thread_id": thread_id,
+            "graph_id": graph,
+            "assistant_id": assistant_id_for(graph),
+        }
+        self._ended = False  # `end` or `error` went out: a LangGraph stream has nothing after
+        self._resending = False  # between a `retry` and the next `run` event
+        self._interrupt_sent = False  # an `updates` event since the last `run` had it
+        self._announced: set[str] = set()  # ids that had their `messages/metadata` (plain mode)
+        self._texts: dict[str, str] = {}  # text so far of the messages streaming (plain mode)
+
+    def opening(self, attempt: int = 1) -> bytes:
+        """The `metadata` frame LangGraph sends first; it moves no client's cursor."""
+        return _frame("metadata", _encode({"run_id": self.run_id, "attempt": attempt}), None)
+
+    def render(self, event: StoredEvent) -> bytes:
+        """The frames for one stored event, possibly none."""
+        frames = self._frames(event)
+        if not frames:
+            return b""
+        last_id = None if self._resending else event.id
+        *first, (name, data) = frames
+        return b"".join(_frame(n, d, None) for n, d in first) + _frame(name, data, last_id)
+
+    def skip(self, event: StoredEvent) -> None:
+        """Take in an event the client already has, as `render` would, writing nothing: a
+        viewer that resumes after an id first skips the events up to it, so that it holds
+        what the viewer that sent them held (the text of a `messages/partial`, the message
+        ids announced, an interrupt already sent)."""
+        self._frames(event)
+
+    def ends_after(self, event: StoredEvent) -> bool:
+        """True after the event that ends the LangGraph stream; a run ends at an interrupt."""
+        if event.event in ("done", "error"):
+            return True
+        return event.event == "run" and _status.decode(event.data).status == "interrupted"
+
+    def _frames(self, event: StoredEvent) -> list[tuple[str, bytes]]:
+        if self._ended:
+            # The run ended at an interrupt, then its runstream stream went on: the new run
+            # that resumed the thread ended it (`done`), or a `/v1` resume continued it.
+            return []
+        match event.event:
+            case "token":
+                return self._token(_token.decode(event.data), event.attempt)
+            case "message":
+                return self._message(_message.decode(event.data).message, event.attempt)
+            case "values" if "values" in self._modes:
+                return [("values", bytes(_values.decode(event.data).values))]
+            case "updates" if "updates" in self._modes:
+                updates = _updates.decode(event.data).updates
+                self._interrupt_sent |= "__interrupt__" in updates
+                return [("updates", _encode(updates))]
+            case "custom" if "custom" in self._modes:
+                return [("custom", event.data)]
+            case "pending" if "updates" in self._modes and not self._interrupt_sent:
+                pending = _pending.decode(event.data)
+                interrupt = {"value": pending.interrupt, "id": pending.interrupt_id}
+                return [("updates", _encode({"__interrupt__": [interrupt]}))]
+            case "retry":
+                retry = _retry.decode(event.data)
+                self._resending = True
+                for message_id in retry.discard:
+                    self._texts.pop(message_id, None)
+                return [("metadata", _encode({"run_id": self.run_id, "attempt": retry.attempt}))]
+            case "run":
+                self._resending = False
+                self._interrupt_sent = False
+                if _status.decode(event.data).status == "interrupted":
+                    return [self._end("interrupted")]
+                return []
+            case "done":
+                return [self._end(_status.decode(event.data).status)]
+            case "error":
+                self._ended = True
+                return [("error", self._error(_error.decode(event.data)))]
+        return []
+
+    def _token(self, token: _Token, attempt: int) -> list[tuple[str, bytes]]:
+        if self._resending:
+            return []
+        if self._tuples:
+            chunk: dict[str, Any] = {
+                "content": token.text,
+                "additional_kwargs": {},
+                "response_metadata": {},
+                "type": "AIMessageChunk",
+                "name": None,
+                "id": token.message_id,
+                "tool_calls": [],
+                "invalid_tool_calls": [],
+                "usage_metadata": None,
+                "tool_call_chunks": [],
+            }
+            return [("messages", _encode([chunk, self._meta(attempt, token.node)]))]
+        if not self._messages:
+            return []
+        frames = self._announce(token.message_id, attempt, token.node)
+        text = self._texts.get(token.message_id, "") + token.text
+        self._texts[token.message_id] = text
+        partial = to_langchain_dict({"id": token.message_id, "role": "assistant", "content": text})
+        return [*frames, ("messages/partial", _encode([partial]))]
+
+    def _message(self, message: dict[str, Any], attempt: int) -> list[tuple[str, bytes]]:
+        if self._resending or message["role"] == "user":
+            return []
+        if self._tuples:
+            if message["role"] == "assistant" and message_text(message["content"]):
+                return []  # its text went out as chunks; a whole message would be appended
+            return [("messages", _encode([to_langchain_dict(message), self._meta(attempt)]))]
+        if not self._messages:
+            return []
+        frames = self._announce(message["id"], attempt, None)
+        self._texts.pop(message["id"], None)
+        return [*frames, ("messages/complete", _encode([to_langchain_dict(message)]))]
+
+    def _announce(self, message_id: str, attempt: int, node: str | None) -> list[tuple[str, bytes]]:
+        """The `messages/metadata` frame for a message id this viewer has not seen yet."""
+        if message_id in self._announced:
+            return []
+        self._announced.add(message_id)
+        metadata = {message_id: {"metadata": self._meta(attempt, node)}}
+        return [("messages/metadata", _encode(metadata))]
+
+    def _meta(self, attempt: int, node: str | None = None) -> dict[str, Any]:
+        meta = {**self._metadata, "run_attempt": attempt}
+        if node is not None:
+            meta["langgraph_node"] = node
+        return meta
+
+    def _end(self, engine_status: str) -> tuple[str, bytes]:
+        """`end`, which stock servers never send but both SDKs take as "the run is over"
+        (no status check on close); its data is what the Python SDK documents for it."""
+        status = run_status(engine_status)
+        self._ended = True
+        return ("end", _encode({"run_id": self.run_id, "status": status}))
+
+    def _error(self, error: _Error) -> bytes:
+        kind, message = error.code, error.message
+        if error.code == "graph_error" and (typed := _TYPED_ERROR.fullmatch(error.message)):
+            kind, message = typed.group(1), typed.group(2)
+        return _encode({"error": kind, "message": message})

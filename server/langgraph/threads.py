@@ -1,0 +1,248 @@
+"""LangGraph's thread routes: create, get, search, update, delete, state and history."""
+
+from __future__ import annotations
+
+import uuid
+from importlib.metadata import version
+from typing import Annotated, Any
+
+import structlog
+from litestar import Controller, delete, get, patch, post
+from litestar.params import Body, Parameter
+
+from stream_store.errors import Conflict, NotFound
+from stream_store.quotas import CallerQuotas
+from stream_store.records import ThreadRecord
+from stream_store.threads import delete_thread
+
+from .. import inputs
+from ..auth import Caller
+from ..errors import ApiError
+from ..resources import Resources
+from .views import (
+    assistant,
+    graph_of_assistant,
+    state_at,
+    state_history,
+    thread_state,
+    thread_view,
+)
+from .wire import (
+    Assistant,
+    AssistantSearch,
+    HistoryRequest,
+    StateCheckpointRequest,
+    Thread,
+    ThreadCreate,
+    ThreadPatch,
+    ThreadSearch,
+    ThreadState,
+)
+
+__all__ = ["AssistantsController", "ThreadsController", "info", "ok"]
+
+logger = structlog.get_logger()
+
+MAX_PAGE = 1000
+
+
+def _page(limit: int, offset: int) -> tuple[int, int]:
+    if not 1 <= limit <= MAX_PAGE or offset < 0:
+        raise ApiError(422, "invalid_request", f"limit must be 1..{MAX_PAGE} and offset at least 0")
+    return limit, offset
+
+
+def _checkpoint_id(value: str) -> str:
+    """A checkpoint id is a UUID (422 otherwise, as LangGraph answers)."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise ApiError(422, "invalid_request", "Invalid checkpoint ID: must be a UUID") from None
+
+
+async def _owned_thread(resources: Resources, caller: Caller, thread_id: str) -> ThreadRecord:
+    thread = await resources.records.get_thread(inputs.object_id(thread_id, "thread"), caller.owner)
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found")
+    structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
+    return thread
+
+
+class ThreadsController(Controller):
+    path = "/threads"
+    tags = ["langgraph"]
+
+    @post("/", status_code=200, summary="Create a thread (optionally with its id)")
+    async def create(
+        self,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        data: Annotated[ThreadCreate | None, Body()] = None,
+    ) -> Thread:
+        body = data or ThreadCreate()
+        metadata = body.metadata or {}
+        inputs.metadata(metadata, resources.settings)
+        thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+        await quotas.take_submit(caller.owner)
+        thread = await resources.records.create_thread(caller.owner, metadata, thread_id)
+        if thread is None:
+            existing = await resources.records.get_thread(str(thread_id), caller.owner)
+            if body.if_exists == "do_nothing" and existing is not None:
+                return await thread_view(resources, existing)
+            raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
+        logger.info("thread created", thread_id=thread.thread_id, dialect="langgraph")
+        return await thread_view(resources, thread)
+
+    @post("/search", status_code=200, summary="The caller's threads, newest first")
+    async def search(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[ThreadSearch | None, Body()] = None,
+    ) -> list[Thread]:
+        body = data or ThreadSearch()
+        limit, offset = _page(body.limit, body.offset)
+        threads = await resources.records.search_threads(
+            caller.owner,
+            metadata=body.metadata or {},
+            status=body.status,
+            limit=limit,
+            offset=offset,
+        )
+        return [await thread_view(resources, t) for t in threads]
+
+    @get("/{thread_id:str}", summary="A thread, with its current values")
+    async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
+        return await thread_view(resources, await _owned_thread(resources, caller, thread_id))
+
+    @patch("/{thread_id:str}", summary="Merge metadata into a thread")
+    async def update(
+        self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
+    ) -> Thread:
+        thread = await _owned_thread(resources, caller, thread_id)
+        metadata = {**thread.metadata, **(data.metadata or {})}
+        inputs.metadata(metadata, resources.settings)
+        updated = await resources.records.update_thread_metadata(
+            thread.thread_id, caller.owner, data.metadata or {}
+        )
+        if updated is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return await thread_view(resources, updated)
+
+    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
+    async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
+        thread = await _owned_thread(resources, caller, thread_id)
+        # LangGraph's interrupted run is over; runstream's waits for a resume: end it first.
+        for run in await resources.records.thread_runs(thread.thread_id, caller.owner):
+            if run.status == "interrupted":
+                await resources.lifecycle.cancel(run)
+        await delete_thread(resources.records, resources.events, thread.thread_id, caller.owner)
+
+    @get("/{thread_id:str}/state", summary="The thread's current state")
+    async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
+        return await thread_state(resources, await _owned_thread(resources, caller, thread_id))
+
+    @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")
+    async def state_at_id(
+        self, thread_id: str, checkpoint_id: str, resources: Resources, caller: Caller
+    ) -> ThreadState:
+        thread = await _owned_thread(resources, caller, thread_id)
+        return await state_at(resources, thread, _checkpoint_id(checkpoint_id))
+
+    @post(
+        "/{thread_id:str}/state/checkpoint",
+        status_code=200,
+        summary="The thread's state at a checkpoint (given as an object)",
+    )
+    async def state_at_checkpoint(
+        self, thread_id: str, data: StateCheckpointRequest, resources: Resources, caller: Caller
+    ) -> ThreadState:
+        thread = await _owned_thread(resources, caller, thread_id)
+        checkpoint_id = data.checkpoint.get("checkpoint_id")
+        if not isinstance(checkpoint_id, str):
+            raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
+        return await state_at(resources, thread, _checkpoint_id(checkpoint_id))
+
+    @get("/{thread_id:str}/history", summary="The thread's past states, newest first")
+    async def history(
+        self,
+        thread_id: str,
+        resources: Resources,
+        caller: Caller,
+        limit: Annotated[int, Parameter(ge=1, le=MAX_PAGE)] = 10,
+        before: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> list[ThreadState]:
+        thread = await _owned_thread(resources, caller, thread_id)
+        return await state_history(resources, thread, limit, before)
+
+    @post("/{thread_id:str}/history", status_code=200, summary="The thread's past states")
+    async def search_history(
+        self,
+        thread_id: str,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[HistoryRequest | None, Body()] = None,
+    ) -> list[ThreadState]:
+        body = data or HistoryRequest()
+        limit, _ = _page(body.limit, 0)
+        before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+        thread = await _owned_thread(resources, caller, thread_id)
+        return await state_history(resources, thread, limit, before)
+
+
+class AssistantsController(Controller):
+    """Each registered graph is an assistant, with LangGraph's id for it."""
+
+    path = "/assistants"
+    tags = ["langgraph"]
+
+    @post("/search", status_code=200, summary="The assistants (one per graph)")
+    async def search(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[AssistantSearch | None, Body()] = None,
+    ) -> list[Assistant]:
+        body = data or AssistantSearch()
+        limit, offset = _page(body.limit, body.offset)
+        started = resources.started_at
+        found = [
+            assistant(name, started)
+            for name in resources.graphs.names()
+            if body.graph_id in (None, name) and body.name in (None, name)
+        ]
+        return found[offset : offset + limit]
+
+    @get("/{assistant_id:str}", summary="An assistant, by its id or its graph's name")
+    async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:
+        return assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
+
+    @get("/{assistant_id:str}/schemas", summary="The assistant's graph's JSON schemas")
+    async def schemas(
+        self, assistant_id: str, resources: Resources, caller: Caller
+    ) -> dict[str, Any]:
+        name = graph_of_assistant(resources, assistant_id)
+        graph = resources.graphs.get(name, resources.checkpointer)
+        return {
+            "graph_id": name,
+            "input_schema": graph.get_input_jsonschema(),
+            "output_schema": graph.get_output_jsonschema(),
+            "state_schema": graph.get_input_jsonschema(),
+            "config_schema": None,
+            "context_schema": None,
+        }
+
+
+@get("/ok", tags=["langgraph"], summary="LangGraph's liveness answer")
+async def ok() -> dict[str, bool]:
+    return {"ok": True}
+
+
+@get("/info", tags=["langgraph"], summary="Server information, as LangGraph gives it")
+async def info() -> dict[str, Any]:
+    return {
+        "version": version("runstream"),
+        "flags": {"assistants": True, "crons": False, "langsmith": False},
+        "host": {"kind": "runstream", "project_id": None, "revision_id": None},
+    }

@@ -1,0 +1,224 @@
+"""runstream's records as LangGraph's objects: assistants, threads, runs and thread states.
+
+Reading a thread's state needs its graph (LangGraph works out `next` and the pending tasks
+from the graph's structure), so this is the one place the server loads graphs for reading.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from langgraph.pregel import Pregel
+from langgraph.types import StateSnapshot
+
+from stream_store.errors import NotFound
+from stream_store.messages import state_to_json
+from stream_store.records import RunRecord, ThreadRecord
+
+from ..resources import Resources
+from .wire import (
+    Assistant,
+    Checkpoint,
+    MultitaskStrategy,
+    Run,
+    Thread,
+    ThreadState,
+    ThreadStatus,
+    assistant_id_for,
+    run_status,
+)
+
+__all__ = [
+    "assistant",
+    "graph_of_assistant",
+    "run_view",
+    "state_at",
+    "state_history",
+    "thread_state",
+    "thread_view",
+]
+
+
+def graph_of_assistant(resources: Resources, assistant_id: str) -> str:
+    """The graph an assistant id names: the graph's name, or LangGraph's uuid5 of it."""
+    if assistant_id in resources.graphs:
+        return assistant_id
+    for name in resources.graphs.names():
+        if assistant_id_for(name) == assistant_id:
+            return name
+    raise NotFound(f"assistant {assistant_id} not found")
+
+
+def assistant(name: str, created_at: datetime) -> Assistant:
+    return Assistant(
+        assistant_id=assistant_id_for(name),
+        graph_id=name,
+        name=name,
+        description=None,
+        config={},
+        context={},
+        metadata={"created_by": "system"},
+        version=1,
+        created_at=created_at,
+        updated_at=created_at,
+    )
+
+
+def run_view(run: RunRecord) -> Run:
+    kwargs = run.kwargs or {"input": run.input, "config": run.config, "stream_mode": ["values"]}
+    return Run(
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        assistant_id=assistant_id_for(run.graph),
+        created_at=run.created_at,
+        updated_at=run.finished_at or run.started_at or run.created_at,
+        status=run_status(run.status),
+        metadata=run.metadata,
+        kwargs=kwargs,
+        multitask_strategy=cast(MultitaskStrategy, run.multitask),
+    )
+
+
+async def _latest_run(resources: Resources, thread: ThreadRecord) -> RunRecord | None:
+    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    return runs[-1] if runs else None
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+async def _graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
+    latest = await _latest_run(resources, thread)
+    if latest is None or latest.graph not in resources.graphs:
+        return None
+    return resources.graphs.get(latest.graph, resources.checkpointer)
+
+
+def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
+    configurable = (config or {}).get("configurable") or {}
+    if not configurable.get("checkpoint_id"):
+        return None
+    return Checkpoint(
+        checkpoint_id=configurable["checkpoint_id"],
+        thread_id=thread_id,
+        checkpoint_ns=configurable.get("checkpoint_ns", ""),
+    )
+
+
+def _interrupts(snapshot: StateSnapshot) -> list[dict[str, Any]]:
+    return [{"id": i.id, "value": state_to_json(i.value)} for i in snapshot.interrupts]
+
+
+def _state(snapshot: StateSnapshot, thread_id: str) -> ThreadState:
+    checkpoint = _checkpoint(snapshot.config, thread_id)
+    parent = _checkpoint(snapshot.parent_config, thread_id)
+    tasks = [
+        {
+            "id": task.id,
+            "name": task.name,
+            "path": list(task.path),
+            "error": repr(task.error) if task.error else None,
+            "interrupts": [{"id": i.id, "value": state_to_json(i.value)} for i in task.interrupts],
+            "checkpoint": None,
+            "state": None,
+            "result": state_to_json(task.result) if task.result is not None else None,
+        }
+        for task in snapshot.tasks
+    ]
+    return ThreadState(
+        values=state_to_json(snapshot.values),
+        next=list(snapshot.next),
+        tasks=tasks,
+        metadata=state_to_json(snapshot.metadata) if snapshot.metadata else None,
+        created_at=snapshot.created_at,
+        checkpoint=checkpoint,
+        parent_checkpoint=parent,
+        interrupts=_interrupts(snapshot),
+        checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
+        parent_checkpoint_id=parent.checkpoint_id if parent else None,
+    )
+
+
+def _empty_state() -> ThreadState:
+    return ThreadState(
+        values={},
+        next=[],
+        tasks=[],
+        metadata=None,
+        created_at=None,
+        checkpoint=None,
+        parent_checkpoint=None,
+        interrupts=[],
+        checkpoint_id=None,
+        parent_checkpoint_id=None,
+    )
+
+
+async def thread_state(resources: Resources, thread: ThreadRecord) -> ThreadState:
+    graph = await _graph_of_thread(resources, thread)
+    if graph is None:
+        return _empty_state()
+    snapshot = await graph.aget_state(_config(thread.thread_id))  # type: ignore[arg-type]
+    if not snapshot.config.get("configurable", {}).get("checkpoint_id"):
+        return _empty_state()
+    return _state(snapshot, thread.thread_id)
+
+
+async def state_at(resources: Resources, thread: ThreadRecord, checkpoint_id: str) -> ThreadState:
+    """The thread's state at one of its checkpoints.
+
+    Raises:
+        NotFound: the thread has no such checkpoint.
+    """
+    graph = await _graph_of_thread(resources, thread)
+    if graph is not None:
+        config = _config(thread.thread_id)
+        config["configurable"]["checkpoint_id"] = checkpoint_id
+        snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
+        if snapshot.created_at is not None:
+            return _state(snapshot, thread.thread_id)
+    raise NotFound(f"thread {thread.thread_id} has no checkpoint {checkpoint_id}")
+
+
+async def state_history(
+    resources: Resources, thread: ThreadRecord, limit: int, before: str | None
+) -> list[ThreadState]:
+    graph = await _graph_of_thread(resources, thread)
+    if graph is None:
+        return []
+    before_config = None
+    if before:
+        before_config = {"configurable": {**_config(thread.thread_id)["configurable"]}}
+        before_config["configurable"]["checkpoint_id"] = before
+    history = graph.aget_state_history(
+        _config(thread.thread_id),  # type: ignore[arg-type]
+        limit=limit,
+        before=before_config,  # type: ignore[arg-type]
+    )
+    return [_state(snapshot, thread.thread_id) async for snapshot in history]
+
+
+async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
+    state = await thread_state(resources, thread)
+    interrupts: dict[str, list[dict[str, Any]]] = {}
+    for task in state.tasks:
+        if task["interrupts"]:
+            interrupts[task["id"]] = task["interrupts"]
+    latest = await _latest_run(resources, thread)
+    status = thread.status
+    if status == "idle" and latest is not None and latest.status == "failed":
+        status = "error"
+    return Thread(
+        thread_id=thread.thread_id,
+        created_at=thread.created_at,
+        updated_at=thread.updated_at,
+        state_updated_at=thread.updated_at,
+        metadata=thread.metadata,
+        status=cast(ThreadStatus, status),
+        config={},
+        values=state.values if state.checkpoint else None,
+        interrupts=interrupts,
+        error=None,
+    )

@@ -1,0 +1,742 @@
+"""The LangGraph API, driven by LangGraph's own Python SDK (`langgraph_sdk`), unmodified.
+
+Each test is a promise runstream makes to a LangGraph client: what `get_client(url=...)`
+gets from `runs.*` and `threads.*` against runstream's server and workers, including when a
+stream is cut and rejoined, watched twice, served by another server process, or outlives a
+killed worker. Wire details: /work/notes/langgraph-wire.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.schema import StreamPart
+
+from stream_store.settings import Settings
+from tests.conftest import ServerHandle, StartServer, StartWorker
+from tests.processes import Cluster, TcpProxy
+
+QUESTION = "tell me about resumable streams"
+API_KEYS = {"key-a": "alice", "key-b": "bob"}
+
+
+def slow(delay_ms: int = 20) -> dict[str, Any]:
+    """A run config whose fake model waits `delay_ms` between tokens."""
+    return {"configurable": {"fake_token_delay_ms": delay_ms}}
+
+
+def words(n: int, tag: str = "w") -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def client_for(url: str, api_key: str | None = None) -> LangGraphClient:
+    # An explicit empty header set keeps `LANGGRAPH_API_KEY` & co. of the environment out.
+    return get_client(url=url, api_key=api_key, headers={})
+
+
+@pytest.fixture
+async def sdk(server: ServerHandle, worker: Any) -> LangGraphClient:
+    return client_for(server.url)
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"messages": [{"type": "human", "content": text}]}
+
+
+def chunks_text(parts: list[StreamPart]) -> str:
+    """The text of the AI message chunks of a `messages-tuple` stream, concatenated."""
+    return "".join(
+        p.data[0]["content"]
+        for p in parts
+        if p.event == "messages" and p.data[0]["type"] == "AIMessageChunk"
+    )
+
+
+def wire(parts: list[StreamPart]) -> list[tuple[str, Any, str | None]]:
+    return [(p.event, p.data, p.id) for p in parts]
+
+
+async def collect(stream: AsyncIterator[StreamPart], limit: int | None = None) -> list[StreamPart]:
+    """The parts of a stream, all of them or the first `limit`; leaving early closes the
+    connection (what a client does when it goes away)."""
+    parts: list[StreamPart] = []
+    async with contextlib.aclosing(stream) as opened:  # type: ignore[type-var]
+        async for part in opened:
+            parts.append(part)
+            if limit is not None and len(parts) >= limit:
+                break
+    return parts
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 20
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def status_is(sdk: LangGraphClient, thread_id: str, run_id: str, status: str) -> None:
+    async def check() -> bool:
+        return (await sdk.runs.get(thread_id, run_id))["status"] == status
+
+    await eventually(check, f"run {run_id} to be {status}")
+
+
+def messages_of(values: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(m["type"], m["content"]) for m in values["messages"]]
+
+
+# -- runs.stream -------------------------------------------------------------------------------
+
+
+async def test_stream_gives_metadata_first_then_chunks_values_and_end(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    parts = await collect(
+        sdk.runs.stream(
+            thread["thread_id"],
+            "chat",
+            input=human(QUESTION),
+            stream_mode=["values", "messages-tuple"],
+        )
+    )
+    assert parts[0].event == "metadata"
+    run_id = parts[0].data["run_id"]
+    assert parts[0].data["attempt"] == 1
+    assert parts[-1].event == "end"
+    values = [p.data for p in parts if p.event == "values"]
+    answer = values[-1]["messages"][-1]
+    assert answer["type"] == "ai"
+    assert chunks_text(parts) == answer["content"]
+    assert answer["content"] == QUESTION  # the fake model echoes
+    run = await sdk.runs.get(thread["thread_id"], run_id)
+    assert run["status"] == "success"
+    state = await sdk.threads.get_state(thread["thread_id"])
+    assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai"]
+
+
+async def test_stream_with_every_mode_gives_each_and_only_the_modes_asked(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    parts = await collect(
+        sdk.runs.stream(
+            thread["thread_id"],
+            "chat",
+            input=human(QUESTION),
+            stream_mode=["values", "updates", "messages-tuple"],
+        )
+    )
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "end"
+    assert set(events) == {"metadata", "values", "updates", "messages", "end"}
+    assert events.count("metadata") == 1 and events.count("end") == 1
+    values = [p.data for p in parts if p.event == "values"]
+    assert messages_of(values[0]) == [("human", QUESTION)]  # the input state comes first
+    assert messages_of(values[-1]) == [("human", QUESTION), ("ai", QUESTION)]
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert [list(u) for u in updates] == [["respond"]]
+    assert updates[0]["respond"]["messages"][0]["content"] == QUESTION
+    assert updates[0]["respond"]["messages"][0]["id"] == values[-1]["messages"][-1]["id"]
+    chunks = [p.data for p in parts if p.event == "messages"]
+    assert len(chunks) == len(QUESTION.split())  # one chunk a word
+    assert {c[0]["id"] for c in chunks} == {values[-1]["messages"][-1]["id"]}
+    assert {c[1]["langgraph_node"] for c in chunks} == {"respond"}
+    assert {c[1]["thread_id"] for c in chunks} == {thread["thread_id"]}
+    assert chunks_text(parts) == QUESTION
+    assert parts[-1].data == {"run_id": parts[0].data["run_id"], "status": "success"}
+    # only `values`: no chunks, no updates
+    only_values = await collect(
+        sdk.runs.stream(thread["thread_id"], "chat", input=human("again"), stream_mode="values")
+    )
+    assert {p.event for p in only_values} == {"metadata", "values", "end"}
+    assert messages_of(only_values[-2].data)[-2:] == [("human", "again"), ("ai", "again")]
+
+
+async def test_stream_answer_names_the_run_in_location_and_content_location(
+    server: ServerHandle, worker: Any, sdk: LangGraphClient
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    created: list[Any] = []
+    parts = await collect(
+        sdk.runs.stream(tid, "chat", input=human(QUESTION), on_run_created=created.append)
+    )
+    run_id = parts[0].data["run_id"]
+    assert [(c["thread_id"], c["run_id"]) for c in created] == [(tid, run_id)]
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=30) as http,
+        http.stream(
+            "POST",
+            f"/threads/{tid}/runs/stream",
+            json={"assistant_id": "chat", "input": human("hello")},
+        ) as response,
+    ):
+        body = (await response.aread()).decode()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    second = response.headers["content-location"].rsplit("/", 1)[-1]
+    assert response.headers["content-location"] == f"/threads/{tid}/runs/{second}"
+    assert response.headers["location"] == f"/threads/{tid}/runs/{second}/stream"
+    assert f'"run_id":"{second}"' in body and second != run_id
+
+
+# -- background runs, join_stream ----------------------------------------------------------------
+
+
+async def test_join_stream_cut_and_rejoined_by_last_id_equals_a_replay_from_the_start(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(40)
+    run = await sdk.runs.create(
+        tid,
+        "chat",
+        input=human(text),
+        stream_mode=["values", "updates", "messages-tuple"],
+        config=slow(),
+    )
+    rid = run["run_id"]
+    first = await collect(sdk.runs.join_stream(tid, rid), limit=8)  # then the client goes away
+    assert first[-1].id is not None
+    rest = await collect(sdk.runs.join_stream(tid, rid, last_event_id=first[-1].id))
+    everything = await collect(sdk.runs.join_stream(tid, rid, last_event_id="-1"))
+    assert any(p.event == "messages" for p in first), "cut before the answer streamed"
+    assert any(p.event == "messages" for p in rest), "cut after the answer streamed"
+    assert wire(first + rest) == wire(everything)
+    assert everything[0].event == "metadata" and everything[-1].event == "end"
+    ids = [p.id for p in everything if p.id is not None]
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
+    final = [p.data for p in everything if p.event == "values"][-1]
+    assert chunks_text(everything) == text == final["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize(
+    "modes",
+    [["values", "updates", "messages-tuple"], ["messages", "updates"]],
+    ids=["messages-tuple", "messages"],
+)
+async def test_rejoining_after_any_part_gives_exactly_the_parts_after_it(
+    sdk: LangGraphClient, modes: list[str]
+) -> None:
+    """Cut after every part in turn: what the rejoin gives completes the stream exactly,
+    including the accumulated text of plain `messages/partial` and the one `messages/metadata`
+    per message. (That announcement travels with the first partial of its message: the id
+    rides on the partial, so a cut between the two gets both again.)"""
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(6)
+    run = await sdk.runs.create(tid, "chat", input=human(text), stream_mode=modes)
+    everything = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
+    assert everything[-1].event == "end"
+    for cut in range(2, len(everything)):
+        if everything[cut - 1].event == "messages/metadata":
+            continue
+        rest = await collect(
+            sdk.runs.join_stream(tid, run["run_id"], last_event_id=everything[cut - 1].id)
+        )
+        assert wire(everything[:cut] + rest) == wire(everything), f"cut after part {cut}"
+    if "messages" in modes:
+        partials = [p.data[0]["content"] for p in everything if p.event == "messages/partial"]
+        assert partials == [" ".join(text.split()[: n + 1]) for n in range(len(partials))]
+        assert partials[-1] == text
+        assert [p.event for p in everything].count("messages/metadata") == 1
+
+
+async def test_the_sdk_reconnects_a_cut_stream_by_itself_without_gap_or_duplicate(
+    server: ServerHandle, worker: Any, sdk: LangGraphClient
+) -> None:
+    """A proxy drops every connection after 3000 bytes: `runs.stream` follows the answer's
+    `Location` with its last id, by itself, until the run's `end`."""
+    port = int(server.url.rsplit(":", 1)[1])
+    proxy = TcpProxy("127.0.0.1", port, cut_every_bytes=3000)
+    await proxy.start()
+    try:
+        through_proxy = client_for(f"http://127.0.0.1:{proxy.port}")
+        thread = await sdk.threads.create()
+        tid = thread["thread_id"]
+        text = words(12)
+        parts = await collect(
+            through_proxy.runs.stream(
+                tid,
+                "chat",
+                input=human(text),
+                stream_mode=["values", "messages-tuple"],
+                config=slow(10),
+            )
+        )
+    finally:
+        await proxy.stop()
+    assert proxy.cuts >= 2
+    everything = await collect(
+        sdk.runs.join_stream(tid, parts[0].data["run_id"], last_event_id="-1")
+    )
+    assert wire(parts) == wire(everything)
+    assert parts[-1].event == "end" and chunks_text(parts) == text
+
+
+async def test_two_viewers_of_one_run_get_identical_parts(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(25)
+    run = await sdk.runs.create(
+        tid, "chat", input=human(text), stream_mode=["values", "messages-tuple"], config=slow()
+    )
+    one, two = await asyncio.gather(
+        collect(sdk.runs.join_stream(tid, run["run_id"])),
+        collect(sdk.runs.join_stream(tid, run["run_id"])),
+    )
+    assert wire(one) == wire(two)
+    assert one[0].event == "metadata" and one[-1].event == "end"
+    assert chunks_text(one) == text
+
+
+async def test_join_stream_gives_the_modes_asked_of_those_the_run_streams(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    run = await sdk.runs.create(
+        tid, "chat", input=human(QUESTION), stream_mode=["values", "messages-tuple"]
+    )
+    rid = run["run_id"]
+    everything = await collect(sdk.runs.join_stream(tid, rid, last_event_id="-1"))
+
+    async def join(mode: str) -> list[StreamPart]:
+        return await collect(sdk.runs.join_stream(tid, rid, stream_mode=mode, last_event_id="-1"))
+
+    ends = {"metadata", "end"}
+    assert wire(await join("values")) == wire([p for p in everything if p.event != "messages"])
+    assert wire(await join("messages-tuple")) == wire(
+        [p for p in everything if p.event != "values"]
+    )
+    assert wire(await join("messages")) == wire(await join("messages-tuple"))
+    assert [p.event for p in await join("updates")] == ["metadata", "end"]
+    assert {p.event for p in everything} == {"values", "messages"} | ends
+
+
+async def test_deleted_runs_are_gone(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    done = await sdk.runs.wait(tid, "chat", input=human("hi"))
+    assert messages_of(done)[-1] == ("ai", "hi")
+    [finished] = await sdk.runs.list(tid)
+    await sdk.runs.delete(tid, finished["run_id"])
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, finished["run_id"])
+    asked = await collect(sdk.runs.stream(tid, "approval", input=human("note this")))
+    paused = asked[0].data["run_id"]
+    assert (await sdk.runs.get(tid, paused))["status"] == "success"  # ended at its interrupt
+    await sdk.runs.delete(tid, paused)
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, paused)
+    assert await sdk.runs.list(tid) == []
+
+
+async def test_join_stream_on_a_second_server_process_equals_the_first(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    first_server, second_server = await start_server(), await start_server()
+    await start_worker()
+    on_first, on_second = client_for(first_server.url), client_for(second_server.url)
+    thread = await on_first.threads.create()
+    tid = thread["thread_id"]
+    text = words(25)
+    run = await on_first.runs.create(
+        tid, "chat", input=human(text), stream_mode=["values", "messages-tuple"], config=slow()
+    )
+    one, two = await asyncio.gather(
+        collect(on_first.runs.join_stream(tid, run["run_id"])),
+        collect(on_second.runs.join_stream(tid, run["run_id"])),
+    )
+    assert wire(one) == wire(two)
+    assert one[-1].event == "end" and chunks_text(two) == text
+    assert await on_second.runs.get(tid, run["run_id"]) == await on_first.runs.get(
+        tid, run["run_id"]
+    )
+
+
+async def test_join_and_wait_return_the_final_values(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    run = await sdk.runs.create(tid, "chat", input=human("first question"), config=slow(5))
+    assert run["status"] in ("pending", "running")
+    joined = await sdk.runs.join(tid, run["run_id"])
+    assert messages_of(joined) == [("human", "first question"), ("ai", "first question")]
+    waited = await sdk.runs.wait(tid, "chat", input=human("second question"))
+    assert isinstance(waited, dict)
+    assert messages_of(waited) == [
+        ("human", "first question"),
+        ("ai", "first question"),
+        ("human", "second question"),
+        ("ai", "second question"),
+    ]
+    assert waited == (await sdk.threads.get_state(tid))["values"]
+
+
+async def test_runs_list_newest_first_and_get(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    made = []
+    for text in ("one", "two", "three"):
+        made.append(await sdk.runs.create(tid, "chat", input=human(text), metadata={"n": text}))
+        await sdk.runs.join(tid, made[-1]["run_id"])
+    listed = await sdk.runs.list(tid)
+    assert [r["run_id"] for r in listed] == [r["run_id"] for r in reversed(made)]
+    assert [r["status"] for r in listed] == ["success"] * 3
+    assert [r["run_id"] for r in await sdk.runs.list(tid, limit=1, offset=1)] == [made[1]["run_id"]]
+    got = await sdk.runs.get(tid, made[0]["run_id"])
+    assert got["run_id"] == made[0]["run_id"] and got["thread_id"] == tid
+    assert got["status"] == "success" and got["metadata"]["n"] == "one"
+    assert got["assistant_id"] == (await sdk.assistants.get("chat"))["assistant_id"]
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, str(uuid.uuid4()))
+
+
+async def test_history_lists_checkpoints_newest_first(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("one"))
+    await sdk.runs.wait(tid, "chat", input=human("two"))
+    history = await sdk.threads.get_history(tid, limit=100)
+    steps = [h["metadata"]["step"] for h in history]
+    assert steps == sorted(steps, reverse=True) and len(steps) >= 4
+    assert history[0]["checkpoint"] == (await sdk.threads.get_state(tid))["checkpoint"]
+    assert [len(h["values"].get("messages", [])) for h in history] == sorted(
+        (len(h["values"].get("messages", [])) for h in history), reverse=True
+    )
+    assert messages_of(history[0]["values"])[-1] == ("ai", "two")
+    for newer, older in itertools.pairwise(history):
+        assert newer["parent_checkpoint"] == older["checkpoint"]
+    assert len(await sdk.threads.get_history(tid, limit=2)) == 2
+    older = history[2]
+    assert await sdk.threads.get_state(tid, checkpoint_id=older["checkpoint"]["checkpoint_id"]) == (
+        older
+    )
+    assert await sdk.threads.get_state(tid, checkpoint=older["checkpoint"]) == older
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get_state(tid, checkpoint_id=str(uuid.uuid4()))
+    before = await sdk.threads.get_history(tid, limit=100, before=history[1]["checkpoint"])
+    assert [h["checkpoint"] for h in before] == [h["checkpoint"] for h in history[2:]]
+
+
+async def test_threads_create_search_and_delete(sdk: LangGraphClient) -> None:
+    tag = uuid.uuid4().hex
+    chosen = str(uuid.uuid4())
+    made = await sdk.threads.create(thread_id=chosen, metadata={"tag": tag, "n": 1})
+    assert made["thread_id"] == chosen and made["status"] == "idle"
+    again = await sdk.threads.create(
+        thread_id=chosen, metadata={"other": 2}, if_exists="do_nothing"
+    )
+    assert again["thread_id"] == chosen and again["metadata"] == made["metadata"]
+    with pytest.raises(ConflictError):
+        await sdk.threads.create(thread_id=chosen)
+    other = await sdk.threads.create(metadata={"tag": tag, "n": 2})
+    await sdk.threads.create(metadata={"tag": "unrelated"})
+    found = await sdk.threads.search(metadata={"tag": tag})
+    assert {t["thread_id"] for t in found} == {chosen, other["thread_id"]}
+    assert [t["thread_id"] for t in await sdk.threads.search(metadata={"tag": tag, "n": 2})] == [
+        other["thread_id"]
+    ]
+    await sdk.runs.wait(chosen, "chat", input=human("hi"))
+    assert (await sdk.threads.get(chosen))["values"]["messages"][-1]["content"] == "hi"
+    await sdk.threads.delete(chosen)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(chosen)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get_state(chosen)
+    assert [t["thread_id"] for t in await sdk.threads.search(metadata={"tag": tag})] == [
+        other["thread_id"]
+    ]
+
+
+# -- human in the loop -----------------------------------------------------------------------
+
+
+async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    modes = ["values", "updates", "messages-tuple", "custom"]
+    asked = await collect(
+        sdk.runs.stream(tid, "approval", input=human("buy milk"), stream_mode=modes)
+    )
+    first_run = asked[0].data["run_id"]
+    assert asked[-1].event == "end"
+    assert asked[-1].data == {"run_id": first_run, "status": "success"}
+    # as LangGraph streams an interrupt(): in `updates`, then in the `values` that follow
+    assert [p.event for p in asked[-3:]] == ["updates", "values", "end"]
+    [interrupt] = asked[-3].data["__interrupt__"]
+    assert asked[-2].data["__interrupt__"] == [interrupt]
+    assert [p.data for p in asked if p.event == "updates" and "__interrupt__" in p.data] == [
+        asked[-3].data
+    ]
+    assert {} not in [p.data for p in asked if p.event == "updates"]
+    assert interrupt["value"]["question"] == "Run save_note?"
+    assert interrupt["value"]["tool_call"]["args"] == {"content": "buy milk"}
+    assert [m["type"] for m in asked[-2].data["messages"]] == ["human", "ai"]
+    assert asked[-2].data["messages"][-1]["tool_calls"][0]["name"] == "save_note"
+    assert (await sdk.runs.get(tid, first_run))["status"] == "success"
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["confirm_and_run"]
+    [task] = state["tasks"]
+    assert task["name"] == "confirm_and_run"
+    assert task["interrupts"] == [{"id": interrupt["id"], "value": interrupt["value"]}]
+    assert state["interrupts"] == task["interrupts"]
+    assert (await sdk.threads.get(tid))["interrupts"] == {task["id"]: task["interrupts"]}
+    with pytest.raises(NotFoundError):  # to LangGraph the run is over
+        await sdk.runs.cancel(tid, first_run)
+    assert (await sdk.runs.get(tid, first_run))["status"] == "success"
+
+    resumed = await collect(
+        sdk.runs.stream(tid, "approval", command={"resume": {"approve": True}}, stream_mode=modes)
+    )
+    second_run = resumed[0].data["run_id"]
+    assert second_run != first_run
+    assert resumed[-1].data == {"run_id": second_run, "status": "success"}
+    customs = [p.data for p in resumed if p.event == "custom"]
+    assert customs == [
+        {
+            "tool": "save_note",
+            "tool_call_id": interrupt["value"]["tool_call"]["id"],
+            "executed": True,
+            "replayed": False,
+        }
+    ]
+    final = [p.data for p in resumed if p.event == "values"][-1]
+    assert [m["type"] for m in final["messages"]] == ["human", "ai", "tool", "ai"]
+    assert final["messages"][-1]["content"] == "buy milk"
+    assert chunks_text(resumed) == "buy milk"
+    assert (await sdk.runs.get(tid, first_run))["status"] == "success"
+    assert (await sdk.runs.get(tid, second_run))["status"] == "success"
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    after = await sdk.threads.get_state(tid)
+    assert after["next"] == [] and after["tasks"] == [] and after["interrupts"] == []
+    assert all(r["status"] not in ("pending", "running") for r in await sdk.runs.list(tid))
+    # the first run's stream still ends at its interrupt, and nothing comes after its `end`
+    assert wire(await collect(sdk.runs.join_stream(tid, first_run, last_event_id="-1"))) == wire(
+        asked
+    )
+    assert await collect(sdk.runs.join_stream(tid, first_run, last_event_id=asked[-1].id)) == []
+
+
+# -- cancel and multitask ------------------------------------------------------------------------
+
+
+async def started_answering(sdk: LangGraphClient, tid: str, rid: str) -> None:
+    """Returns once the run streamed its first chunk."""
+    async with contextlib.aclosing(
+        sdk.runs.join_stream(tid, rid, stream_mode="messages-tuple")  # type: ignore[type-var]
+    ) as parts:
+        async for part in parts:
+            if part.event == "messages":
+                return
+    raise AssertionError("the run ended before it streamed")
+
+
+async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    run = await sdk.runs.create(
+        tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, tid, run["run_id"])
+    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    with pytest.raises(NotFoundError):  # it is over: nothing left to cancel
+        await sdk.runs.cancel(tid, run["run_id"])
+    parts = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
+    assert parts[-1].data == {"run_id": run["run_id"], "status": "interrupted"}
+
+
+async def test_a_stream_closed_by_its_client_cancels_the_run_with_on_disconnect_cancel(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    parts = []
+    async with contextlib.aclosing(
+        sdk.runs.stream(  # type: ignore[type-var]
+            tid,
+            "chat",
+            input=human(words(200)),
+            stream_mode="messages-tuple",
+            config=slow(),
+            on_disconnect="cancel",
+        )
+    ) as stream:
+        async for part in stream:
+            parts.append(part)
+            if part.event == "messages":
+                break
+    await status_is(sdk, tid, parts[0].data["run_id"], "interrupted")
+    kept = await sdk.threads.create()  # the default, `continue`, lets the run go on
+    await collect(
+        sdk.runs.stream(
+            kept["thread_id"], "chat", input=human(words(20)), config=slow(5), stream_mode="values"
+        ),
+        limit=2,
+    )
+    [run] = await sdk.runs.list(kept["thread_id"])
+    assert (await sdk.runs.join(kept["thread_id"], run["run_id"]))["messages"][-1]["content"] == (
+        words(20)
+    )
+    assert (await sdk.runs.get(kept["thread_id"], run["run_id"]))["status"] == "success"
+
+
+async def test_multitask_reject_enqueue_and_interrupt(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    busy = await sdk.runs.create(
+        tid, "chat", input=human(words(60)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, tid, busy["run_id"])
+    with pytest.raises(ConflictError):
+        await sdk.runs.create(tid, "chat", input=human("no"), multitask_strategy="reject")
+    queued = await sdk.runs.create(tid, "chat", input=human("queued"), multitask_strategy="enqueue")
+    assert (await sdk.runs.get(tid, queued["run_id"]))["status"] == "pending"
+    assert (await sdk.runs.get(tid, busy["run_id"]))["status"] == "running"
+    await sdk.runs.join(tid, queued["run_id"])
+    assert (await sdk.runs.get(tid, busy["run_id"]))["status"] == "success"
+    assert (await sdk.runs.get(tid, queued["run_id"]))["status"] == "success"
+    # the queued run started after the busy one ended: its answer comes after the other's
+    values = (await sdk.threads.get_state(tid))["values"]
+    assert messages_of(values)[-2:] == [("human", "queued"), ("ai", "queued")]
+    assert messages_of(values)[1] == ("ai", words(60))
+
+    long = await sdk.runs.create(
+        tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, tid, long["run_id"])
+    taking_over = await sdk.runs.create(
+        tid, "chat", input=human("interrupting"), multitask_strategy="interrupt"
+    )
+    joined = await sdk.runs.join(tid, taking_over["run_id"])
+    assert (await sdk.runs.get(tid, long["run_id"]))["status"] == "interrupted"
+    assert (await sdk.runs.get(tid, taking_over["run_id"]))["status"] == "success"
+    assert messages_of(joined)[-1] == ("ai", "interrupting")
+
+
+# -- isolation ---------------------------------------------------------------------------------
+
+
+async def test_another_key_gets_404_on_every_route_and_no_key_gets_401(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    server = await start_server(api_keys=API_KEYS)
+    await start_worker()
+    alice, bob, nobody = (
+        client_for(server.url, "key-a"),
+        client_for(server.url, "key-b"),
+        client_for(server.url),
+    )
+    thread = await alice.threads.create(metadata={"owner": "alice"})
+    tid = thread["thread_id"]
+    run = await alice.runs.create(tid, "chat", input=human("secret"))
+    rid = run["run_id"]
+    await alice.runs.join(tid, rid)
+    checkpoint_id = (await alice.threads.get_history(tid))[-1]["checkpoint"]["checkpoint_id"]
+    attempts: dict[str, Callable[[LangGraphClient], Awaitable[Any]]] = {
+        "threads.get": lambda c: c.threads.get(tid),
+        "threads.update": lambda c: c.threads.update(tid, metadata={"x": 1}),
+        "threads.get_state": lambda c: c.threads.get_state(tid),
+        "threads.get_history": lambda c: c.threads.get_history(tid),
+        "threads.get_state(checkpoint_id)": lambda c: c.threads.get_state(
+            tid, checkpoint_id=checkpoint_id
+        ),
+        "threads.delete": lambda c: c.threads.delete(tid),
+        "runs.list": lambda c: c.runs.list(tid),
+        "runs.get": lambda c: c.runs.get(tid, rid),
+        "runs.join": lambda c: c.runs.join(tid, rid),
+        "runs.join_stream": lambda c: collect(c.runs.join_stream(tid, rid, last_event_id="-1")),
+        "runs.cancel": lambda c: c.runs.cancel(tid, rid),
+        "runs.delete": lambda c: c.runs.delete(tid, rid),
+        "runs.create": lambda c: c.runs.create(tid, "chat", input=human("x")),
+        "runs.wait": lambda c: c.runs.wait(tid, "chat", input=human("x")),
+        "runs.stream": lambda c: collect(c.runs.stream(tid, "chat", input=human("x"))),
+    }
+    # (`runs.join` raises httpx's own error where the others raise the SDK's typed ones,
+    # which derive from it: the status code is what both carry.)
+    for name, attempt in attempts.items():
+        for caller, status in ((bob, 404), (nobody, 401)):
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                await attempt(caller)
+            assert refused.value.response.status_code == status, name
+    assert await bob.threads.search(metadata={"owner": "alice"}) == []
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await nobody.threads.search()
+    assert refused.value.response.status_code == 401
+    # alice's thread and run are untouched
+    assert (await alice.runs.get(tid, rid))["status"] == "success"
+    assert [r["run_id"] for r in await alice.runs.list(tid)] == [rid]
+    assert (await alice.threads.get(tid))["metadata"]["owner"] == "alice"
+
+
+# -- faults -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster_settings(settings: Settings) -> Settings:
+    """Short leases and a fast reaper, so a killed worker's run moves on within seconds."""
+    return replace(settings, lease_s=1.0, reaper_interval_s=0.2, shutdown_grace_s=2.0)
+
+
+@pytest.mark.fault
+async def test_worker_killed_mid_run_the_sdk_stream_ends_with_the_whole_answer_once(
+    cluster: Cluster,
+) -> None:
+    _, url = await cluster.server()
+    first = await cluster.ready_worker()
+    sdk = client_for(url)
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(250)
+    run = await sdk.runs.create(
+        tid, "chat", input=human(text), stream_mode=["values", "messages-tuple"], config=slow()
+    )
+    parts: list[StreamPart] = []
+
+    async def watch() -> None:
+        async for part in sdk.runs.join_stream(tid, run["run_id"]):
+            parts.append(part)
+
+    async def chunks_at_least(n: int) -> bool:
+        return sum(p.event == "messages" for p in parts) >= n
+
+    viewer = asyncio.create_task(watch())
+    await eventually(lambda: chunks_at_least(10), "chunks", 30)
+    second = await cluster.ready_worker()
+    await eventually(lambda: chunks_at_least(15), "chunks", 30)
+    first.kill()
+    await asyncio.wait_for(viewer, 60)
+    assert parts[-1].event == "end"
+    assert parts[-1].data == {"run_id": run["run_id"], "status": "success"}
+    metadata = [p.data for p in parts if p.event == "metadata"]
+    assert metadata == [
+        {"run_id": run["run_id"], "attempt": 1},
+        {"run_id": run["run_id"], "attempt": 2},
+    ]
+    final = [p.data for p in parts if p.event == "values"][-1]
+    assert messages_of(final) == [("human", text), ("ai", text)]
+    # attempt 2 opens with a snapshot that drops attempt 1's half answer, then streams it all
+    retried = [p.event for p in parts].index("metadata", 1)
+    assert parts[retried + 1].event == "values"
+    assert messages_of(parts[retried + 1].data) == [("human", text)]
+    assert chunks_text(parts[retried:]) == text
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
+    assert (await sdk.threads.get_state(tid))["values"] == final
+    assert second.alive()

@@ -31,7 +31,7 @@ from stream_store.events import (
     RunStatusData,
     TokenData,
 )
-from stream_store.schemas import RunOut, ThreadDetail, ThreadList, ThreadOut
+from stream_store.schemas import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
 
 from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
 
@@ -223,6 +223,11 @@ class AsyncClient:
     async def get_thread(self, thread_id: str) -> ThreadDetail:
         response = await self._call("GET", f"/v1/threads/{thread_id}")
         return msgspec.json.decode(response.content, type=ThreadDetail)
+
+    async def thread_runs(self, thread_id: str) -> RunList:
+        """The thread's runs, oldest first."""
+        response = await self._call("GET", f"/v1/threads/{thread_id}/runs")
+        return msgspec.json.decode(response.content, type=RunList)
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._call("DELETE", f"/v1/threads/{thread_id}")

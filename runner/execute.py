@@ -22,7 +22,7 @@ from langgraph.types import Command, Durability, StreamMode
 from redis.exceptions import RedisError
 
 from stream_store.checkpoints import attempt_fence
-from stream_store.errors import Fenced, StoreUnavailable, StreamGone
+from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
 from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage, encode_data
 from stream_store.log import EventLog
 from stream_store.messages import input_messages, state_to_json, to_wire_message
@@ -63,8 +63,8 @@ class _Writer:
     once, and those the graph produces while a batch is in flight go together in the next one.
     A fast model then costs one Redis round trip per batch rather than per token, and a slow one
     no added delay. Before a status change the attempt waits for every earlier event (`drain`),
-    and a write's failure (`Fenced`, `StreamGone`, a Redis error) is raised by the next `emit`
-    or `drain`.
+    and a write's failure (`Fenced`, `StreamGone`, `StreamTooLarge`, a Redis error) is raised
+    once, by the next `emit` or `drain`; nothing emitted after it is written.
     """
 
     def __init__(self, events: EventLog, run: RunRecord) -> None:
@@ -84,8 +84,10 @@ class _Writer:
     async def drain(self) -> None:
         """Wait until every event emitted so far is written."""
         if self._flushing is not None:
-            # Shielded: a cancelled run still writes what it emitted before its outcome.
-            await asyncio.shield(self._flushing)
+            # Not cancelled with the caller: a cancelled run still writes what it emitted
+            # before its outcome. `wait` does not raise the flush's failure: `_raise_failure`
+            # does, once, so the outcome's own `drain` after it passes.
+            await asyncio.wait([self._flushing])
         self._raise_failure()
 
     def abandon(self) -> None:
@@ -166,6 +168,10 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         else:
             logger.info("worker stopping; handing the run back")
             await hand_back(services, run)
+    except StreamTooLarge as exc:
+        logger.warning("run failed: its stream reached a bound", error=exc.message)
+        error = {"code": exc.code, "message": exc.message}
+        finished = await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     except (Fenced, StreamGone) as exc:
         logger.warning("attempt fenced out; stopping without writing", error=str(exc))
     except INFRASTRUCTURE_ERRORS as exc:

@@ -1,4 +1,4 @@
-"""The arq worker of `runstream worker`: its start-up, shut-down and pub/sub listener.
+"""The arq worker of `runstream worker`: its start-up, shut-down, pub/sub listener and heartbeat.
 
 The worker process owns its connections (`Services`, on the Redis client arq already has) and
 passes them to jobs as one typed `WorkerState` in arq's `ctx` (`ctx["state"]`). Jobs are not
@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from stream_store.connections import open_redis
+from stream_store.errors import StoreUnavailable
 from stream_store.keys import KeySpace
 from stream_store.queue import EXECUTE_RUN
 from stream_store.services import open_services
 from stream_store.settings import Settings
+from stream_store.workers import BEAT_INTERVAL_S, WorkerBeat, WorkerRegistry
 
 from .execute import execute_run
 from .graphs import GraphRegistry
@@ -51,7 +58,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         wake=ctx["wake"],
         exit_stack=stack,
     )
-    for background in (reap_forever(state), _listen(state)):
+    for background in (reap_forever(state), _listen(state), _beat(state)):
         stack.push_async_callback(_stop, asyncio.create_task(background))
     ctx["state"] = state
     logger.info(
@@ -102,6 +109,37 @@ async def _listen(state: WorkerState) -> None:
             await asyncio.sleep(1)
 
 
+async def _beat(state: WorkerState) -> None:
+    """Tell `runstream status` this worker is alive and which runs it executes; say goodbye
+    when stopped, so it does not linger there until its beat expires."""
+    services = state.services
+    registry = WorkerRegistry(services.redis, services.keys)
+    started_at = datetime.now(UTC)
+    me = WorkerBeat(
+        worker_id=uuid.uuid4().hex[:12],
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        concurrency=services.settings.worker_concurrency,
+        started_at=started_at,
+        beat_at=started_at,
+        run_ids=[],
+    )
+    try:
+        while True:
+            now = datetime.now(UTC)
+            try:
+                await registry.beat(
+                    msgspec.structs.replace(me, beat_at=now, run_ids=[*state.attempts])
+                )
+            except StoreUnavailable as exc:
+                logger.warning("worker heartbeat failed; retrying", error=str(exc))
+            await asyncio.sleep(BEAT_INTERVAL_S)
+    finally:
+        with contextlib.suppress(StoreUnavailable, TimeoutError):
+            async with asyncio.timeout(1):
+                await registry.forget(me.worker_id)
+
+
 class RunWorker(Worker):
     """arq's Worker, reading the queue when woken rather than on a fixed poll.
 
@@ -121,7 +159,14 @@ class RunWorker(Worker):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), self.idle_poll_s)
         self.wake.clear()  # before reading: a wake-up during the read triggers another read
-        await super()._poll_iteration()
+        try:
+            await super()._poll_iteration()
+        except RedisError as exc:
+            # arq ends its loop (and so this worker, with every run it holds) when Redis fails
+            # it: out of reach, or refusing writes at `maxmemory`. Its bookkeeping of a job is
+            # then stale at worst, and the runs' own state is fenced: read the queue again.
+            logger.warning("reading the queue failed; retrying", error=str(exc))
+            await asyncio.sleep(1)
 
     def _release_sem_dec_counter_on_complete(self) -> None:
         super()._release_sem_dec_counter_on_complete()

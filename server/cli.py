@@ -1,4 +1,5 @@
-"""The `runstream` command: serve, worker, migrate, up.
+"""The `runstream` command: serve, worker, migrate, up; chat and attach; and the operator's
+status, runs and threads (`server/operator_cli.py`).
 
 Each subcommand builds the one `Settings` of its process from the environment and passes it
 down; logging is configured here and nowhere else.
@@ -20,6 +21,7 @@ import structlog
 
 from stream_store.settings import Settings, SettingsError
 
+from . import operator_cli
 from .logs import configure_logging
 
 __all__ = ["main"]
@@ -197,7 +199,7 @@ def _up(settings: Settings, host: str, port: int, env: dict[str, str]) -> int:
 def terminal(settings: Settings, args: argparse.Namespace) -> int:
     from clients.terminal import attach, chat
 
-    url = args.url or f"http://{settings.host}:{settings.port}"
+    url = args.url or settings.client_url or f"http://{settings.host}:{settings.port}"
     key = settings.client_api_key
     try:
         if args.command == "attach":
@@ -224,7 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sub.add_argument("--thread", default=None, help="continue this thread")
             sub.add_argument("--graph", default="chat", help="the graph new runs use")
-        sub.add_argument("--url", default=None, help="default http://RUNSTREAM_HOST:PORT")
+        sub.add_argument(
+            "--url", default=None, help="default RUNSTREAM_URL or http://RUNSTREAM_HOST:PORT"
+        )
+    operator_cli.add_commands(commands)
     args = parser.parse_args(argv)
 
     try:
@@ -232,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"runstream: {exc}", file=sys.stderr)
         return 2
-    if args.command not in ("chat", "attach"):  # the terminal chat prints only the chat
+    quiet = ("chat", "attach", *operator_cli.COMMANDS)  # these print only their own output
+    if args.command not in quiet:
         configure_logging(settings.log_level, settings.log_json)
     try:
         if args.command == "serve":
@@ -243,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return migrate(settings)
         if args.command in ("chat", "attach"):
             return terminal(settings, args)
+        if args.command in operator_cli.COMMANDS:
+            return operator_cli.run_command(settings, args)
         return up(settings, args.host or settings.host, args.port or settings.port)
     except SettingsError as exc:
         print(f"runstream: {exc}", file=sys.stderr)

@@ -41,6 +41,9 @@ class Frame:
     terminal: bool
     data: bytes  # the `/v1` SSE frame
     stored: StoredEvent  # as read from Redis, for other dialects (`server.langgraph`)
+    # Other dialects' encodings of this event, by dialect and form: made by the first viewer
+    # that needs one, reused by the rest (a frozen Frame, a mutable cache).
+    renders: dict[str, bytes] = field(default_factory=dict)
 
 
 def sse_frame(event: StoredEvent) -> Frame:

@@ -38,6 +38,7 @@ from .errors import Fenced
 __all__ = [
     "FencedPostgresSaver",
     "attempt_fence",
+    "delete_run_checkpoints",
     "delete_thread_checkpoints",
     "setup_checkpoints",
 ]
@@ -84,3 +85,20 @@ async def setup_checkpoints(conn: AsyncConnection[DictRow]) -> None:
 async def delete_thread_checkpoints(conn: AsyncConnection[DictRow], thread_id: str) -> None:
     """Delete a thread's checkpoints, blobs and pending writes in `conn`'s transaction."""
     await AsyncPostgresSaver(conn).adelete_thread(thread_id)
+
+
+async def delete_run_checkpoints(
+    conn: AsyncConnection[DictRow], thread_id: str, run_id: str
+) -> None:
+    """Delete the checkpoints one run wrote, and their pending writes, in `conn`'s transaction:
+    the thread's state is then what it was before the run (LangGraph's rollback).
+
+    Blobs stay: the channel versions only those checkpoints named, which nothing reads again.
+    """
+    await conn.execute(
+        "WITH gone AS (DELETE FROM checkpoints WHERE thread_id = %s"
+        " AND metadata->>'run_id' = %s RETURNING checkpoint_ns, checkpoint_id)"
+        " DELETE FROM checkpoint_writes w USING gone WHERE w.thread_id = %s"
+        " AND w.checkpoint_ns = gone.checkpoint_ns AND w.checkpoint_id = gone.checkpoint_id",
+        (thread_id, run_id, thread_id),
+    )

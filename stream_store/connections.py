@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .settings import Settings
 
-__all__ = ["NestedCheckout", "PgPool", "open_pg_pool", "open_redis"]
+__all__ = ["NestedCheckout", "PgPool", "connect_pg", "open_pg_pool", "open_redis"]
 
 # The pools whose connection the current task (or the task that spawned it) holds.
 _held: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
@@ -56,6 +56,20 @@ def open_redis(settings: Settings) -> ArqRedis:
     """An ArqRedis (a redis-py client that can also enqueue jobs) for the process."""
     url, _ = settings.require_services()
     return ArqRedis.from_url(url, health_check_interval=30, socket_keepalive=True)
+
+
+async def connect_pg(settings: Settings) -> AsyncConnection[DictRow]:
+    """One connection, as the pool's are, for a short-lived command (`runstream status`).
+
+    No pool: a command that reports Postgres down must fail at once, not retry for 10 s.
+    """
+    _, url = settings.require_services()
+    return await AsyncConnection.connect(
+        url,
+        autocommit=True,
+        row_factory=dict_row,
+        options=f"-c search_path={settings.database_schema}",
+    )
 
 
 async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:

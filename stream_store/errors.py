@@ -7,11 +7,14 @@ StoreError
 ├── IdempotencyMismatch  an Idempotency-Key reused with a different body      (422)
 ├── Fenced               a newer attempt owns the run; the write was refused
 ├── StreamGone           the run's stream expired or was lost                 (410)
+├── StreamTooLarge       the run's stream is at a bound; the worker fails the run
 └── LimitReached         the caller is at one of its per-caller limits        (429)
 
 Redis errors are translated in one place, `redis_errors` (`from_redis` for an error a pipeline
-returns instead of raising): the stream scripts' `FENCED` and `GONE` replies become `Fenced` and
-`StreamGone`, any other `RedisError` `StoreUnavailable`.
+returns instead of raising): the stream scripts' `FENCED`, `GONE` and `TOO_LARGE` replies become
+`Fenced`, `StreamGone` and `StreamTooLarge`, any other `RedisError` `StoreUnavailable`: Redis's
+`OOM` too (at `maxmemory` with `noeviction`), so a write it refused is retried, never taken as
+the run's fault.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StreamGone",
+    "StreamTooLarge",
     "from_redis",
     "redis_errors",
 ]
@@ -83,6 +87,27 @@ class StreamGone(StoreError):
     code = "stream_gone"
 
 
+class StreamTooLarge(StoreError):
+    """The run's stream holds as many events, or bytes, as one run may (`TOO_LARGE` reply)."""
+
+    code = "stream_too_large"
+
+    # The bound a `TOO_LARGE <which> <limit>` reply names: its setting and unit.
+    _BOUNDS = {
+        "events": ("RUNSTREAM_MAX_RUN_EVENTS", "events"),
+        "bytes": ("RUNSTREAM_MAX_RUN_STREAM_BYTES", "bytes of event data"),
+    }
+
+    @classmethod
+    def from_reply(cls, reply: str) -> StreamTooLarge:
+        _, which, limit = reply.split(maxsplit=2)  # as append_batch.lua spells it
+        setting, unit = cls._BOUNDS[which]
+        return cls(
+            f"the run's event stream reached its bound of {limit} {unit} ({setting}); "
+            "the run was stopped there, and the events before it are kept"
+        )
+
+
 class LimitReached(StoreError):
     """The caller is at a per-caller limit (submits per minute, active runs, SSE connections).
 
@@ -99,13 +124,16 @@ class LimitReached(StoreError):
 def from_redis(exc: RedisError, run_id: str | None = None) -> StoreError:
     """What a Redis error means: fenced out, the run gone, or Redis not answering.
 
-    `FENCED` and `GONE` are the error replies of the stream scripts (`stream_store/scripts`).
+    `FENCED`, `GONE` and `TOO_LARGE` are the error replies of the stream scripts
+    (`stream_store/scripts`).
     """
     message = str(exc)
     if isinstance(exc, ResponseError) and message.startswith("FENCED"):
         return Fenced(f"run {run_id}: {message}")
     if isinstance(exc, ResponseError) and message.startswith("GONE"):
         return StreamGone(f"run {run_id}: {message}")
+    if isinstance(exc, ResponseError) and message.startswith("TOO_LARGE"):
+        return StreamTooLarge.from_reply(message)
     return StoreUnavailable(f"redis: {exc}")
 
 

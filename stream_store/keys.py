@@ -58,6 +58,14 @@ class KeySpace:
         """String: arq's health-check line for the workers of this deployment."""
         return f"{self.prefix}:queue:health-check"
 
+    def workers(self) -> str:
+        """Sorted set: ids of workers that beat lately, scored by their last beat (unix ms)."""
+        return f"{self.prefix}:workers"
+
+    def worker_beat(self, worker_id: str) -> str:
+        """String with a TTL: a live worker's last heartbeat (`stream_store.workers.WorkerBeat`)."""
+        return f"{self.prefix}:worker:{worker_id}:beat"
+
     def queue(self) -> str:
         """The arq queue (a sorted set) that workers of this deployment poll."""
         return f"{self.prefix}:queue"

@@ -101,7 +101,15 @@ class RunLifecycle:
 
     async def _outcome(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
         """The status event and the terminal event of a finished `run`, then its last id."""
-        await self._status(run, attempt, run.status, settled=settled)
+        try:
+            await self._status(run, attempt, run.status, settled=settled)
+        except StreamGone:
+            if settled:
+                raise  # the worker's own stream: it was fenced out
+            # An interrupted run's stream expired (RUNSTREAM_INTERRUPTED_TTL) before it was
+            # cancelled or superseded: nobody to tell, as when the reaper sweeps an outcome.
+            await self.records.set_last_event_id(run.run_id, "0-0")
+            return
         if run.status == RunStatus.FAILED:
             error = run.error or {}
             data: Any = ErrorData(
@@ -153,8 +161,8 @@ class RunLifecycle:
         for ended in created.superseded:
             await self._outcome(ended, ended.attempt)
             logger.info("interrupted run ended by a new run", run_id=ended.run_id)
-        if created.created and new.multitask == "interrupt":
-            await self._cancel_others(created.run)
+        if created.created and new.multitask in ("interrupt", "rollback"):
+            await self._cancel_others(created.run, rollback=new.multitask == "rollback")
         if created.dispatch_now:
             try:
                 await self.queue.enqueue(created.run)
@@ -166,24 +174,37 @@ class RunLifecycle:
                 )
         return created
 
-    async def _cancel_others(self, run: RunRecord) -> None:
-        """Multitask `interrupt`: cancel the thread's other active runs; `run` starts after."""
+    async def _cancel_others(self, run: RunRecord, *, rollback: bool) -> None:
+        """Multitask `interrupt` and `rollback`: cancel the thread's other active runs (and
+        with `rollback`, remove them and what they wrote); `run` starts after."""
         for other in await self.records.thread_runs(run.thread_id, run.owner):
             if other.run_id != run.run_id and other.status.active:
                 with contextlib.suppress(Conflict):  # it finished meanwhile
-                    await self.cancel(other)
+                    await self.cancel(other, rollback=rollback)
 
-    async def cancel(self, run: RunRecord) -> RunRecord:
+    async def _roll_back(self, run: RunRecord) -> None:
+        """A cancelled run whose canceller asked for LangGraph's rollback goes, with the
+        checkpoints it wrote. Its stream stays until its TTL: viewers still see it end."""
+        if run.status == RunStatus.CANCELLED and run.kwargs.get("rollback"):
+            await self.records.roll_back_run(run.run_id, run.thread_id)
+            logger.info("run rolled back", run_id=run.run_id)
+
+    async def cancel(self, run: RunRecord, *, rollback: bool = False) -> RunRecord:
         """Cancel a queued or interrupted run at once, or ask the worker running it to stop.
+
+        With `rollback`, the run is deleted once cancelled, with the checkpoints it wrote.
 
         Raises:
             Conflict: the run already finished.
         """
         if run.status.terminal:
             raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
+        if rollback:
+            await self.records.ask_rollback(run.run_id)
         cancelled = await self.records.cancel_idle_run(run.run_id, run.owner)
         if cancelled is not None:
             await self._outcome(cancelled, cancelled.attempt)
+            await self._roll_back(cancelled)
             await self.queue.dispatch_next(cancelled.thread_id)
             logger.info("run cancelled")
             return cancelled
@@ -203,7 +224,10 @@ class RunLifecycle:
             raise Conflict(
                 f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
             )
-        await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
+        try:
+            await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
+        except StreamGone:  # RUNSTREAM_INTERRUPTED_TTL passed (or Redis lost it): a new one
+            await self.restore_stream(resumed)
         await self.queue.enqueue(resumed)
         logger.info("run resumed")
         return resumed
@@ -270,6 +294,7 @@ class RunLifecycle:
             return False
         await self._outcome(done, run.attempt, settled=True)
         logger.info("run finished", status=status)
+        await self._roll_back(done)
         return True
 
     async def announce_retry(self, run: RunRecord, plan: RetryPlan) -> None:

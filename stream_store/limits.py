@@ -10,18 +10,25 @@ model's delay). docs/protocol.md section 3.5 lists them all.
 The per-caller limits (submits per minute, active runs, open SSE connections) are kept in
 Redis by `stream_store.quotas` and, for active runs, in Postgres by `Records.create_run`; a
 value of 0 turns one off. docs/security.md, "Per-caller limits", gives the reasons.
+
+The per-run bounds on a run's event stream (events, bytes) are kept by the append scripts in
+Redis (`stream_store/scripts/append_batch.lua`): a caller's input is bounded, but what a graph
+makes of it is not, and every event it emits is held in Redis.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ACTIVE_RUNS_RETRY_AFTER_S",
+    "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
     "DEFAULT_MAX_RESUME_BYTES",
+    "DEFAULT_MAX_RUN_EVENTS",
     "DEFAULT_MAX_RUN_MESSAGES",
+    "DEFAULT_MAX_RUN_STREAM_BYTES",
     "DEFAULT_MAX_SSE_CONNECTIONS",
     "DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN",
     "DEFAULT_MAX_SUBMITS_PER_MINUTE",
@@ -60,6 +67,17 @@ DEFAULT_MAX_RUN_MESSAGES = 1000  # input messages of one run
 DEFAULT_MAX_METADATA_BYTES = 16 * 1024  # run or thread metadata, encoded as compact JSON
 DEFAULT_MAX_METADATA_KEYS = 64  # top-level keys of run or thread metadata
 DEFAULT_MAX_RESUME_BYTES = 64 * 1024  # a resume value, encoded as compact JSON
+
+# -- defaults of the per-run bounds on the event stream (RUNSTREAM_MAX_RUN_*) ----------------
+# Past one, the run fails with `stream_too_large`; its outcome events are written beyond it.
+# A 200 KB message of short words is about 100,000 token events, so these leave room for it.
+
+DEFAULT_MAX_RUN_EVENTS = 200_000  # events in one run's stream, across its attempts and resumes
+# ... and the bytes of their names and JSON data (Redis holds some 32 bytes more per event)
+DEFAULT_MAX_RUN_STREAM_BYTES = 64 * 1024 * 1024
+# An interrupted run's stream is kept this long after its `interrupted` event (a resume takes
+# the TTL off again): an abandoned interrupt must not hold Redis for ever.
+DEFAULT_INTERRUPTED_TTL_S = 7 * 24 * 3600
 
 # -- defaults of the per-caller limits (RUNSTREAM_MAX_*; 0 turns one off) -------------------
 

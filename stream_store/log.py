@@ -3,7 +3,9 @@
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
 terminal event), and `append_batch` one EVALSHA for any number of events; `read_range` is one
 XRANGE per page; `read_live` is one XREAD over any number of runs. Appends are fenced: the
-script refuses a write whose attempt is not the record's.
+script refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
+stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
+(`StreamTooLarge` past either).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from redis.exceptions import RedisError
 from .errors import StoreUnavailable, from_redis, redis_errors
 from .events import TERMINAL_EVENTS, RunStatus
 from .keys import KeySpace
+from .limits import (
+    DEFAULT_INTERRUPTED_TTL_S,
+    DEFAULT_MAX_RUN_EVENTS,
+    DEFAULT_MAX_RUN_STREAM_BYTES,
+)
 
 __all__ = ["EventLog", "LiveRecord", "StoredEvent", "TakeOver"]
 
@@ -111,10 +118,24 @@ class StoredEvent:
 class EventLog:
     """Append, read and follow the event streams of runs (one instance per process)."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, stream_ttl_s: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        stream_ttl_s: int,
+        *,
+        interrupted_ttl_s: int = DEFAULT_INTERRUPTED_TTL_S,
+        max_run_events: int = DEFAULT_MAX_RUN_EVENTS,
+        max_run_stream_bytes: int = DEFAULT_MAX_RUN_STREAM_BYTES,
+    ) -> None:
         self.redis = redis
         self.keys = keys
-        self.stream_ttl_s = stream_ttl_s
+        self.stream_ttl_s = stream_ttl_s  # from the terminal event on
+        # From the `interrupted` status on, until a resume's `queued`: an abandoned interrupt
+        # must not hold its stream for ever.
+        self.interrupted_ttl_s = interrupted_ttl_s
+        self.max_run_events = max_run_events
+        self.max_run_stream_bytes = max_run_stream_bytes
         self._append = redis.register_script(_APPEND)
         self._append_batch = redis.register_script(_APPEND_BATCH)
         self._open = redis.register_script(_OPEN)
@@ -171,12 +192,22 @@ class EventLog:
 
         `settled` marks events reporting an outcome Postgres already accepted from `attempt`;
         they are written even if the lease ran out meanwhile (never if the run changed hands).
+        The stream's TTL follows the event: `stream_ttl_s` from the terminal event,
+        `interrupted_ttl_s` from the `interrupted` status, none again from `queued` or
+        `running` (resumed). Never refused for the run's bounds: these are the run's own
+        status, retry and outcome events.
 
         Raises:
             Fenced: another attempt owns the run.
             StreamGone: the run record is gone (expired or deleted).
         """
-        ttl = str(self.stream_ttl_s) if event in TERMINAL_EVENTS else ""
+        ttl = ""
+        if event in TERMINAL_EVENTS:
+            ttl = str(self.stream_ttl_s)
+        elif status == RunStatus.INTERRUPTED:
+            ttl = str(self.interrupted_ttl_s)
+        elif status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            ttl = "-1"  # a resumed run's stream lives until its end, even if `queued` was lost
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         result = await self._call(
             self._append,
@@ -191,11 +222,15 @@ class EventLog:
     ) -> str:
         """Append several non-terminal events that change no status, in order; returns the
         last id. Fenced like `append` (never `settled`).
+
+        Raises:
+            StreamTooLarge: the run's stream is at one of its bounds; the events of the batch
+                that fitted were appended, the rest were not.
         """
         if not events or any(event in TERMINAL_EVENTS or event == "retry" for event, _ in events):
             raise ValueError("append_batch takes a non-empty batch of plain events")
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        args: list[Any] = [attempt]
+        args: list[Any] = [attempt, self.max_run_events, self.max_run_stream_bytes]
         for event, data in events:
             args += [event, data]
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -23,7 +23,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
-from .checkpoints import delete_thread_checkpoints
+from .checkpoints import delete_run_checkpoints, delete_thread_checkpoints
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, StoreUnavailable
 from .events import ACTIVE_STATUSES, RunStatus
@@ -643,6 +643,24 @@ class Records:
                 (run_id, owner, sorted(ACTIVE_STATUSES)),
             )
             return await cur.fetchone() is not None
+
+    async def ask_rollback(self, run_id: str) -> None:
+        """Remember that the run, once cancelled, goes with what it wrote (`roll_back_run`)."""
+        async with _translated(), self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runstream_runs SET kwargs = kwargs || '{\"rollback\": true}'"
+                " WHERE run_id = %s",
+                (run_id,),
+            )
+
+    async def roll_back_run(self, run_id: str, thread_id: str) -> None:
+        """Delete a cancelled run with the checkpoints it wrote, in one transaction."""
+        async with _translated(), self.pool.connection() as conn, conn.transaction():
+            await delete_run_checkpoints(conn, thread_id, run_id)
+            await conn.execute(
+                "DELETE FROM runstream_runs WHERE run_id = %s AND status = 'cancelled'",
+                (run_id,),
+            )
 
     async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
         """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.

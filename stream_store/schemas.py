@@ -24,6 +24,7 @@ __all__ = [
     "RunConfig",
     "RunCreate",
     "RunInput",
+    "RunList",
     "RunOut",
     "ThreadCreate",
     "ThreadDetail",

@@ -54,7 +54,14 @@ async def open_services(
         stack.push_async_callback(pool.close)
         await migrate(pool, settings.database_schema)
         records = Records(pool)
-        events = EventLog(redis, keys, settings.stream_ttl_s)
+        events = EventLog(
+            redis,
+            keys,
+            settings.stream_ttl_s,
+            interrupted_ttl_s=settings.interrupted_ttl_s,
+            max_run_events=settings.max_run_events,
+            max_run_stream_bytes=settings.max_run_stream_bytes,
+        )
         stack.push_async_callback(events.aclose)
         queue = RunQueue(redis, keys, records)
         yield Services(

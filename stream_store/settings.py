@@ -141,6 +141,7 @@ class Settings:
     signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
     graphs: dict[str, str] = field(default_factory=dict)
     stream_ttl_s: int = 24 * 3600
+    interrupted_ttl_s: int = limits.DEFAULT_INTERRUPTED_TTL_S  # until the run is resumed
     stream_token_ttl_s: int = 3600
     ping_interval_s: float = 15.0
     viewer_queue_size: int = 4096
@@ -150,6 +151,9 @@ class Settings:
     max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
     max_metadata_keys: int = limits.DEFAULT_MAX_METADATA_KEYS
     max_resume_bytes: int = limits.DEFAULT_MAX_RESUME_BYTES
+    # What one run's stream may hold; past either bound the run fails (`stream_too_large`).
+    max_run_events: int = limits.DEFAULT_MAX_RUN_EVENTS
+    max_run_stream_bytes: int = limits.DEFAULT_MAX_RUN_STREAM_BYTES
     # Per caller, across all servers; 0 turns one off (docs/security.md, "Per-caller limits").
     max_submits_per_minute: int = limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
     max_active_runs: int = limits.DEFAULT_MAX_ACTIVE_RUNS
@@ -168,7 +172,8 @@ class Settings:
     model: str = "fake"
     fake_token_delay_ms: int = 20
     data_dir: str = ".runstream"  # where `runstream up` keeps its embedded services' data
-    client_api_key: str | None = None  # what `runstream chat`/`attach` present
+    client_api_key: str | None = None  # what the API's command-line clients present
+    client_url: str | None = None  # the server they talk to (RUNSTREAM_URL)
     log_json: bool = False
     log_level: str = "info"
 
@@ -209,6 +214,9 @@ class Settings:
             signing_keys=signing_keys,
             graphs=_pairs(env, "RUNSTREAM_GRAPHS", "="),
             stream_ttl_s=_int(env, "RUNSTREAM_STREAM_TTL", 24 * 3600, minimum=1),
+            interrupted_ttl_s=_int(
+                env, "RUNSTREAM_INTERRUPTED_TTL", limits.DEFAULT_INTERRUPTED_TTL_S, minimum=1
+            ),
             stream_token_ttl_s=_int(env, "RUNSTREAM_STREAM_TOKEN_TTL", 3600, minimum=1),
             ping_interval_s=_int(env, "RUNSTREAM_PING_INTERVAL_MS", 15000, minimum=10) / 1000,
             viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
@@ -227,6 +235,15 @@ class Settings:
             ),
             max_resume_bytes=_int(
                 env, "RUNSTREAM_MAX_RESUME_BYTES", limits.DEFAULT_MAX_RESUME_BYTES, minimum=4
+            ),
+            max_run_events=_int(
+                env, "RUNSTREAM_MAX_RUN_EVENTS", limits.DEFAULT_MAX_RUN_EVENTS, minimum=1
+            ),
+            max_run_stream_bytes=_int(
+                env,
+                "RUNSTREAM_MAX_RUN_STREAM_BYTES",
+                limits.DEFAULT_MAX_RUN_STREAM_BYTES,
+                minimum=1024,
             ),
             max_submits_per_minute=_int(
                 env, "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
@@ -253,6 +270,7 @@ class Settings:
             model=model,
             fake_token_delay_ms=_int(env, "RUNSTREAM_FAKE_TOKEN_DELAY_MS", 20),
             client_api_key=env.get("RUNSTREAM_API_KEY") or None,
+            client_url=env.get("RUNSTREAM_URL") or None,
             data_dir=env.get("RUNSTREAM_DATA_DIR") or ".runstream",
             log_json=(env.get("RUNSTREAM_LOG_FORMAT") or "console") == "json",
             log_level=(env.get("RUNSTREAM_LOG_LEVEL") or "info").lower(),

@@ -35,6 +35,13 @@ class TestCompose:
         # `--scale worker=3` needs a worker without a fixed name or published port
         assert "container_name" not in services["worker"] and "ports" not in services["worker"]
 
+    def test_valkey_has_a_memory_bound_and_never_evicts(self) -> None:
+        """Evicting a stream key would lose a run's events silently; at the bound writes fail."""
+        valkey = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["valkey"]
+        args = valkey["command"]
+        assert args[args.index("--maxmemory") + 1]
+        assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+
     def test_environment_names_are_settings_names(self) -> None:
         compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
         known = settings_variables()

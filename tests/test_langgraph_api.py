@@ -631,6 +631,45 @@ async def test_multitask_reject_enqueue_and_interrupt(sdk: LangGraphClient) -> N
     assert messages_of(joined)[-1] == ("ai", "interrupting")
 
 
+async def test_multitask_rollback_removes_the_running_run_and_what_it_wrote(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    long = await sdk.runs.create(
+        tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, tid, long["run_id"])
+    after = await sdk.runs.create(tid, "chat", input=human("after"), multitask_strategy="rollback")
+    joined = await sdk.runs.join(tid, after["run_id"])
+    with pytest.raises(NotFoundError):  # LangGraph deletes a rolled-back run
+        await sdk.runs.get(tid, long["run_id"])
+    expected = [("human", "first"), ("ai", "first"), ("human", "after"), ("ai", "after")]
+    assert messages_of(joined) == expected
+    assert messages_of((await sdk.threads.get_state(tid))["values"]) == expected
+    listed = [r["run_id"] for r in await sdk.runs.list(tid)]
+    assert after["run_id"] in listed and long["run_id"] not in listed
+
+
+async def test_cancel_with_rollback_puts_the_thread_back_as_it_was(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("kept"))
+    before = await sdk.threads.get_state(tid)
+    run = await sdk.runs.create(
+        tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, tid, run["run_id"])
+    await sdk.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, run["run_id"])
+    after = await sdk.threads.get_state(tid)
+    assert after["checkpoint"] == before["checkpoint"]
+    assert messages_of(after["values"]) == [("human", "kept"), ("ai", "kept")]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
 # -- isolation ---------------------------------------------------------------------------------
 
 

@@ -684,3 +684,25 @@ class TestEndings:
     def test_other_errors_are_named_by_their_code(self, code: str, text: str, error: str) -> None:
         event = Log()("error", {"code": code, "message": text})
         assert frames(viewer().render(event))[0][1] == {"error": error, "message": text}
+
+
+class TestSharedFrames:
+    """Viewers of one live event share its `messages-tuple` frame, except where they differ."""
+
+    def test_viewers_share_a_token_frame_and_get_what_each_would_render(self) -> None:
+        log = Log()
+        token = log("token", {"message_id": "m1", "text": "hi", "node": "chat"})
+        alone = viewer("messages-tuple").render(token)
+        shared: dict[str, bytes] = {}
+        first = viewer("messages-tuple", "values").render(token, shared=shared)
+        second = viewer("messages-tuple").render(token, shared=shared)
+        assert first == second == alone
+        assert shared  # the second viewer took the first one's bytes
+
+    def test_a_viewer_in_a_retry_resend_does_not_use_the_shared_frame(self) -> None:
+        log = Log()
+        resending = viewer("messages-tuple")
+        resending.render(log("retry", {"attempt": 2, "discard": ["m1"]}))
+        token = log("token", {"message_id": "m1", "text": "again"})
+        shared = {"langgraph:messages-tuple": b"poison"}
+        assert resending.render(token, shared=shared) == b""

@@ -7,7 +7,9 @@ to tests/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -24,6 +26,7 @@ from playwright.async_api import (
     expect,
 )
 
+from server.page import WEB_DIR
 from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
 from tests.processes import Cluster
 
@@ -35,6 +38,10 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 TIMEOUT_MS = 30_000  # generous: the machine is shared, and EventSource waits ~3 s to reconnect
 
 expect.set_options(timeout=TIMEOUT_MS)
+
+
+STREAMING = re.compile(r"\bstreaming\b")
+VENDOR_DIR = WEB_DIR / "vendor"
 
 
 def words(n: int, tag: str) -> str:
@@ -173,6 +180,58 @@ async def assert_whole_answer_once(page: Page, text: str) -> None:
     assert "run" not in query(page)  # the address forgets a finished run
 
 
+def attempt(page: Page, value: int) -> Awaitable[None]:
+    return expect(page.locator("#run-attempt")).to_have_attribute("data-attempt", str(value))
+
+
+async def record_connection_states(page: Page) -> None:
+    """From now on, `window.connectionStates` lists the states `#connection` shows, in order."""
+    await page.evaluate(
+        """() => {
+            const el = document.getElementById('connection');
+            const states = window.connectionStates = [el.dataset.state];
+            new MutationObserver(() => {
+                if (states[states.length - 1] !== el.dataset.state) states.push(el.dataset.state);
+            }).observe(el, {attributes: true, attributeFilter: ['data-state']});
+        }"""
+    )
+
+
+async def connection_states(page: Page) -> list[str]:
+    return list(await page.evaluate("window.connectionStates"))
+
+
+# A long answer's Markdown: the fake model echoes it back, token by token.
+CODE_LINE = f'print("{words(40, "long")}")'
+MARKDOWN = f"""# Shopping list
+
+Buy these **today**, see [the docs](https://example.com/docs):
+
+- apples
+- pears
+
+Run `make list` first, then:
+
+```python
+{CODE_LINE}
+```
+
+| fruit | count |
+|---|---|
+| apples | 3 |
+| pears | 2 |"""
+
+# Raw HTML a model (or whoever wrote its prompt) could put in an answer: none of it may run.
+HOSTILE = (
+    "Look: <img src=x onerror=\"window.pwned = 'img'\"> "
+    "<script>window.pwned = 'script'</script> "
+    "<svg onload=\"window.pwned = 'svg'\"></svg> "
+    "[a link](javascript:window.pwned='link') "
+    "<a href=\"javascript:window.pwned='href'\" onclick=\"window.pwned='click'\">click me</a> "
+    '<iframe src="/"></iframe> <form action="/"><button>go</button></form> **still bold**'
+)
+
+
 # ---- tests -----------------------------------------------------------------------------------
 
 
@@ -185,7 +244,7 @@ async def test_two_tabs_and_a_reload_show_the_whole_answer_once(
     await send(one, text)
 
     await wait_for_words(one, 3)
-    await expect(one.locator(".message[data-role=assistant]")).to_have_class("message streaming")
+    await expect(one.locator(".message[data-role=assistant]")).to_have_class(STREAMING)
     address = query(one)
     assert set(address) == {"thread", "run"}
     assert await run_status(server.url, address["run"]) == "running"
@@ -362,3 +421,227 @@ async def test_page_asks_for_the_api_key_when_the_server_needs_one(
     await assert_whole_answer_once(page, text)
     assert streams and all("token=" in url for url in streams), streams
     tabs.assert_no_errors()
+
+
+async def test_answer_is_rendered_as_markdown(
+    server: ServerHandle, start_worker: StartWorker, tabs: Tabs
+) -> None:
+    await start_worker(fake_token_delay_ms=60)  # about 4 s of tokens
+    page = await tabs.open(server.url)
+    await send(page, MARKDOWN)
+    answer = page.locator(".message[data-role=assistant]")
+
+    # Rendered while it streams, not only at the end.
+    await expect(answer.locator("h1")).to_have_text("Shopping list")
+    await expect(answer).to_have_class(STREAMING)
+    await tabs.screenshot(page, "streaming")
+
+    await status(page, "succeeded")
+    for shown in (page, await tabs.open(page.url)):  # streamed, then loaded from the thread
+        answer = shown.locator(".message[data-role=assistant]")
+        await expect(answer.locator("h1")).to_have_text("Shopping list")
+        await expect(answer.locator("strong")).to_have_text("today")
+        await expect(answer.locator("ul > li")).to_have_text(["apples", "pears"])
+        await expect(answer.locator("p > code")).to_have_text("make list")
+        await expect(answer.locator("pre > code")).to_have_text(CODE_LINE)
+        await expect(answer.locator("td")).to_have_text(["apples", "3", "pears", "2"])
+        link = answer.locator("a")
+        await expect(link).to_have_attribute("href", "https://example.com/docs")
+        await expect(link).to_have_attribute("target", "_blank")
+        await expect(link).to_have_attribute("rel", "noopener noreferrer")
+        # The code block: monospace, and a long line scrolls inside it instead of wrapping.
+        pre = answer.locator("pre")
+        style = await pre.evaluate(
+            """pre => {
+                const code = getComputedStyle(pre.firstElementChild);
+                return {font: code.fontFamily, overflow: getComputedStyle(pre).overflowX,
+                        scrolls: pre.scrollWidth > pre.clientWidth,
+                        lines: pre.firstElementChild.getBoundingClientRect().height
+                               / parseFloat(code.lineHeight)};
+            }"""
+        )
+        assert "monospace" in style["font"], style
+        assert style["overflow"] == "auto" and style["scrolls"] and style["lines"] < 1.5, style
+        # The user's own message stays plain text, exactly as typed.
+        user = shown.locator(".message[data-role=user]")
+        await expect(user).to_have_text(MARKDOWN)
+        assert await user.evaluate("e => e.children.length") == 0
+    await tabs.screenshot(page, "end")
+    tabs.assert_no_errors()
+
+
+async def test_raw_html_in_an_answer_stays_inert(
+    server: ServerHandle, worker: Worker, tabs: Tabs
+) -> None:
+    page = await tabs.open(server.url)
+    await send(page, HOSTILE)
+    await status(page, "succeeded")
+    answer = page.locator(".message[data-role=assistant]")
+    await expect(answer.locator("strong")).to_have_text("still bold")  # Markdown still renders
+    # Raw HTML is shown as the text it is.
+    await expect(answer).to_contain_text("""<img src=x onerror="window.pwned = 'img'">""")
+    await expect(answer).to_contain_text("<script>window.pwned = 'script'</script>")
+    await expect(page.locator(".message[data-role=user]")).to_have_text(HOSTILE)
+
+    messages = page.locator("#messages")
+    await expect(messages.locator("img, script, svg, iframe, form, button, style")).to_have_count(0)
+    handlers = await messages.evaluate(
+        """e => [...e.querySelectorAll('*')].flatMap(
+                el => [...el.attributes].filter(a => a.name.startsWith('on')
+                    || /^\\s*javascript:/i.test(a.value)).map(a => `${el.tagName} ${a.name}`))"""
+    )
+    assert handlers == []
+    for link in await answer.locator("a").all():  # whatever is left of the links does nothing
+        await link.click()
+    await page.wait_for_timeout(500)  # an image's onerror would have fired by now
+    assert await page.evaluate("window.pwned") is None
+    assert len(tabs.context.pages) == 1  # and no link opened anything
+    tabs.assert_no_errors()  # not even a handler blocked by the CSP: none reached the DOM
+
+
+async def test_connection_state_run_status_and_attempt_are_shown(
+    server: ServerHandle, start_worker: StartWorker, tabs: Tabs
+) -> None:
+    await start_worker(fake_token_delay_ms=80)
+    text = words(40, "word")  # about 3 s of tokens
+    page = await tabs.open(server.url)
+    await record_connection_states(page)
+    await send(page, text)
+
+    await wait_for_words(page, 2)
+    connection = page.locator("#connection")
+    await expect(connection).to_have_attribute("data-state", "live")
+    await expect(connection).to_have_text("● live")
+    await expect(connection).to_be_visible()
+    await status(page, "running")
+    await attempt(page, 1)
+    await expect(page.locator("#run-attempt")).to_have_text("attempt 1")
+    await expect(page.locator("#run-attempt")).to_be_visible()
+    await tabs.screenshot(page, "live")
+
+    await assert_whole_answer_once(page, text)
+    await expect(page.locator("#run-status")).to_have_text("succeeded")
+    await attempt(page, 1)
+    assert await connection_states(page) == ["idle", "live", "idle"]
+    tabs.assert_no_errors()
+
+
+async def test_reconnecting_then_live_again_when_the_server_returns(
+    cluster: Cluster, start_worker: StartWorker, tabs: Tabs
+) -> None:
+    await start_worker(fake_token_delay_ms=100)
+    port = free_port()
+    first, url = await cluster.server(port=port)
+    text = words(150, "bit")  # about 15 s of tokens: the run outlasts the restart
+    page = await tabs.open(url)
+    await record_connection_states(page)
+    await send(page, text)
+    await wait_for_words(page, 3)
+    connection = page.locator("#connection")
+    await expect(connection).to_have_attribute("data-state", "live")
+
+    first.kill()
+    await expect(connection).to_have_attribute("data-state", "reconnecting")
+    await expect(connection).to_have_text("reconnecting…")
+    await expect(connection).to_be_visible()
+    await status(page, "running")  # the last status the page knows, kept while it retries
+    await attempt(page, 1)
+    await tabs.screenshot(page, "reconnecting")
+    before = await shown_words(page)
+
+    await cluster.server(port=port)
+    await expect(connection).to_have_attribute("data-state", "live")
+    await expect(connection).to_have_text("● live")
+    await status(page, "running")
+    await wait_for_words(page, before + 1)  # live again: new tokens arrive
+    await tabs.screenshot(page, "live-again")
+
+    await assert_whole_answer_once(page, text)
+    await attempt(page, 1)  # the worker never stopped: still the first attempt
+    assert await connection_states(page) == ["idle", "live", "reconnecting", "live", "idle"]
+    tabs.assert_no_errors()
+
+
+async def test_a_worker_crash_shows_the_next_attempt(cluster: Cluster, tabs: Tabs) -> None:
+    fast_recovery = {"RUNSTREAM_LEASE_MS": "1000", "RUNSTREAM_REAPER_INTERVAL_MS": "200"}
+    slow_tokens = {"RUNSTREAM_FAKE_TOKEN_DELAY_MS": "60", **fast_recovery}
+    _, url = await cluster.server()
+    first = await cluster.ready_worker(**slow_tokens)
+    text = words(200, "step")  # about 12 s of tokens
+    page = await tabs.open(url)
+    await send(page, text)
+    await wait_for_words(page, 5)
+    await attempt(page, 1)
+    await cluster.ready_worker(**slow_tokens)
+    await wait_for_words(page, 10)
+
+    first.kill()
+    await attempt(page, 2)
+    await expect(page.locator("#run-attempt")).to_have_text("attempt 2")
+    await tabs.screenshot(page, "attempt-2")
+    await assert_whole_answer_once(page, text)
+    await attempt(page, 2)
+    tabs.assert_no_errors()
+
+
+async def test_page_asks_no_host_but_the_server(
+    server: ServerHandle, worker: Worker, tabs: Tabs
+) -> None:
+    page = await tabs.new()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    await page.goto(server.url)
+    text = (
+        "![a picture](https://example.com/picture.png) and [a link](https://example.com/)\n\n"
+        '<img src="https://example.com/pixel.gif"> <link rel="stylesheet" '
+        'href="https://example.com/x.css"> <video src="https://example.com/v.mp4"></video>'
+    )
+    await send(page, text)
+    await status(page, "succeeded")
+    answer = page.locator(".message[data-role=assistant]")
+    # An image becomes a link to it: nothing in an answer is loaded.
+    await expect(answer.locator("a")).to_have_count(2)
+    await expect(answer.locator("a").first).to_have_attribute(
+        "href", "https://example.com/picture.png"
+    )
+    await expect(answer.locator("a").first).to_have_text("a picture")
+    await expect(page.locator("#messages img, #messages video, #messages link")).to_have_count(0)
+    await page.wait_for_timeout(500)
+
+    origin = urlsplit(server.url).netloc
+    fetched = [u for u in requested if not u.startswith("data:")]
+    assert fetched and all(urlsplit(u).netloc == origin for u in fetched), fetched
+    paths = {urlsplit(u).path for u in fetched}
+    assert {"/ui/vendor/marked/marked.esm.js", "/ui/vendor/dompurify/purify.es.mjs"} <= paths
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        for path in ("/ui/vendor/marked/marked.esm.js", "/ui/vendor/dompurify/purify.es.mjs"):
+            response = await http.get(path)
+            assert response.status_code == 200
+            assert response.headers["content-type"].split(";")[0] in JAVASCRIPT, path
+    tabs.assert_no_errors()
+
+
+JAVASCRIPT = {"text/javascript", "application/javascript"}
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "licenses"),
+    [
+        ("marked", ["marked.esm.js"], ["LICENSE"]),
+        ("dompurify", ["purify.es.mjs"], ["LICENSE", "LICENSE-MPL"]),
+    ],
+)
+def test_vendored_markdown_libraries_match_their_readmes(
+    name: str, files: list[str], licenses: list[str]
+) -> None:
+    """The page's Markdown renderer and sanitiser are the files their READMEs record."""
+    directory = VENDOR_DIR / name
+    readme = (directory / "README.md").read_text()
+    recorded = dict(re.findall(r"\| `([^`]+)` \| `([0-9a-f]{64})` \|", readme))
+    assert sorted(recorded) == files
+    for file, digest in recorded.items():
+        assert hashlib.sha256((directory / file).read_bytes()).hexdigest() == digest, file
+    assert re.search(r"^# \S+ \d+\.\d+\.\d+ \(vendored\)", readme)
+    for license_file in licenses:
+        assert (directory / license_file).stat().st_size > 500, license_file
+    assert sorted(p.name for p in directory.iterdir()) == sorted([*files, *licenses, "README.md"])

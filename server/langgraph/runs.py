@@ -78,8 +78,6 @@ def _new_run(
         raise _unprocessable(
             "runstream takes command.resume only; command.update and command.goto are not supported"
         )
-    if body.multitask_strategy == "rollback":
-        raise _unprocessable("multitask_strategy 'rollback' is not supported; use 'interrupt'")
     if "resume" in command and thread_id is None:
         raise ApiError(400, "invalid_request", "You must provide a thread_id when resuming.")
     raw = body.input.get("messages") if isinstance(body.input, dict) else body.input
@@ -211,7 +209,7 @@ class _Translated:
         self.translator = translator
 
     def render(self, frame: Frame) -> bytes:
-        return self.translator.render(frame.stored)
+        return self.translator.render(frame.stored, shared=frame.renders)
 
     def ends_after(self, frame: Frame) -> bool:
         return self.translator.ends_after(frame.stored)
@@ -485,14 +483,13 @@ class RunsController(Controller):
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
-        if action == "rollback":
-            raise _unprocessable("action 'rollback' is not supported; use 'interrupt'")
         if run.status.terminal or run.status == RunStatus.INTERRUPTED:
             # an engine run paused at interrupt() is, to LangGraph, a run that ended (`success`)
             status = run_status(run.status)
             raise NotFound(f"No matching runs to cancel: run {run_id} is {status}")
         try:
-            run = await resources.lifecycle.cancel(run)
+            # `rollback` (LangGraph): the run goes too, with the checkpoints it wrote
+            run = await resources.lifecycle.cancel(run, rollback=action == "rollback")
         except Conflict:
             raise NotFound(f"No matching runs to cancel: run {run_id} already ended") from None
         if _flag(wait):

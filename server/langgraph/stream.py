@@ -87,6 +87,9 @@ _encode = msgspec.json.Encoder().encode
 _TYPED_ERROR = re.compile(r"([A-Za-z_][\w.]*): (.*)", re.DOTALL)
 
 
+_SHARED_TOKEN = "langgraph:messages-tuple"  # key of a token's frame in a live event's cache
+
+
 def _frame(event: str, data: bytes, event_id: str | None) -> bytes:
     id_line = f"id: {event_id}\r\n".encode() if event_id else b""
     return b"event: " + event.encode() + b"\r\ndata: " + data + b"\r\n" + id_line + b"\r\n"
@@ -132,8 +135,26 @@ class LangGraphStream:
         """The `metadata` frame LangGraph sends first; it moves no client's cursor."""
         return _frame("metadata", _encode({"run_id": self.run_id, "attempt": attempt}), None)
 
-    def render(self, event: StoredEvent) -> bytes:
-        """The frames for one stored event, possibly none."""
+    def render(self, event: StoredEvent, shared: dict[str, bytes] | None = None) -> bytes:
+        """The frames for one stored event, possibly none.
+
+        A token in `messages-tuple` form (most of a run's events) is the same for every viewer
+        of the run outside a retry's resend: `shared`, the live event's cache, keeps the first
+        viewer's bytes for the others, so a hundred viewers encode it once.
+        """
+        if (
+            shared is not None
+            and event.event == "token"
+            and self._tuples
+            and not (self._resending or self._ended)
+        ):
+            frame = shared.get(_SHARED_TOKEN)
+            if frame is None:
+                frame = shared[_SHARED_TOKEN] = self._render(event)
+            return frame
+        return self._render(event)
+
+    def _render(self, event: StoredEvent) -> bytes:
         frames = self._frames(event)
         if not frames:
             return b""

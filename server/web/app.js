@@ -5,6 +5,15 @@
 // its message id: a complete message (from the thread or a `message` event) replaces whatever
 // tokens were shown for it, and tokens for a message that is already complete are ignored, so
 // replaying a run over saved messages never repeats text.
+//
+// Assistant messages are Markdown: marked turns them into HTML (raw HTML in a message is shown
+// as text) and DOMPurify keeps only the tags a Markdown answer needs (both vendored in vendor/,
+// loaded from this server), so nothing in a message runs or loads. While tokens stream in, a
+// message is re-rendered at most once per animation frame. User and tool messages stay plain
+// text.
+
+import { Marked } from "./vendor/marked/marked.esm.js";
+import DOMPurify from "./vendor/dompurify/purify.es.mjs";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const ACTIVE = new Set(["queued", "running", "interrupted"]);
@@ -65,6 +74,52 @@ function uuid4() {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
+// ---- Markdown -------------------------------------------------------------------------------
+
+const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+const markdown = new Marked({
+  gfm: true,
+  renderer: {
+    // Raw HTML in an answer is shown as the text it is, never parsed as HTML.
+    html({ text }) {
+      return escapeHtml(text);
+    },
+    // An image in an answer becomes a link to it: the page loads nothing a message names.
+    image({ href, text }) {
+      return `<a href="${escapeHtml(href)}">${escapeHtml(text || href)}</a>`;
+    },
+  },
+});
+
+const SANITIZE = {
+  ALLOWED_TAGS: [
+    "a", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
+    "input", "li", "ol", "p", "pre", "s", "strong", "sub", "sup", "table", "tbody", "td",
+    "th", "thead", "tr", "ul",
+  ],
+  ALLOWED_ATTR: ["align", "checked", "disabled", "href", "start", "title", "type"],
+  ALLOW_DATA_ATTR: false,
+};
+
+DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName === "A" && node.hasAttribute("href")) {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  }
+  if (node.tagName === "INPUT") {
+    // Only a task list's checkbox (`- [x] done`), and never one the reader can tick.
+    node.setAttribute("type", "checkbox");
+    node.setAttribute("disabled", "");
+  }
+});
+
+// marked escapes raw HTML (above) and DOMPurify removes whatever else could run or load
+// (a `javascript:` link, an attribute marked let through): two layers, either one enough.
+function renderMarkdown(el, text) {
+  el.innerHTML = DOMPurify.sanitize(markdown.parse(text).trim(), SANITIZE);
+}
+
 // ---- what is on screen ---------------------------------------------------------------------
 
 const view = {
@@ -75,7 +130,10 @@ const view = {
   terminal: false,
   reopenDelay: 0,
   reopenTimer: null,
-  messages: new Map(), // message id -> {el, final}
+  messages: new Map(), // message id -> {el, final, text}
+  dirty: new Set(), // streaming messages to render on the next animation frame
+  frame: null, // the pending animation frame
+  nextRender: 0, // no render before this time (performance.now()): 3x the last one's cost
   armedDelete: null, // thread id whose delete button was clicked once
   transientNotice: false, // the notice is about a failed refresh: the next success clears it
 };
@@ -93,10 +151,18 @@ function setConnection(state) {
   el.textContent = { live: "● live", reconnecting: "reconnecting…", idle: "" }[state];
 }
 
-function setStatus(status) {
+function setAttempt(attempt) {
+  const el = $("run-attempt");
+  el.dataset.attempt = attempt ? String(attempt) : "";
+  el.textContent = attempt ? `attempt ${attempt}` : "";
+  el.title = attempt > 1 ? "The run was retried: an earlier attempt did not finish" : "";
+}
+
+function setStatus(status, attempt) {
   const el = $("run-status");
   el.dataset.status = status || "";
   el.textContent = status || "";
+  if (attempt !== undefined) setAttempt(attempt);
   const active = ACTIVE.has(status);
   $("cancel").hidden = !active;
   $("send").disabled = active;
@@ -135,7 +201,7 @@ function messageElement(id, role) {
     el.dataset.messageId = id;
     $("messages").querySelector(".empty")?.remove();
     $("messages").append(el);
-    entry = { el, final: false };
+    entry = { el, final: false, text: "" };
     view.messages.set(id, entry);
   }
   return entry;
@@ -149,23 +215,50 @@ function scrollDown() {
 function showMessage(message) {
   const entry = messageElement(message.id, message.role);
   entry.final = true;
+  view.dirty.delete(entry);
   entry.el.classList.remove("streaming");
-  entry.el.textContent = describe(message);
+  const text = contentText(message.content);
+  entry.text = describe(message);
+  if (message.role === "assistant" && text) {
+    entry.el.classList.add("markdown");
+    renderMarkdown(entry.el, text);
+  } else {
+    entry.el.classList.remove("markdown");
+    entry.el.textContent = entry.text;
+  }
   scrollDown();
+}
+
+function renderDirty() {
+  view.frame = null;
+  const start = performance.now();
+  if (start < view.nextRender) {
+    // A long answer is slow to parse: leave the page time for everything else in between.
+    view.frame = requestAnimationFrame(renderDirty);
+    return;
+  }
+  for (const entry of view.dirty) renderMarkdown(entry.el, entry.text);
+  view.dirty.clear();
+  scrollDown();
+  const end = performance.now();
+  view.nextRender = end + 3 * (end - start);
 }
 
 function appendToken(messageId, text) {
   const existing = view.messages.get(messageId);
   if (existing && existing.final) return;
   const entry = existing || messageElement(messageId, "assistant");
-  entry.el.classList.add("streaming");
-  entry.el.textContent += text;
-  scrollDown();
+  entry.el.classList.add("streaming", "markdown");
+  entry.text += text;
+  // Tokens come faster than frames: parse and draw the message once per frame at most.
+  view.dirty.add(entry);
+  view.frame ??= requestAnimationFrame(renderDirty);
 }
 
 function discardPartial(messageId) {
   const entry = view.messages.get(messageId);
   if (entry && !entry.final) {
+    view.dirty.delete(entry);
     entry.el.remove();
     view.messages.delete(messageId);
   }
@@ -182,8 +275,9 @@ function showApproval(interrupt) {
 function clearConversation() {
   stopFollowing();
   view.messages.clear();
+  view.dirty.clear();
   $("messages").replaceChildren();
-  setStatus("");
+  setStatus("", null);
   notice("");
 }
 
@@ -209,7 +303,7 @@ function follow(run) {
   view.lastId = null;
   view.terminal = false;
   view.reopenDelay = 0;
-  setStatus(run.status);
+  setStatus(run.status, run.attempt);
   writeLocation();
   openSource(run.stream_url);
 }
@@ -264,6 +358,11 @@ function finish(status) {
   view.source = null;
   setConnection("idle");
   setStatus(status);
+  if (view.frame !== null) {
+    cancelAnimationFrame(view.frame);
+    view.nextRender = 0;
+    renderDirty(); // a cancelled run keeps the tokens it streamed, drawn in full
+  }
   for (const entry of view.messages.values()) entry.el.classList.remove("streaming");
   writeLocation();
   loadThreads();
@@ -278,7 +377,7 @@ function apply(type, event) {
   const data = JSON.parse(event.data);
   switch (type) {
     case "run":
-      setStatus(data.status);
+      setStatus(data.status, data.attempt);
       break;
     case "token":
       appendToken(data.message_id, data.text);
@@ -292,6 +391,7 @@ function apply(type, event) {
       break;
     case "retry":
       for (const id of data.discard) discardPartial(id);
+      if (data.attempt) setAttempt(data.attempt);
       break;
     case "done":
       if (data.output) showMessage(data.output);
@@ -416,7 +516,7 @@ async function openThread(threadId, runId = null) {
   const active = runs.find((r) => r.run_id === runId) || runs.findLast((r) => ACTIVE.has(r.status));
   const last = runs[runs.length - 1];
   if (active) follow(active);
-  else if (last) setStatus(last.status);
+  else if (last) setStatus(last.status, last.attempt);
 }
 
 // ---- actions -------------------------------------------------------------------------------

@@ -1,0 +1,309 @@
+"""`runstream status`: the whole deployment as an operator sees it, read from the services.
+
+Not through the HTTP API (that shows one caller's runs): it connects to Redis and Postgres
+with the settings `serve` uses and reports their round trips, the live workers (their
+heartbeats, `stream_store.workers`), the queue, and the runs stuck past their lease. A run is
+stuck when the reaper would take it over: `running` in Postgres for a lease since its claim,
+and its live record in Redis holds no unexpired lease for that attempt (`take_over.lua`).
+Every live worker's reaper retries such runs within a second, so a stuck run that stays
+means no worker is reaping.
+
+Only reads, a handful of indexed queries and Redis commands: safe against production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import msgspec
+from psycopg import AsyncConnection
+from psycopg.errors import UndefinedTable
+from psycopg.rows import DictRow
+from redis.asyncio import Redis
+
+from clients.tables import ago, duration, table
+from stream_store.connections import connect_pg, open_redis
+from stream_store.keys import KeySpace
+from stream_store.settings import Settings
+from stream_store.workers import WorkerBeat, WorkerRegistry
+
+__all__ = ["DeploymentStatus", "gather_status", "render_status"]
+
+_TIMEOUT_S = 3.0
+T = TypeVar("T")
+
+
+class ServiceHealth(msgspec.Struct, kw_only=True):
+    url: str  # without credentials
+    ok: bool
+    rtt_ms: float | None = None  # one PING / SELECT 1 on an open connection
+    error: str | None = None
+
+
+class QueuedRun(msgspec.Struct, kw_only=True):
+    run_id: str
+    thread_id: str
+    owner: str
+    graph: str
+    attempt: int
+    created_at: datetime
+    queued_at: datetime  # since this attempt was queued
+
+
+class QueueState(msgspec.Struct, kw_only=True):
+    queued: int  # runs in status `queued`
+    waiting_on_thread: int  # of those, behind a running or interrupted run of their thread
+    running: int
+    interrupted: int
+    jobs: int | None  # jobs in the arq queue, waiting or in progress (None: Redis is down)
+    oldest_queued: QueuedRun | None
+
+
+class StuckRun(msgspec.Struct, kw_only=True):
+    run_id: str
+    thread_id: str
+    owner: str
+    attempt: int
+    claimed_at: datetime
+    reason: str  # `lease expired`, `live record missing`, `taken over by attempt N`
+    lease_expired_s: float | None  # how long ago the lease ran out, when it did
+
+
+class DeploymentStatus(msgspec.Struct, kw_only=True):
+    healthy: bool  # Redis and Postgres both answered
+    checked_at: datetime
+    redis_prefix: str
+    database_schema: str
+    lease_s: float
+    redis: ServiceHealth
+    postgres: ServiceHealth
+    workers: list[WorkerBeat] | None  # None: Redis is down
+    queue: QueueState | None  # None: Postgres is down
+    stuck: list[StuckRun] | None  # None: either is down
+
+
+def _safe_url(url: str) -> str:
+    """The URL without user and password: status output is pasted into tickets."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+async def _timed(check: Callable[[], Awaitable[T]]) -> tuple[T, float]:
+    start = time.perf_counter()
+    async with asyncio.timeout(_TIMEOUT_S):
+        value = await check()
+    return value, (time.perf_counter() - start) * 1000
+
+
+def _failure(exc: BaseException) -> str:
+    """One line: what an operator needs to act on (drivers' messages run over several)."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {_TIMEOUT_S:g} s"
+    if isinstance(exc, UndefinedTable):
+        return "no runstream tables in this schema (`runstream migrate` creates them)"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+async def _queue_state(conn: AsyncConnection[DictRow], jobs: int | None) -> QueueState:
+    cur = await conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,"
+        " count(*) FILTER (WHERE status = 'queued' AND EXISTS (SELECT 1 FROM runstream_runs o"
+        "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted')))"
+        "   AS waiting_on_thread,"
+        " count(*) FILTER (WHERE status = 'running') AS running,"
+        " count(*) FILTER (WHERE status = 'interrupted') AS interrupted"
+        " FROM runstream_runs r WHERE status IN ('queued', 'running', 'interrupted')"
+    )
+    counts = await cur.fetchone()
+    cur = await conn.execute(
+        "SELECT run_id::text, thread_id::text, owner, graph, attempt, created_at, queued_at"
+        " FROM runstream_runs WHERE status = 'queued' ORDER BY queued_at, run_id LIMIT 1"
+    )
+    oldest = await cur.fetchone()
+    return QueueState(
+        **(counts or {}),
+        jobs=jobs,
+        oldest_queued=msgspec.convert(oldest, QueuedRun) if oldest else None,
+    )
+
+
+async def _stuck(
+    conn: AsyncConnection[DictRow], redis: Redis, keys: KeySpace, lease_s: float
+) -> list[StuckRun]:
+    cur = await conn.execute(
+        "SELECT run_id::text, thread_id::text, owner, attempt, claimed_at FROM runstream_runs"
+        " WHERE status = 'running'"
+        " AND claimed_at < clock_timestamp() - make_interval(secs => %s)"
+        " ORDER BY claimed_at",
+        (lease_s,),
+    )
+    candidates = await cur.fetchall()
+    if not candidates:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.time()
+        for row in candidates:  # the fields the lease scripts keep (stream_store/scripts)
+            pipe.hmget(keys.run_record(row["run_id"]), ["attempt", "lease_until"])
+        seconds_micros, *records = await pipe.execute()
+    now_ms = seconds_micros[0] * 1000 + seconds_micros[1] // 1000
+    stuck = []
+    for row, (attempt, lease_until) in zip(candidates, records, strict=True):
+        expired_s: float | None = None
+        if attempt is None:
+            reason = "live record missing"
+        elif int(attempt) != row["attempt"]:
+            reason = f"taken over by attempt {int(attempt)}, not yet requeued"
+        elif lease_until is None or int(lease_until) < now_ms:
+            reason = "lease expired"
+            expired_s = (now_ms - int(lease_until)) / 1000 if lease_until else None
+        else:
+            continue  # its worker renews the lease: alive
+        stuck.append(StuckRun(**row, reason=reason, lease_expired_s=expired_s))
+    return stuck
+
+
+async def gather_status(settings: Settings) -> DeploymentStatus:
+    """Check both services and read what they hold; a service that is down leaves its parts
+    None instead of failing the whole report."""
+    redis_url, database_url = settings.require_services()
+    keys = KeySpace(settings.redis_prefix)
+    redis_health = ServiceHealth(url=_safe_url(redis_url), ok=False)
+    pg_health = ServiceHealth(url=_safe_url(database_url), ok=False)
+    workers: list[WorkerBeat] | None = None
+    jobs: int | None = None
+    queue: QueueState | None = None
+    stuck: list[StuckRun] | None = None
+    redis = open_redis(settings)
+    try:
+        try:
+            _, redis_health.rtt_ms = await _timed(redis.ping)
+            async with asyncio.timeout(_TIMEOUT_S):
+                workers = await WorkerRegistry(redis, keys).alive()
+                jobs = int(await redis.zcard(keys.queue()))
+            redis_health.ok = True
+        except Exception as exc:
+            redis_health.error = _failure(exc)
+        try:
+            async with asyncio.timeout(_TIMEOUT_S):
+                conn = await connect_pg(settings)
+        except Exception as exc:
+            pg_health.error = _failure(exc)
+        else:
+            async with conn:
+                try:
+                    _, pg_health.rtt_ms = await _timed(lambda: conn.execute("SELECT 1"))
+                    async with asyncio.timeout(_TIMEOUT_S):
+                        queue = await _queue_state(conn, jobs)
+                        if redis_health.ok:
+                            stuck = await _stuck(conn, redis, keys, settings.lease_s)
+                    pg_health.ok = True
+                except Exception as exc:  # also a schema not migrated yet
+                    pg_health.error = _failure(exc)
+    finally:
+        await redis.aclose()
+    return DeploymentStatus(
+        healthy=redis_health.ok and pg_health.ok,
+        checked_at=datetime.now(UTC),
+        redis_prefix=settings.redis_prefix,
+        database_schema=settings.database_schema,
+        lease_s=settings.lease_s,
+        redis=redis_health,
+        postgres=pg_health,
+        workers=workers,
+        queue=queue,
+        stuck=stuck,
+    )
+
+
+def _service_line(name: str, health: ServiceHealth) -> list[object]:
+    if health.ok:
+        return [name, "ok", health.url, f"{health.rtt_ms:.1f} ms"]
+    return [name, "DOWN", health.url, health.error]
+
+
+def render_status(status: DeploymentStatus) -> str:
+    """The report as plain text: services, workers, queue, stuck runs, and what to look at."""
+    now = status.checked_at
+    out = [
+        f"runstream status  (redis prefix {status.redis_prefix},"
+        f" schema {status.database_schema}, lease {status.lease_s:g} s)",
+        "",
+        table(
+            ["SERVICE", "STATE", "URL", "ROUND TRIP / ERROR"],
+            [_service_line("redis", status.redis), _service_line("postgres", status.postgres)],
+        ),
+        "",
+    ]
+    if status.workers is None:
+        out.append("workers: unknown (Redis did not answer)")
+    else:
+        out.append(f"workers: {len(status.workers)} alive")
+        if status.workers:
+            rows = [
+                [
+                    beat.worker_id,
+                    beat.host,
+                    beat.pid,
+                    f"{len(beat.run_ids)}/{beat.concurrency}",
+                    duration((now - beat.started_at).total_seconds()),
+                    ago(beat.beat_at, now),
+                ]
+                for beat in status.workers
+            ]
+            out.append(table(["WORKER", "HOST", "PID", "RUNS", "UP", "LAST BEAT"], rows))
+            running = [(run_id, b.worker_id) for b in status.workers for run_id in b.run_ids]
+            if running:
+                out += ["", f"running on workers ({len(running)}):"]
+                out.append(table(["RUN", "WORKER"], running))
+    out.append("")
+    queue = status.queue
+    if queue is None:
+        out.append("runs: unknown (Postgres did not answer)")
+    else:
+        jobs = "unknown" if queue.jobs is None else str(queue.jobs)
+        out.append(
+            f"runs: {queue.queued} queued ({queue.waiting_on_thread} behind another run of"
+            f" their thread), {queue.running} running, {queue.interrupted} interrupted"
+        )
+        out.append(f"arq queue: {jobs} job(s), waiting or in progress")
+        oldest = queue.oldest_queued
+        if oldest is not None:
+            out.append(
+                f"oldest queued: run {oldest.run_id} (owner {oldest.owner}, attempt"
+                f" {oldest.attempt}), queued {ago(oldest.queued_at, now)}"
+            )
+    if status.stuck:
+        out += ["", f"stuck past their lease ({len(status.stuck)}):"]
+        rows = [
+            [
+                run.run_id,
+                run.owner,
+                run.attempt,
+                ago(run.claimed_at, now),
+                run.reason
+                + (f" {duration(run.lease_expired_s)} ago" if run.lease_expired_s else ""),
+            ]
+            for run in status.stuck
+        ]
+        out.append(table(["RUN", "OWNER", "ATTEMPT", "CLAIMED", "WHY"], rows))
+    warnings = []
+    services = (("Redis", status.redis), ("Postgres", status.postgres))
+    down = [name for name, health in services if not health.ok]
+    if down:
+        verb = "is" if len(down) == 1 else "are"
+        warnings.append(f"{' and '.join(down)} {verb} down: servers answer 503, workers wait")
+    if status.workers == [] and queue is not None and queue.queued:
+        warnings.append("no worker is alive: queued runs wait (start `runstream worker`)")
+    if status.stuck and status.workers == []:
+        warnings.append("stuck runs are retried by any live worker's reaper: none is alive")
+    if warnings:
+        out += ["", *(f"! {warning}" for warning in warnings)]
+    return "\n".join(out)

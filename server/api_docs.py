@@ -18,8 +18,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from litestar import Request, Router
+from litestar import Litestar, Request, Router
 from litestar.openapi.plugins import OpenAPIRenderPlugin
+
+from stream_store.schemas import Body
 
 __all__ = ["DOCS_PATH", "SWAGGER_UI_URL", "OfflineSwaggerRenderPlugin"]
 
@@ -66,3 +68,29 @@ class OfflineSwaggerRenderPlugin(OpenAPIRenderPlugin):
 
     def receive_router(self, router: Router) -> None:
         """Add no OAuth2 redirect page: runstream uses API keys, not OAuth."""
+
+
+def _closed_bodies() -> dict[str, type[Body]]:
+    """`/v1`'s request bodies, under every name Litestar may give their schema components."""
+    found: dict[str, type[Body]] = {}
+    pending: list[type[Body]] = [Body]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        found[cls.__name__] = cls
+        found[f"{cls.__module__.replace('.', '_')}_{cls.__name__}"] = cls
+    return found
+
+
+def refuse_unknown_fields_in_schema(app: Litestar) -> None:
+    """Say in the OpenAPI document what the server does: `/v1` bodies refuse unknown fields.
+
+    msgspec's `forbid_unknown_fields` does not reach Litestar's schema, which would otherwise
+    let clients (and the fuzz tests) believe extra fields are ignored. The LangGraph API's
+    bodies stay open: they ignore unknown fields, as LangGraph's server does.
+    """
+    closed = _closed_bodies()
+    components = app.openapi_schema.components.schemas or {}
+    for name, schema in components.items():
+        if name in closed:
+            schema.additional_properties = False

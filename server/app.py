@@ -16,7 +16,7 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 
-from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin
+from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin, refuse_unknown_fields_in_schema
 from .auth import Caller, caller_from_request
 from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
@@ -92,7 +92,7 @@ def create_app(settings: Settings) -> Litestar:
         return request.app.state.quotas
 
     prometheus = PrometheusConfig(app_name="runstream", group_path=True)
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             RunsController,
             ThreadsController,
@@ -125,3 +125,5 @@ def create_app(settings: Settings) -> Litestar:
         ),
         logging_config=None,
     )
+    refuse_unknown_fields_in_schema(app)
+    return app

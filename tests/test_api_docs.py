@@ -104,3 +104,20 @@ class TestVendoredSwaggerUi:
         )
         assert version is not None
         assert Path(VENDOR_DIR / "swagger-ui-bundle.js").stat().st_size > 100_000
+
+
+class TestSchemaSaysWhatIsRefused:
+    async def test_v1_bodies_refuse_unknown_fields_and_langgraph_bodies_do_not(
+        self, client: httpx.AsyncClient
+    ) -> None:
+        document = (await client.get("/schema/openapi.json")).json()
+        components = document["components"]["schemas"]
+        for name in ("stream_store_schemas_RunCreate", "InputMessage", "ResumeRequest"):
+            assert components[name]["additionalProperties"] is False, name
+        # LangGraph's server ignores unknown fields (the SDKs send some it does not know)
+        assert "additionalProperties" not in components["server_langgraph_wire_RunCreate"]
+        refused = await client.post(
+            "/v1/runs",
+            json={"input": {"messages": [{"role": "user", "content": "hi"}]}, "extra": 1},
+        )
+        assert refused.status_code == 400, refused.text

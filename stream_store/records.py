@@ -572,6 +572,25 @@ class Records:
         )
         return found[0] if found else None
 
+    def _thread_filter(
+        self, owner: str, metadata: dict[str, Any], status: str | None, ids: list[str] | None
+    ) -> tuple[str, list[Any]]:
+        """The owner's threads whose metadata contains `metadata` (and status, ids), as a
+        subquery `found`."""
+        query = (
+            f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            " WHERE t.owner = %s AND t.metadata @> %s"
+        )
+        params: list[Any] = [owner, Jsonb(metadata)]
+        if ids is not None:
+            query += " AND t.thread_id::text = ANY(%s)"
+            params.append(ids)
+        query += ") found"
+        if status is not None:
+            query += " WHERE status = %s"
+            params.append(status)
+        return query, params
+
     async def search_threads(
         self,
         owner: str,
@@ -580,19 +599,19 @@ class Records:
         status: str | None,
         limit: int,
         offset: int,
+        ids: list[str] | None = None,
     ) -> list[ThreadRecord]:
-        """The owner's threads whose metadata contains `metadata`, newest first."""
-        query = (
-            f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
-            " WHERE t.owner = %s AND t.metadata @> %s) found"
-        )
-        params: list[Any] = [owner, Jsonb(metadata)]
-        if status is not None:
-            query += " WHERE status = %s"
-            params.append(status)
+        """The owner's threads that match (see `_thread_filter`), newest first."""
+        query, params = self._thread_filter(owner, metadata, status, ids)
         query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        return await self._threads(query, params)
+        return await self._threads(query, [*params, limit, offset])
+
+    async def count_threads(
+        self, owner: str, *, metadata: dict[str, Any], status: str | None
+    ) -> int:
+        query, params = self._thread_filter(owner, metadata, status, None)
+        rows = await self._rows(f"SELECT count(*) AS n FROM ({query}) counted", params)
+        return int(rows[0]["n"])
 
     async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
         found = await self._threads(

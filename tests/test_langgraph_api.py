@@ -464,6 +464,34 @@ async def test_threads_create_search_and_delete(sdk: LangGraphClient) -> None:
     ]
 
 
+async def test_threads_count_and_search_by_ids(sdk: LangGraphClient) -> None:
+    tag = uuid.uuid4().hex
+    first = await sdk.threads.create(metadata={"tag": tag})
+    second = await sdk.threads.create(metadata={"tag": tag})
+    assert await sdk.threads.count(metadata={"tag": tag}) == 2
+    assert await sdk.threads.count(metadata={"tag": tag}, status="idle") == 2
+    assert await sdk.threads.count(metadata={"tag": tag}, status="busy") == 0
+    found = await sdk.threads.search(ids=[first["thread_id"]])
+    assert [t["thread_id"] for t in found] == [first["thread_id"]]
+    assert second["thread_id"] not in {t["thread_id"] for t in found}
+
+
+async def test_assistants_are_the_graphs_with_counts_and_their_drawn_graph(
+    sdk: LangGraphClient,
+) -> None:
+    assistants = await sdk.assistants.search()
+    assert {a["graph_id"] for a in assistants} == {"chat", "approval"}
+    assert await sdk.assistants.count() == 2
+    assert await sdk.assistants.count(graph_id="chat") == 1
+    assert await sdk.assistants.count(metadata={"created_by": "someone"}) == 0
+    chat = next(a for a in assistants if a["graph_id"] == "chat")
+    assert (await sdk.assistants.get(chat["assistant_id"]))["graph_id"] == "chat"
+    drawn = await sdk.assistants.get_graph(chat["assistant_id"])
+    names = {node["id"] for node in drawn["nodes"]}
+    assert {"__start__", "__end__"} <= names and len(names) > 2
+    assert drawn["edges"]
+
+
 # -- human in the loop -----------------------------------------------------------------------
 
 

@@ -29,10 +29,12 @@ from .views import (
 )
 from .wire import (
     Assistant,
+    AssistantCount,
     AssistantSearch,
     HistoryRequest,
     StateCheckpointRequest,
     Thread,
+    ThreadCount,
     ThreadCreate,
     ThreadPatch,
     ThreadSearch,
@@ -109,8 +111,23 @@ class ThreadsController(Controller):
             status=body.status,
             limit=limit,
             offset=offset,
+            ids=[inputs.object_id(i, "thread") for i in body.ids] if body.ids else None,
         )
         return [await thread_view(resources, t) for t in threads]
+
+    @post("/count", status_code=200, summary="How many of the caller's threads match")
+    async def count(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[ThreadCount | None, Body()] = None,
+    ) -> int:
+        body = data or ThreadCount()
+        if body.values:
+            raise ApiError(422, "invalid_request", "counting threads by values is not supported")
+        return await resources.records.count_threads(
+            caller.owner, metadata=body.metadata or {}, status=body.status
+        )
 
     @get("/{thread_id:str}", summary="A thread, with its current values")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
@@ -191,6 +208,18 @@ class ThreadsController(Controller):
         return await state_history(resources, thread, limit, before)
 
 
+def _assistants(resources: Resources, query: AssistantSearch | AssistantCount) -> list[Assistant]:
+    """The assistants (one per graph) that match a search's graph id, name and metadata."""
+    found = [assistant(name, resources.started_at) for name in resources.graphs.names()]
+    return [
+        a
+        for a in found
+        if query.graph_id in (None, a.graph_id)
+        and query.name in (None, a.name)
+        and (query.metadata or {}).items() <= a.metadata.items()
+    ]
+
+
 class AssistantsController(Controller):
     """Each registered graph is an assistant, with LangGraph's id for it."""
 
@@ -206,13 +235,36 @@ class AssistantsController(Controller):
     ) -> list[Assistant]:
         body = data or AssistantSearch()
         limit, offset = _page(body.limit, body.offset)
-        started = resources.started_at
-        found = [
-            assistant(name, started)
-            for name in resources.graphs.names()
-            if body.graph_id in (None, name) and body.name in (None, name)
-        ]
-        return found[offset : offset + limit]
+        return _assistants(resources, body)[offset : offset + limit]
+
+    @post("/count", status_code=200, summary="How many assistants match")
+    async def count(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[AssistantCount | None, Body()] = None,
+    ) -> int:
+        return len(_assistants(resources, data or AssistantCount()))
+
+    @get("/{assistant_id:str}/graph", summary="The assistant's graph: nodes and edges")
+    async def graph(
+        self,
+        assistant_id: str,
+        resources: Resources,
+        caller: Caller,
+        xray: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> dict[str, Any]:
+        name = graph_of_assistant(resources, assistant_id)
+        depth: bool | int = False
+        if xray is not None:
+            if xray.lower() in ("true", "false"):
+                depth = xray.lower() == "true"
+            elif xray.isdigit():
+                depth = int(xray)
+            else:
+                raise ApiError(422, "invalid_request", "xray must be true, false or a number")
+        drawable = await resources.graphs.get(name, resources.checkpointer).aget_graph(xray=depth)
+        return drawable.to_json()
 
     @get("/{assistant_id:str}", summary="An assistant, by its id or its graph's name")
     async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:

@@ -21,6 +21,7 @@ from stream_store.events import RunStatus
 __all__ = [
     "STREAM_MODES",
     "Assistant",
+    "AssistantCount",
     "AssistantSearch",
     "Checkpoint",
     "HistoryRequest",
@@ -29,6 +30,7 @@ __all__ = [
     "RunStatusName",
     "StateCheckpointRequest",
     "Thread",
+    "ThreadCount",
     "ThreadCreate",
     "ThreadPatch",
     "ThreadSearch",
@@ -99,6 +101,18 @@ class ThreadSearch(Request):
         Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] | None
     ) = None
     sort_order: Literal["asc", "desc"] | None = None
+
+
+class ThreadCount(Request):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: ThreadStatus | None = None
+
+
+class AssistantCount(Request):
+    graph_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ThreadPatch(Request):

@@ -23,7 +23,7 @@ from .auth import Caller, caller_from_request
 from .errors import ApiError
 from .resources import Resources
 
-__all__ = ["RunsController", "run_out", "submit_run"]
+__all__ = ["RunsController", "owned_run", "run_out", "submit_run"]
 
 logger = structlog.get_logger()
 
@@ -117,7 +117,8 @@ async def submit_run(
     return Response(run_out(resources, run), status_code=202 if created.created else 200)
 
 
-async def _owned_run(resources: Resources, run_id: str, caller: Caller) -> RunRecord:
+async def owned_run(resources: Resources, run_id: str, caller: Caller) -> RunRecord:
+    """The caller's run (404 for an unknown id or another owner's), bound to the log context."""
     run = await resources.records.get_run(inputs.object_id(run_id, "run"), caller.owner)
     if run is None:
         raise NotFound(f"run {run_id} not found")
@@ -144,7 +145,7 @@ class RunsController(Controller):
 
     @get("/{run_id:str}", summary="A run's status, for polling")
     async def read(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
-        run = await _owned_run(resources, run_id, caller)
+        run = await owned_run(resources, run_id, caller)
         record = await resources.events.live_record(run.run_id)
         return run_out(resources, run, record.last_event_id if record else None)
 
@@ -171,7 +172,7 @@ class RunsController(Controller):
             caller = resources.tokens.verify(token, run_id)
         else:
             caller = caller_from_request(request, resources.settings)
-        run = await _owned_run(resources, run_id, caller)
+        run = await owned_run(resources, run_id, caller)
         record = await resources.events.live_record(run.run_id)
         first_id = check_resume_point(run, record, after)
         slot = await quotas.take_stream_slot(caller.owner, token)  # last: nothing to give back
@@ -190,7 +191,7 @@ class RunsController(Controller):
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
-        run = await _owned_run(resources, run_id, caller)
+        run = await owned_run(resources, run_id, caller)
         return run_out(resources, await resources.lifecycle.cancel(run))
 
     @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt")
@@ -198,5 +199,5 @@ class RunsController(Controller):
         self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
     ) -> RunOut:
         inputs.resume_value(data.resume, resources.settings)
-        run = await _owned_run(resources, run_id, caller)
+        run = await owned_run(resources, run_id, caller)
         return run_out(resources, await resources.lifecycle.resume(run, data.resume))

@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from clients.tables import ago, duration, table
 from stream_store.connections import connect_pg, open_redis
 from stream_store.keys import KeySpace
+from stream_store.log import EventLog
 from stream_store.settings import Settings
 from stream_store.workers import WorkerBeat, WorkerRegistry
 
@@ -148,22 +149,21 @@ async def _stuck(
     candidates = await cur.fetchall()
     if not candidates:
         return []
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.time()
-        for row in candidates:  # the fields the lease scripts keep (stream_store/scripts)
-            pipe.hmget(keys.run_record(row["run_id"]), ["attempt", "lease_until"])
-        seconds_micros, *records = await pipe.execute()
-    now_ms = seconds_micros[0] * 1000 + seconds_micros[1] // 1000
+    events = EventLog(redis, keys, stream_ttl_s=0)  # read-only here: the TTL is never used
+    seconds, micros = await redis.time()
+    now_ms = seconds * 1000 + micros // 1000
     stuck = []
-    for row, (attempt, lease_until) in zip(candidates, records, strict=True):
+    for row in candidates:
+        record = await events.live_record(row["run_id"])
         expired_s: float | None = None
-        if attempt is None:
+        if record is None:
             reason = "live record missing"
-        elif int(attempt) != row["attempt"]:
-            reason = f"taken over by attempt {int(attempt)}, not yet requeued"
-        elif lease_until is None or int(lease_until) < now_ms:
+        elif record.attempt != row["attempt"]:
+            reason = f"taken over by attempt {record.attempt}, not yet requeued"
+        elif record.lease_until is None or record.lease_until < now_ms:
             reason = "lease expired"
-            expired_s = (now_ms - int(lease_until)) / 1000 if lease_until else None
+            if record.lease_until is not None:
+                expired_s = (now_ms - record.lease_until) / 1000
         else:
             continue  # its worker renews the lease: alive
         stuck.append(StuckRun(**row, reason=reason, lease_expired_s=expired_s))

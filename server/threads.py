@@ -29,7 +29,7 @@ from .auth import Caller
 from .resources import Resources
 from .runs import IdempotencyHeader, run_out, submit_run
 
-__all__ = ["ThreadsController"]
+__all__ = ["ThreadsController", "owned_thread"]
 
 logger = structlog.get_logger()
 
@@ -45,7 +45,8 @@ def thread_out(thread: ThreadRecord) -> ThreadOut:
     )
 
 
-async def _owned_thread(resources: Resources, thread_id: str, caller: Caller) -> ThreadRecord:
+async def owned_thread(resources: Resources, thread_id: str, caller: Caller) -> ThreadRecord:
+    """The caller's thread (404 for an unknown id or another owner's), bound to the log context."""
     thread = await resources.records.get_thread(inputs.object_id(thread_id, "thread"), caller.owner)
     if thread is None:
         raise NotFound(f"thread {thread_id} not found")
@@ -92,14 +93,14 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}", summary="A thread and its messages")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadDetail:
-        thread = await _owned_thread(resources, thread_id, caller)
+        thread = await owned_thread(resources, thread_id, caller)
         saved = await thread_messages(resources.checkpointer, thread.thread_id)
         messages = [to_wire_message(m) for m in saved]
         return ThreadDetail(**msgspec.structs.asdict(thread_out(thread)), messages=messages)
 
     @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")
     async def runs(self, thread_id: str, resources: Resources, caller: Caller) -> RunList:
-        thread = await _owned_thread(resources, thread_id, caller)
+        thread = await owned_thread(resources, thread_id, caller)
         runs = await resources.records.thread_runs(thread.thread_id, caller.owner)
         return RunList(runs=[run_out(resources, run) for run in runs])
 

@@ -76,6 +76,7 @@ class LiveRecord:
     last_event_id: str
     retry_attempt: int  # the last attempt whose `retry` event was written
     ended: bool  # the terminal event is written: nothing more ever is
+    lease_until: int | None  # Redis time (ms) the running attempt's lease ends; None: no lease
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes, bytes]) -> LiveRecord:
@@ -89,6 +90,7 @@ class LiveRecord:
             last_event_id=fields.get("last_event_id", "0-0"),
             retry_attempt=int(fields.get("retry_attempt", 0)),
             ended=fields.get("ended") == "1",
+            lease_until=int(fields["lease_until"]) if "lease_until" in fields else None,
         )
 
 

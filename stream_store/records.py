@@ -248,8 +248,10 @@ class Records:
                 thread_id = new.thread_id
                 cur = await conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
-                    " AND status = ANY(%s)) AS busy FROM runstream_threads t"
-                    " WHERE thread_id = %s AND owner = %s FOR UPDATE",
+                    " AND status = ANY(%s)) AS busy,"
+                    " EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
+                    " AND status IN ('queued', 'running')) AS working"
+                    " FROM runstream_threads t WHERE thread_id = %s AND owner = %s FOR UPDATE",
                     (sorted(ACTIVE_STATUSES), thread_id, new.owner),
                 )
                 found = await cur.fetchone()
@@ -258,7 +260,7 @@ class Records:
                 busy = found["busy"]
                 if busy and new.supersede_interrupted:
                     superseded = await self._end_interrupted(conn, thread_id)
-                    busy = await self._thread_busy(conn, thread_id)
+                    busy = found["working"]  # the interrupted run just ended
                 if busy and new.multitask == "reject":
                     # A replay of an earlier request by key answers 200, busy or not.
                     if new.idempotency_key and await self._key_used(conn, new):
@@ -286,15 +288,6 @@ class Records:
             "SELECT 1 FROM runstream_threads WHERE thread_id = %s", (thread_id,)
         )
         return await cur.fetchone() is not None
-
-    async def _thread_busy(self, conn: AsyncConnection[DictRow], thread_id: str) -> bool:
-        cur = await conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = %s"
-            " AND status = ANY(%s)) AS busy",
-            (thread_id, sorted(ACTIVE_STATUSES)),
-        )
-        found = await cur.fetchone()
-        return bool(found and found["busy"])
 
     async def _end_interrupted(
         self, conn: AsyncConnection[DictRow], thread_id: str

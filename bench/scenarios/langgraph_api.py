@@ -199,6 +199,24 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _time_figures(
+    ctx: BenchContext, names: dict[str, str], lg: dict[str, float], v1: dict[str, float]
+) -> None:
+    """A figure per statistic (`names`: statistic → figure name): LangGraph's time against the
+    `/v1` time of the same run."""
+    for stat, name in names.items():
+        ctx.figure(
+            NAME,
+            name,
+            lg[stat],
+            "ms",
+            baseline=v1[stat],
+            baseline_label="/v1",
+            targets=[TIME_TARGET],
+            stats=lg,
+        )
+
+
 def _ms(values: list[float]) -> list[float]:
     return [v * 1000 for v in values]
 
@@ -217,17 +235,7 @@ async def first_token(ctx: BenchContext, clients: Clients) -> None:
                 firsts[api].append(seen.first_s)
                 posts[api].append(seen.post_s)
     v1, lg = summary(_ms(firsts["v1"])), summary(_ms(firsts["langgraph"]))
-    for stat in ("median", "p99"):
-        ctx.figure(
-            NAME,
-            f"first token, {stat}",
-            lg[stat],
-            "ms",
-            baseline=v1[stat],
-            baseline_label="/v1",
-            targets=[TIME_TARGET],
-            stats=lg,
-        )
+    _time_figures(ctx, {stat: f"first token, {stat}" for stat in ("median", "p99")}, lg, v1)
     v1_post, lg_post = summary(_ms(posts["v1"])), summary(_ms(posts["langgraph"]))
     ctx.note(
         NAME,
@@ -430,17 +438,8 @@ async def viewers(
         notes=f"offered {VIEWERS * 1000 // FANOUT_DELAY_MS:,}/s to each API",
     )
     v1_lat, lg_lat = pooled("v1"), pooled("langgraph")
-    for stat in ("p50", "p99"):
-        ctx.figure(
-            NAME,
-            f"{label}: XADD→receipt {stat}",
-            lg_lat[stat],
-            "ms",
-            baseline=v1_lat[stat],
-            baseline_label="/v1",
-            targets=[TIME_TARGET],
-            stats=lg_lat,
-        )
+    names = {stat: f"{label}: XADD→receipt {stat}" for stat in ("p50", "p99")}
+    _time_figures(ctx, names, lg_lat, v1_lat)
     ctx.figure(
         NAME,
         f"{label}: server CPU per event",

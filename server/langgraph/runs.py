@@ -30,9 +30,10 @@ from ..auth import Caller
 from ..errors import ApiError
 from ..fanout import Frame
 from ..resources import Resources
+from ..runs import owned_run
 from .stream import LangGraphStream
 from .views import graph_of_assistant, run_view, thread_state
-from .wire import Run, RunCreate, engine_messages, run_status, stream_modes
+from .wire import MAX_PAGE, Run, RunCreate, engine_messages, run_status, stream_modes
 
 __all__ = ["RunsController", "StatelessRunsController"]
 
@@ -173,10 +174,10 @@ def _modes_of(run: RunRecord, asked: list[str] | None) -> list[str]:
 async def _owned_run(
     resources: Resources, caller: Caller, thread_id: str, run_id: str
 ) -> RunRecord:
-    run = await resources.records.get_run(inputs.object_id(run_id, "run"), caller.owner)
-    if run is None or run.thread_id != inputs.object_id(thread_id, "thread"):
+    """The caller's run, which LangGraph's paths name under its thread."""
+    run = await owned_run(resources, run_id, caller)
+    if run.thread_id != inputs.object_id(thread_id, "thread"):
         raise NotFound(f"run {run_id} not found")
-    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
     return run
 
 
@@ -357,6 +358,47 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("true", "yes", "1")
 
 
+async def _create(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    data: RunCreate,
+    thread_id: str | None,
+) -> Response[Run]:
+    run = await _submit(resources, quotas, caller, data, thread_id)
+    return Response(run_view(run), headers={"Content-Location": _paths(run)["Content-Location"]})
+
+
+async def _create_stream(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    data: RunCreate,
+    thread_id: str | None,
+) -> Stream:
+    run = await _submit(resources, quotas, caller, data, thread_id)
+    return await _stream(
+        resources,
+        quotas,
+        caller,
+        run,
+        modes=_modes_of(run, None),
+        after="0-0",
+        cancel_on_disconnect=data.on_disconnect == "cancel",
+    )
+
+
+async def _create_wait(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    data: RunCreate,
+    thread_id: str | None,
+) -> Stream:
+    run = await _submit(resources, quotas, caller, data, thread_id)
+    return await _wait(resources, run, data.on_disconnect == "cancel")
+
+
 class RunsController(Controller):
     path = "/threads/{thread_id:str}/runs"
     tags = ["langgraph"]
@@ -370,9 +412,8 @@ class RunsController(Controller):
         quotas: CallerQuotas,
         caller: Caller,
     ) -> Response[Run]:
-        run = await _submit(resources, quotas, caller, data, inputs.object_id(thread_id, "thread"))
-        base = _paths(run)["Content-Location"]
-        return Response(run_view(run), headers={"Content-Location": base})
+        thread_id = inputs.object_id(thread_id, "thread")
+        return await _create(resources, quotas, caller, data, thread_id)
 
     @post("/stream", status_code=200, summary="Create a run and stream it")
     async def create_stream(
@@ -383,16 +424,8 @@ class RunsController(Controller):
         quotas: CallerQuotas,
         caller: Caller,
     ) -> Stream:
-        run = await _submit(resources, quotas, caller, data, inputs.object_id(thread_id, "thread"))
-        return await _stream(
-            resources,
-            quotas,
-            caller,
-            run,
-            modes=_modes_of(run, None),
-            after="0-0",
-            cancel_on_disconnect=data.on_disconnect == "cancel",
-        )
+        thread_id = inputs.object_id(thread_id, "thread")
+        return await _create_stream(resources, quotas, caller, data, thread_id)
 
     @post("/wait", status_code=200, summary="Create a run and wait for its outcome")
     async def create_wait(
@@ -403,8 +436,8 @@ class RunsController(Controller):
         quotas: CallerQuotas,
         caller: Caller,
     ) -> Stream:
-        run = await _submit(resources, quotas, caller, data, inputs.object_id(thread_id, "thread"))
-        return await _wait(resources, run, data.on_disconnect == "cancel")
+        thread_id = inputs.object_id(thread_id, "thread")
+        return await _create_wait(resources, quotas, caller, data, thread_id)
 
     @get("/", summary="A thread's runs, newest first")
     async def list_runs(
@@ -412,7 +445,7 @@ class RunsController(Controller):
         thread_id: str,
         resources: Resources,
         caller: Caller,
-        limit: Annotated[int, Parameter(ge=1, le=1000)] = 10,
+        limit: Annotated[int, Parameter(ge=1, le=MAX_PAGE)] = 10,
         offset: Annotated[int, Parameter(ge=0)] = 0,
         status: Annotated[str | None, Parameter(query="status", required=False)] = None,
     ) -> list[Run]:
@@ -521,29 +554,16 @@ class StatelessRunsController(Controller):
     async def create(
         self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
     ) -> Response[Run]:
-        run = await _submit(resources, quotas, caller, data, None)
-        return Response(
-            run_view(run), headers={"Content-Location": _paths(run)["Content-Location"]}
-        )
+        return await _create(resources, quotas, caller, data, None)
 
     @post("/stream", status_code=200, summary="Stream a run on a new thread")
     async def create_stream(
         self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
     ) -> Stream:
-        run = await _submit(resources, quotas, caller, data, None)
-        return await _stream(
-            resources,
-            quotas,
-            caller,
-            run,
-            modes=_modes_of(run, None),
-            after="0-0",
-            cancel_on_disconnect=data.on_disconnect == "cancel",
-        )
+        return await _create_stream(resources, quotas, caller, data, None)
 
     @post("/wait", status_code=200, summary="Run on a new thread and wait for its outcome")
     async def create_wait(
         self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
     ) -> Stream:
-        run = await _submit(resources, quotas, caller, data, None)
-        return await _wait(resources, run, data.on_disconnect == "cancel")
+        return await _create_wait(resources, quotas, caller, data, None)

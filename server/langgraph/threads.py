@@ -12,13 +12,13 @@ from litestar.params import Body, Parameter
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.quotas import CallerQuotas
-from stream_store.records import ThreadRecord
 from stream_store.threads import delete_thread
 
 from .. import inputs
 from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
+from ..threads import owned_thread
 from .views import (
     assistant,
     graph_of_assistant,
@@ -28,6 +28,7 @@ from .views import (
     thread_view,
 )
 from .wire import (
+    MAX_PAGE,
     Assistant,
     AssistantCount,
     AssistantSearch,
@@ -45,14 +46,6 @@ __all__ = ["AssistantsController", "ThreadsController", "info", "ok"]
 
 logger = structlog.get_logger()
 
-MAX_PAGE = 1000
-
-
-def _page(limit: int, offset: int) -> tuple[int, int]:
-    if not 1 <= limit <= MAX_PAGE or offset < 0:
-        raise ApiError(422, "invalid_request", f"limit must be 1..{MAX_PAGE} and offset at least 0")
-    return limit, offset
-
 
 def _checkpoint_id(value: str) -> str:
     """A checkpoint id is a UUID (422 otherwise, as LangGraph answers)."""
@@ -60,14 +53,6 @@ def _checkpoint_id(value: str) -> str:
         return str(uuid.UUID(value))
     except ValueError:
         raise ApiError(422, "invalid_request", "Invalid checkpoint ID: must be a UUID") from None
-
-
-async def _owned_thread(resources: Resources, caller: Caller, thread_id: str) -> ThreadRecord:
-    thread = await resources.records.get_thread(inputs.object_id(thread_id, "thread"), caller.owner)
-    if thread is None:
-        raise NotFound(f"thread {thread_id} not found")
-    structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
-    return thread
 
 
 class ThreadsController(Controller):
@@ -104,13 +89,12 @@ class ThreadsController(Controller):
         data: Annotated[ThreadSearch | None, Body()] = None,
     ) -> list[Thread]:
         body = data or ThreadSearch()
-        limit, offset = _page(body.limit, body.offset)
         threads = await resources.records.search_threads(
             caller.owner,
             metadata=body.metadata or {},
             status=body.status,
-            limit=limit,
-            offset=offset,
+            limit=body.limit,
+            offset=body.offset,
             ids=[inputs.object_id(i, "thread") for i in body.ids] if body.ids else None,
         )
         return [await thread_view(resources, t) for t in threads]
@@ -131,13 +115,13 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}", summary="A thread, with its current values")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
-        return await thread_view(resources, await _owned_thread(resources, caller, thread_id))
+        return await thread_view(resources, await owned_thread(resources, thread_id, caller))
 
     @patch("/{thread_id:str}", summary="Merge metadata into a thread")
     async def update(
         self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
     ) -> Thread:
-        thread = await _owned_thread(resources, caller, thread_id)
+        thread = await owned_thread(resources, thread_id, caller)
         metadata = {**thread.metadata, **(data.metadata or {})}
         inputs.metadata(metadata, resources.settings)
         updated = await resources.records.update_thread_metadata(
@@ -149,7 +133,7 @@ class ThreadsController(Controller):
 
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
-        thread = await _owned_thread(resources, caller, thread_id)
+        thread = await owned_thread(resources, thread_id, caller)
         # LangGraph's interrupted run is over; runstream's waits for a resume: end it first.
         for run in await resources.records.thread_runs(thread.thread_id, caller.owner):
             if run.status == "interrupted":
@@ -158,13 +142,13 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}/state", summary="The thread's current state")
     async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
-        return await thread_state(resources, await _owned_thread(resources, caller, thread_id))
+        return await thread_state(resources, await owned_thread(resources, thread_id, caller))
 
     @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")
     async def state_at_id(
         self, thread_id: str, checkpoint_id: str, resources: Resources, caller: Caller
     ) -> ThreadState:
-        thread = await _owned_thread(resources, caller, thread_id)
+        thread = await owned_thread(resources, thread_id, caller)
         return await state_at(resources, thread, _checkpoint_id(checkpoint_id))
 
     @post(
@@ -175,7 +159,7 @@ class ThreadsController(Controller):
     async def state_at_checkpoint(
         self, thread_id: str, data: StateCheckpointRequest, resources: Resources, caller: Caller
     ) -> ThreadState:
-        thread = await _owned_thread(resources, caller, thread_id)
+        thread = await owned_thread(resources, thread_id, caller)
         checkpoint_id = data.checkpoint.get("checkpoint_id")
         if not isinstance(checkpoint_id, str):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
@@ -190,7 +174,7 @@ class ThreadsController(Controller):
         limit: Annotated[int, Parameter(ge=1, le=MAX_PAGE)] = 10,
         before: Annotated[str | None, Parameter(required=False)] = None,
     ) -> list[ThreadState]:
-        thread = await _owned_thread(resources, caller, thread_id)
+        thread = await owned_thread(resources, thread_id, caller)
         return await state_history(resources, thread, limit, before)
 
     @post("/{thread_id:str}/history", status_code=200, summary="The thread's past states")
@@ -202,10 +186,9 @@ class ThreadsController(Controller):
         data: Annotated[HistoryRequest | None, Body()] = None,
     ) -> list[ThreadState]:
         body = data or HistoryRequest()
-        limit, _ = _page(body.limit, 0)
         before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
-        thread = await _owned_thread(resources, caller, thread_id)
-        return await state_history(resources, thread, limit, before)
+        thread = await owned_thread(resources, thread_id, caller)
+        return await state_history(resources, thread, body.limit, before)
 
 
 def _assistants(resources: Resources, query: AssistantSearch | AssistantCount) -> list[Assistant]:
@@ -234,8 +217,7 @@ class AssistantsController(Controller):
         data: Annotated[AssistantSearch | None, Body()] = None,
     ) -> list[Assistant]:
         body = data or AssistantSearch()
-        limit, offset = _page(body.limit, body.offset)
-        return _assistants(resources, body)[offset : offset + limit]
+        return _assistants(resources, body)[body.offset : body.offset + body.limit]
 
     @post("/count", status_code=200, summary="How many assistants match")
     async def count(

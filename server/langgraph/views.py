@@ -85,15 +85,22 @@ async def _latest_run(resources: Resources, thread: ThreadRecord) -> RunRecord |
     return runs[-1] if runs else None
 
 
-def _config(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
 
 
-async def _graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
-    latest = await _latest_run(resources, thread)
+def _graph_of(resources: Resources, latest: RunRecord | None) -> Pregel | None:
+    """The graph of the thread's latest run: the one that reads its checkpoints."""
     if latest is None or latest.graph not in resources.graphs:
         return None
     return resources.graphs.get(latest.graph, resources.checkpointer)
+
+
+async def _graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
+    return _graph_of(resources, await _latest_run(resources, thread))
 
 
 def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
@@ -157,7 +164,10 @@ def _empty_state() -> ThreadState:
 
 
 async def thread_state(resources: Resources, thread: ThreadRecord) -> ThreadState:
-    graph = await _graph_of_thread(resources, thread)
+    return await _current_state(thread, await _graph_of_thread(resources, thread))
+
+
+async def _current_state(thread: ThreadRecord, graph: Pregel | None) -> ThreadState:
     if graph is None:
         return _empty_state()
     snapshot = await graph.aget_state(_config(thread.thread_id))  # type: ignore[arg-type]
@@ -174,8 +184,7 @@ async def state_at(resources: Resources, thread: ThreadRecord, checkpoint_id: st
     """
     graph = await _graph_of_thread(resources, thread)
     if graph is not None:
-        config = _config(thread.thread_id)
-        config["configurable"]["checkpoint_id"] = checkpoint_id
+        config = _config(thread.thread_id, checkpoint_id)
         snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
         if snapshot.created_at is not None:
             return _state(snapshot, thread.thread_id)
@@ -188,25 +197,21 @@ async def state_history(
     graph = await _graph_of_thread(resources, thread)
     if graph is None:
         return []
-    before_config = None
-    if before:
-        before_config = {"configurable": {**_config(thread.thread_id)["configurable"]}}
-        before_config["configurable"]["checkpoint_id"] = before
     history = graph.aget_state_history(
         _config(thread.thread_id),  # type: ignore[arg-type]
         limit=limit,
-        before=before_config,  # type: ignore[arg-type]
+        before=_config(thread.thread_id, before) if before else None,  # type: ignore[arg-type]
     )
     return [_state(snapshot, thread.thread_id) async for snapshot in history]
 
 
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
-    state = await thread_state(resources, thread)
+    latest = await _latest_run(resources, thread)
+    state = await _current_state(thread, _graph_of(resources, latest))
     interrupts: dict[str, list[dict[str, Any]]] = {}
     for task in state.tasks:
         if task["interrupts"]:
             interrupts[task["id"]] = task["interrupts"]
-    latest = await _latest_run(resources, thread)
     status = thread.status
     if status == "idle" and latest is not None and latest.status == "failed":
         status = "error"

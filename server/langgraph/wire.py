@@ -19,6 +19,7 @@ from msgspec import Meta
 from stream_store.events import RunStatus
 
 __all__ = [
+    "MAX_PAGE",
     "STREAM_MODES",
     "Assistant",
     "AssistantCount",
@@ -51,7 +52,8 @@ MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 # `tools` and `lifecycle` need graph internals the worker does not store.
 STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tuple", "custom")
 
-Limit = Annotated[int, Meta(ge=1, le=1000)]
+MAX_PAGE = 1000  # the most items one search, list or history answer holds
+Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
 Offset = Annotated[int, Meta(ge=0)]
 
 

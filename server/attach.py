@@ -84,7 +84,7 @@ class Attachment:
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
     live feed replays from Redis again, the same way, without leaving the connection. Every
-    write is timed (`Viewer.writing_since`), so the follower can cut off a client that stopped
+    write is marked (`Viewer.write_started`), so the follower can cut off a client that stopped
     reading.
     """
 
@@ -111,15 +111,14 @@ class Attachment:
         self.complete = False  # the dialect's last event is sent: the response may end cleanly
 
     async def frames(self) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
         viewer = await self.follower.subscribe(self.run_id)
         try:
             while not self.ended:
                 for phase in (self._replay(), self._live(viewer)):
                     async for data in phase:
-                        viewer.writing_since = loop.time()
+                        viewer.write_started()
                         yield data
-                        viewer.writing_since = None
+                        viewer.write_ended()
                     if self.ended:
                         return
                 if not viewer.lagging or await self._stream_was_reset():

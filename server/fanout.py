@@ -29,8 +29,6 @@ __all__ = ["Frame", "StreamFollower", "Viewer", "sse_frame"]
 
 logger = structlog.get_logger()
 
-CUT_OFF_GRACE_S = 1.0
-
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -61,17 +59,20 @@ class Viewer:
     sent (see `server.attach`), so a client that reads slower than the run writes falls back to
     paged reads instead of holding frames in memory. A client that stops reading altogether is
     cut off: the follower cancels a viewer's task when one write has been waiting on the client
-    for `CUT_OFF_GRACE_S`, which closes the connection. The run and the other viewers never
-    wait for it.
+    for the cut-off time (`RUNSTREAM_VIEWER_CUT_OFF_MS`), which closes the connection. The run
+    and the other viewers never wait for it.
     """
 
-    __slots__ = ("closed", "lagging", "queue", "task", "writing_since")
+    __slots__ = ("_swept_write", "_waited_s", "closed", "lagging", "queue", "task", "writes")
 
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(maxsize=size)
         self.lagging = False
         self.closed = False
-        self.writing_since: float | None = None  # set by the response loop around each write
+        # The response loop counts its writes and sets this odd while one waits on the client.
+        self.writes = 0
+        self._swept_write = -1
+        self._waited_s = 0.0
         self.task = asyncio.current_task()
 
     def offer(self, frame: Frame) -> None:
@@ -83,8 +84,24 @@ class Viewer:
             self.lagging = True
             self._end_queue()
 
-    def stalled(self, now: float) -> bool:
-        return self.writing_since is not None and now - self.writing_since > CUT_OFF_GRACE_S
+    def write_started(self) -> None:
+        self.writes += 1
+
+    def write_ended(self) -> None:
+        self.writes += 1
+
+    def swept(self, interval_s: float) -> float:
+        """How long the current write has waited on the client, counted in sweeps.
+
+        Each sweep that finds the same write still waiting adds one interval, however late the
+        sweep ran: a stall of this process (a busy machine) never counts against the client.
+        """
+        if self.writes % 2 == 0 or self.writes != self._swept_write:
+            self._swept_write = self.writes
+            self._waited_s = 0.0
+        else:
+            self._waited_s += interval_s
+        return self._waited_s
 
     def close(self) -> None:
         """End the viewer's response: it gets `None` next (it may reconnect and replay)."""
@@ -115,6 +132,7 @@ class StreamFollower:
         events: EventLog,
         *,
         queue_size: int,
+        cut_off_s: float = 10.0,
         block_ms: int = 10_000,
         batch: int = 1000,
     ) -> None:
@@ -122,6 +140,7 @@ class StreamFollower:
         self._control = control  # the shared client, used to unblock the reader
         self._events = events
         self._queue_size = queue_size
+        self._cut_off_s = cut_off_s
         self._block_ms = block_ms
         self._batch = batch
         self._feeds: dict[str, _Feed] = {}
@@ -194,16 +213,16 @@ class StreamFollower:
             del self._feeds[run_id]
 
     async def _cut_off_stalled(self) -> None:
-        """Every half grace period, cancel viewers whose client stopped reading."""
-        loop = asyncio.get_running_loop()
+        """Cancel viewers whose current write has waited on the client past the cut-off."""
+        interval_s = self._cut_off_s / 4
         while True:
-            await asyncio.sleep(CUT_OFF_GRACE_S / 2)
-            now = loop.time()
+            await asyncio.sleep(interval_s)
             for feed in list(self._feeds.values()):
                 for viewer in list(feed.viewers):
-                    if viewer.stalled(now) and viewer.task is not None and not viewer.task.done():
+                    if viewer.swept(interval_s) < self._cut_off_s:
+                        continue
+                    if viewer.task is not None and not viewer.task.done():
                         logger.warning("cutting off a viewer that stopped reading")
-                        viewer.writing_since = None
                         viewer.task.cancel()
 
     async def _wake(self) -> None:

@@ -38,7 +38,11 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     async with open_services(settings) as services:
         reader = Redis.from_url(settings.require_services()[0], single_connection_client=True)
         follower = StreamFollower(
-            reader, services.redis, services.events, queue_size=settings.viewer_queue_size
+            reader,
+            services.redis,
+            services.events,
+            queue_size=settings.viewer_queue_size,
+            cut_off_s=settings.viewer_cut_off_s,
         )
         await follower.start()
         try:

@@ -145,6 +145,7 @@ class Settings:
     stream_token_ttl_s: int = 3600
     ping_interval_s: float = 15.0
     viewer_queue_size: int = 4096
+    viewer_cut_off_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = limits.DEFAULT_MAX_MESSAGE_CHARS
     max_run_messages: int = limits.DEFAULT_MAX_RUN_MESSAGES
@@ -220,6 +221,7 @@ class Settings:
             stream_token_ttl_s=_int(env, "RUNSTREAM_STREAM_TOKEN_TTL", 3600, minimum=1),
             ping_interval_s=_int(env, "RUNSTREAM_PING_INTERVAL_MS", 15000, minimum=10) / 1000,
             viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
+            viewer_cut_off_s=_int(env, "RUNSTREAM_VIEWER_CUT_OFF_MS", 10_000, minimum=100) / 1000,
             max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
             max_message_chars=_int(
                 env, "RUNSTREAM_MAX_MESSAGE_CHARS", limits.DEFAULT_MAX_MESSAGE_CHARS, minimum=1

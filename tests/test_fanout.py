@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 from arq.worker import Worker
 
+from server.fanout import Viewer
 from tests.conftest import ServerHandle, StartServer
 from tests.sse import Received, read_events
 from tests.test_runs import run_body
@@ -72,3 +74,32 @@ class TestManyViewers:
         reference = results[0]
         assert reference[-1].event == "done"
         assert all(result == reference for result in results)
+
+
+class TestCutOffCounting:
+    """A viewer is cut off for its client's wait, never for the server's own stalls."""
+
+    async def test_a_write_waiting_across_sweeps_adds_one_interval_per_sweep(self) -> None:
+        viewer = Viewer(8)
+        viewer.write_started()
+        assert viewer.swept(0.25) == 0.0  # the sweep that first sees a write starts its clock
+        assert viewer.swept(0.25) == 0.25
+        assert viewer.swept(0.25) == 0.5
+
+    async def test_a_stalled_event_loop_counts_as_one_interval(self) -> None:
+        viewer = Viewer(8)
+        viewer.write_started()
+        viewer.swept(0.25)
+        # the sweep after a stall of the whole process still adds one interval only
+        time.sleep(0.6)  # noqa: ASYNC251 - the event loop stalls, as on a busy machine
+        assert viewer.swept(0.25) == 0.25
+
+    async def test_a_finished_write_restarts_the_count(self) -> None:
+        viewer = Viewer(8)
+        viewer.write_started()
+        viewer.swept(0.25)
+        viewer.swept(0.25)
+        viewer.write_ended()
+        assert viewer.swept(0.25) == 0.0
+        viewer.write_started()
+        assert viewer.swept(0.25) == 0.0

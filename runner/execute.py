@@ -18,7 +18,9 @@ import psycopg
 import structlog
 from langchain_core.messages import AIMessage
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Durability, StreamMode
+from langgraph.types import Command, Durability, Send, StreamMode
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Tracer
 from redis.exceptions import RedisError
 
 from stream_store.checkpoints import attempt_fence
@@ -26,9 +28,18 @@ from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooL
 from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage, encode_data
 from stream_store.log import EventLog
 from stream_store.messages import input_messages, state_to_json, to_wire_message
+from stream_store.metrics import WorkerMetrics
 from stream_store.records import RunRecord
 from stream_store.services import Services
+from stream_store.tracing import (
+    context_of,
+    record_outcome,
+    run_attributes,
+    span_context_of,
+    traceparent_of,
+)
 
+from .attempt_spans import AppendSpan, graph_callbacks
 from .graphs import RunContext
 from .models import make_chat_model
 from .recovery import hand_back, retry_planner
@@ -67,9 +78,15 @@ class _Writer:
     once, by the next `emit` or `drain`; nothing emitted after it is written.
     """
 
-    def __init__(self, events: EventLog, run: RunRecord) -> None:
+    def __init__(
+        self, events: EventLog, run: RunRecord, metrics: WorkerMetrics, tracer: Tracer
+    ) -> None:
         self.events = events
         self.run = run
+        self.appends = AppendSpan(tracer)  # one span of all the attempt's batches (traces on)
+        self.metrics = metrics  # the attempt's figures: bytes, first token, outcome
+        # submit -> first token is timed for a run's first attempt, not for resumes or retries
+        self._first_token_due = run.attempt == 1 and run.resume is None
         self._pending: list[tuple[str, bytes]] = []
         self._flushing: asyncio.Task[None] | None = None
 
@@ -92,6 +109,7 @@ class _Writer:
 
     def abandon(self) -> None:
         """The attempt is over: stop writing (anything still unwritten is fenced out anyway)."""
+        self.appends.end()
         task, self._flushing = self._flushing, None
         if task is not None and not task.done():
             task.cancel()
@@ -102,7 +120,12 @@ class _Writer:
         while self._pending:
             batch = self._pending[:MAX_BATCH_EVENTS]
             del self._pending[:MAX_BATCH_EVENTS]
-            await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
+            with self.appends.batch(len(batch)):
+                await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
+            self.metrics.appended(batch)
+            if self._first_token_due and any(event == "token" for event, _ in batch):
+                self._first_token_due = False
+                self.metrics.first_token(self.run.graph, self.run.created_at)
 
     def _raise_failure(self) -> None:
         task = self._flushing
@@ -126,15 +149,38 @@ async def _keep_lease(services: Services, run: RunRecord, attempt: Attempt) -> N
             logger.warning("lease renewal failed; will retry", run_id=run.run_id, error=str(exc))
 
 
-async def execute_run(ctx: dict[str, Any], run_id: str) -> None:
-    """The arq job: claim the run, stream its graph into its event log, record the outcome."""
+async def execute_run(ctx: dict[str, Any], run_id: str, traceparent: str | None = None) -> None:
+    """The arq job: claim the run, stream its graph into its event log, record the outcome.
+
+    The attempt is one span, a child of the run's submit span (`traceparent`, from the job),
+    linked to the previous attempt's span when there was one (docs/architecture.md, Traces).
+    """
     state = WorkerState.of(ctx)
     services = state.services
-    run = await services.lifecycle.claim(run_id, services.settings.lease_s)
-    if run is None:
-        return
-    with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id):
-        finished = await _execute_attempt(state, run)
+    tracer = services.tracer
+    with tracer.start_as_current_span(
+        "run attempt",
+        context=context_of(traceparent),
+        kind=SpanKind.CONSUMER,
+        attributes={"runstream.run_id": run_id},
+    ) as span:
+        with tracer.start_as_current_span("claim"):
+            run = await services.lifecycle.claim(
+                run_id,
+                services.settings.lease_s,
+                attempt_traceparent=traceparent_of(span) if span.is_recording() else None,
+                worker=state.worker_id,
+            )
+        if run is None:
+            record_outcome("not_claimed")
+            return
+        span.set_attributes(run_attributes(run))
+        previous = span_context_of(run.attempt_traceparent)
+        if previous is not None:
+            span.add_link(previous, {"runstream.link": "previous attempt"})
+        state.metrics.attempt_started(run.graph)
+        with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id):
+            finished = await _execute_attempt(state, run)
     if finished:
         await services.queue.dispatch_next(run.thread_id)
 
@@ -148,7 +194,7 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     attempt = state.attempts[run_id] = Attempt(run_id, task)
     keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
-    writer = _Writer(services.events, run)
+    writer = _Writer(services.events, run, state.metrics, services.tracer)
     finished = False
     try:
         if await services.events.cancel_requested(run_id):
@@ -161,23 +207,29 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         keeper.cancel()
         if attempt.phase is AttemptPhase.LOST:
             logger.warning("attempt abandoned: lease lost")
+            record_outcome("lease_lost")
         elif attempt.phase is AttemptPhase.CANCELLING or await services.events.cancel_requested(
             run_id
         ):
             finished = await _finish(services, attempt, run, writer, RunStatus.CANCELLED)
         else:
             logger.info("worker stopping; handing the run back")
+            record_outcome("handed_back")
             await hand_back(services, run)
+            state.metrics.retried("worker_shutdown")
     except StreamTooLarge as exc:
         logger.warning("run failed: its stream reached a bound", error=exc.message)
         error = {"code": exc.code, "message": exc.message}
         finished = await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     except (Fenced, StreamGone) as exc:
         logger.warning("attempt fenced out; stopping without writing", error=str(exc))
+        record_outcome("fenced")
     except INFRASTRUCTURE_ERRORS as exc:
         logger.warning("attempt abandoned: a service failed", error=str(exc))
+        record_outcome("abandoned", str(exc))
     except Exception as exc:
         logger.exception("run failed")
+        trace.get_current_span().record_exception(exc)
         message = f"{type(exc).__name__}: {exc}"
         secret = services.settings.openai_api_key
         if secret:  # an upstream may echo the key back in its error text
@@ -192,12 +244,31 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     return finished
 
 
+def _steering_command(run: RunRecord) -> Command[Any] | None:
+    """The LangGraph API's `command` with `update` and/or `goto` (checked at submit by
+    server/langgraph/command.py: known state keys and nodes, messages with ids); it is the
+    graph's input, with the run's resume value if it has one."""
+    command = (run.kwargs or {}).get("command") or {}
+    if command.get("update") is None and not command.get("goto"):
+        return None
+    update = command.get("update")
+    if isinstance(update, list):
+        update = [(key, value) for key, value in update]
+    goto = [
+        Send(g["node"], g.get("input")) if isinstance(g, dict) else g
+        for g in command.get("goto") or []
+    ]
+    resume = run.resume.get("value") if run.resume is not None else None
+    return Command(update=update, goto=goto, resume=resume)
+
+
 async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
     """What to invoke the graph with, given what the checkpoint says this run already did.
 
     Returns `...` when the graph already ran to its end in an earlier attempt.
     """
-    if run.attempt == 1 and run.resume is None:
+    steering = _steering_command(run)
+    if run.attempt == 1 and run.resume is None and steering is None:
         # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
         # skipping the read saves a checkpoint query on the way to the first token.
         return {"messages": input_messages(run)}
@@ -212,12 +283,16 @@ async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) ->
             interrupts=len(state.interrupts),
             checkpoint_metadata=state.metadata,
         )
+    if steering is not None and not started:
+        return steering
     if run.resume is not None and state.interrupts:
         return Command(resume=run.resume.get("value"))
     if started and state.next:
         return None  # continue from the last checkpoint (a retried attempt)
     if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
         return ...  # an earlier attempt ran the graph to its end
+    if steering is not None:
+        return ...  # an earlier attempt ran the command to the graph's end
     # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
     # given at submit, so the checkpointer's reducer replaces rather than repeats them.
     return {"messages": input_messages(run)}
@@ -234,6 +309,9 @@ async def _stream_graph(
         "configurable": {**configurable, "thread_id": run.thread_id},
         "metadata": {"run_id": run.run_id},
     }
+    callbacks = graph_callbacks(services.tracer)  # a span per node and model call, if traced
+    if callbacks:
+        config["callbacks"] = callbacks
     context = RunContext(
         run_id=run.run_id,
         thread_id=run.thread_id,
@@ -270,7 +348,9 @@ async def _stream_graph(
         await writer.drain()  # the outcome's events are the stream's last
         attempt.phase = AttemptPhase.SETTLING
         first = snapshot.interrupts[0]
-        await services.lifecycle.interrupt(run, first.value, first.id)
+        record_outcome("interrupted")
+        if await services.lifecycle.interrupt(run, first.value, first.id):
+            writer.metrics.outcome(run.graph, RunStatus.INTERRUPTED)
         return False
     messages = snapshot.values.get("messages") or []
     last = messages[-1] if messages else None
@@ -288,6 +368,19 @@ async def _finish(
     output: WireMessage | None = None,
     error: dict[str, str] | None = None,
 ) -> bool:
-    await writer.drain()  # an outcome in Postgres implies every event before it is in the stream
+    try:
+        # an outcome in Postgres implies every event before it is in the stream
+        await writer.drain()
+    except StreamTooLarge as exc:
+        # The stream reached its bound as the run was ending: a success becomes a failure
+        # (the caller's handler), but a cancel stays a cancel and a failure keeps its error;
+        # the stream holds every event that fit, and the outcome's events are never refused.
+        if status is RunStatus.SUCCEEDED:
+            raise
+        logger.warning("the run's stream reached a bound as it ended", error=exc.message)
     attempt.phase = AttemptPhase.SETTLING  # from here on only the outcome's events are written
-    return await services.lifecycle.finish(run, status, output=output, error=error)
+    record_outcome(status.value, error["message"] if error else None)
+    finished = await services.lifecycle.finish(run, status, output=output, error=error)
+    if finished:
+        writer.metrics.outcome(run.graph, status)
+    return finished

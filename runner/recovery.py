@@ -1,6 +1,10 @@
 """Finding runs whose attempt died: the reaper and hand-back (the moves themselves are
 `stream_store.lifecycle`'s), and what a retry must tell clients.
 
+An attempt is known dead two ways: its worker's process is gone (its named Redis connection
+vanished, `WorkerRegistry.gone`: within about a second of a crash), or its lease ran out (a
+worker paused, partitioned, or on a host that vanished without closing its sockets).
+
 Every step is conditional, so any number of workers may run the reaper at once:
 - Redis decides who may write the stream (`EventLog.take_over` bumps the record's attempt
   only if the holder's lease ran out), Postgres decides the run's state (`requeue_attempt`
@@ -26,11 +30,19 @@ from stream_store.messages import input_messages, thread_messages
 from stream_store.records import RunRecord
 from stream_store.services import Services
 from stream_store.threads import delete_thread
+from stream_store.tracing import context_of, run_attributes
+from stream_store.workers import WorkerRegistry
 
 from .state import WorkerState
 from .translate import StreamTranslator
 
-__all__ = ["hand_back", "reap_forever", "reap_once", "retry_planner"]
+__all__ = [
+    "hand_back",
+    "reap_forever",
+    "reap_once",
+    "retry_planner",
+    "take_over_from_gone_workers",
+]
 
 logger = structlog.get_logger()
 
@@ -75,18 +87,57 @@ async def hand_back(services: Services, run: RunRecord) -> None:
         await services.lifecycle.requeue(run, "the worker shut down", retry_planner(services))
 
 
-async def reap_once(state: WorkerState) -> None:
-    """One pass: expired leases, queued runs without a job, runs whose stream Redis lost."""
+async def _requeue(services: Services, run: RunRecord, reason: str) -> None:
+    """A reaper's re-queue, as a `requeue` span in the run's trace (when it has one), so that
+    the retry shows there and the lines it logs carry the trace id."""
+    with (
+        services.tracer.start_as_current_span(
+            "requeue",
+            context=context_of(run.traceparent),
+            attributes={**run_attributes(run), "runstream.reason": reason},
+        ),
+        structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id),
+    ):
+        await services.lifecycle.requeue(run, reason, retry_planner(services))
+
+
+async def take_over_from_gone_workers(state: WorkerState, registry: WorkerRegistry) -> None:
+    """Runs held by a worker whose process is gone: re-queued now, not after their lease.
+
+    The take-over is conditional on the live record still naming that worker as the holder of
+    that attempt, so a run that moved on meanwhile is left alone. The gone worker is forgotten
+    once its runs are handed on; if a step fails, the next pass (or the lease) finishes it.
+    """
+    services = state.services
+    gone = [worker_id for worker_id in await registry.gone() if worker_id != state.worker_id]
+    if not gone:
+        return
+    logger.warning("worker processes gone; taking over their runs", workers=gone)
+    for run in await services.records.running_claimed_before(0):
+        if run.run_id in state.attempts:
+            continue
+        verdict = await services.events.take_over(run.run_id, run.attempt, gone_workers=gone)
+        if verdict == TakeOver.TAKEN:
+            await _requeue(services, run, "its worker process died")
+            state.metrics.retried("worker_gone")
+    for worker_id in gone:
+        await registry.forget(worker_id)
+
+
+async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
+    """One pass: runs of gone workers, expired leases, queued runs without a job, runs whose
+    stream Redis lost."""
     services = state.services
     records, events, settings = services.records, services.events, services.settings
     lifecycle = services.lifecycle
+    await take_over_from_gone_workers(state, registry)
     for run in await records.running_claimed_before(settings.lease_s):
         if run.run_id in state.attempts:
             continue  # executing here; its heartbeat holds the lease
         verdict = await events.take_over(run.run_id, run.attempt)
         if verdict == TakeOver.TAKEN:
-            reason = "its worker stopped renewing the lease"
-            await lifecycle.requeue(run, reason, retry_planner(services))
+            await _requeue(services, run, "its worker stopped renewing the lease")
+            state.metrics.retried("lease_expired")
         elif verdict == TakeOver.MISSING:
             await lifecycle.restore_stream(run)
     for run in await records.unsettled(settings.lease_s):
@@ -130,12 +181,13 @@ async def restore_interrupted(services: Services) -> None:
 
 async def reap_forever(state: WorkerState) -> None:
     interval = state.services.settings.reaper_interval_s
+    registry = WorkerRegistry(state.services.redis, state.services.keys)
     passes = 0
     while True:
         try:
             if passes % 30 == 0:
                 await restore_interrupted(state.services)
-            await reap_once(state)
+            await reap_once(state, registry)
             await expire_idle_threads(state.services)
         except (StoreError, RedisError, OSError) as exc:
             logger.warning("reaper pass failed; retrying", error=str(exc))

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream_store.metrics import WorkerMetrics
 from stream_store.services import Services
 
 from .graphs import GraphRegistry
@@ -57,6 +58,8 @@ class WorkerState:
     graphs: GraphRegistry
     ledger: ToolLedger
     wake: asyncio.Event  # set to make the worker read the queue now
+    metrics: WorkerMetrics  # served on RUNSTREAM_WORKER_METRICS_PORT when set
+    worker_id: str = ""  # this process's: its beat, its presence connection, its claims
     attempts: dict[str, Attempt] = field(default_factory=dict)  # by run id
     exit_stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 

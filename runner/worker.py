@@ -18,19 +18,24 @@ from typing import Any
 import msgspec
 import structlog
 from arq.worker import Worker, func
+from opentelemetry.trace import TracerProvider
+from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from stream_store.connections import open_redis
 from stream_store.errors import StoreUnavailable
 from stream_store.keys import KeySpace
+from stream_store.metrics import GraphLabels, WorkerMetrics
 from stream_store.queue import EXECUTE_RUN
 from stream_store.services import open_services
 from stream_store.settings import Settings
-from stream_store.workers import BEAT_INTERVAL_S, WorkerBeat, WorkerRegistry
+from stream_store.tracing import make_tracer
+from stream_store.workers import BEAT_INTERVAL_S, WorkerBeat, WorkerPresence, WorkerRegistry
 
 from .execute import execute_run
 from .graphs import GraphRegistry
 from .recovery import reap_forever
+from .scheduling import FairOrder, window_size
 from .state import WorkerState
 from .tools import ToolLedger
 
@@ -47,18 +52,35 @@ async def startup(ctx: dict[str, Any]) -> None:
             settings,
             pool_size=max(4, min(settings.worker_concurrency, 10)),
             redis=ctx["redis"],  # arq's own client: the worker needs no second one
+            tracer=ctx["tracer"],
         )
     )
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
+    worker_id = uuid.uuid4().hex[:12]
+    # Open before the first claim; closed after the runs are handed back and the beat said
+    # goodbye (the stack unwinds in reverse), so a stopping worker never looks dead.
+    presence = WorkerPresence(settings.require_services()[0], worker_id)
+    await presence.start()
+    stack.push_async_callback(presence.stop)
     state = WorkerState(
         services=services,
         graphs=graphs,
         ledger=ToolLedger(services.pool),
         wake=ctx["wake"],
+        metrics=WorkerMetrics(GraphLabels(graphs.names()), concurrency=settings.worker_concurrency),
+        worker_id=worker_id,
         exit_stack=stack,
     )
-    for background in (reap_forever(state), _listen(state), _beat(state)):
+    state.metrics.track_attempts(lambda: len(state.attempts))
+    state.metrics.watch_pool(services.pool)
+    if settings.worker_metrics_port:
+        try:
+            await _serve_metrics(state, settings.host, settings.worker_metrics_port)
+        except BaseException:  # the port is taken, say: nothing opened may outlive the failure
+            await stack.aclose()
+            raise
+    for background in (reap_forever(state), _listen(state), _beat(state, presence.name)):
         stack.push_async_callback(_stop, asyncio.create_task(background))
     ctx["state"] = state
     logger.info(
@@ -75,6 +97,19 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     if isinstance(state, WorkerState):
         await state.exit_stack.aclose()  # background tasks first, then the services
     logger.info("worker stopped")
+
+
+async def _serve_metrics(state: WorkerState, host: str, port: int) -> None:
+    """The worker's /metrics, on prometheus_client's own HTTP server: a daemon thread, so a
+    scrape never waits on the event loop (the metrics it reads are thread-safe)."""
+    httpd, _ = start_http_server(port, addr=host, registry=state.metrics.registry)
+
+    async def stop() -> None:
+        await asyncio.to_thread(httpd.shutdown)
+        httpd.server_close()
+
+    state.exit_stack.push_async_callback(stop)
+    logger.info("worker metrics served", url=f"http://{host}:{httpd.server_port}/metrics")
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -109,20 +144,22 @@ async def _listen(state: WorkerState) -> None:
             await asyncio.sleep(1)
 
 
-async def _beat(state: WorkerState) -> None:
-    """Tell `runstream status` this worker is alive and which runs it executes; say goodbye
-    when stopped, so it does not linger there until its beat expires."""
+async def _beat(state: WorkerState, connection_name: str) -> None:
+    """Tell `runstream status` and the reapers this worker is alive, which runs it executes and
+    the name of its presence connection; say goodbye when stopped, so it does not linger there
+    until its beat expires."""
     services = state.services
     registry = WorkerRegistry(services.redis, services.keys)
     started_at = datetime.now(UTC)
     me = WorkerBeat(
-        worker_id=uuid.uuid4().hex[:12],
+        worker_id=state.worker_id,
         host=socket.gethostname(),
         pid=os.getpid(),
         concurrency=services.settings.worker_concurrency,
         started_at=started_at,
         beat_at=started_at,
         run_ids=[],
+        connection_name=connection_name,
     )
     try:
         while True:
@@ -146,11 +183,13 @@ class RunWorker(Worker):
     arq sleeps `poll_delay` between reads of the queue, which alone would be most of a run's
     time to first token. Here a read happens when a run is queued (the wake channel) or a job
     slot frees up; `idle_poll_s` is only the fallback for a lost wake-up or a deferred job.
+    The jobs it reads are started in a fair order between callers (`runner/scheduling.py`).
     """
 
-    def __init__(self, *args: Any, idle_poll_s: float, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, idle_poll_s: float, keys: KeySpace, **kwargs: Any) -> None:
         super().__init__(*args, poll_delay=0, **kwargs)
         self.idle_poll_s = idle_poll_s
+        self.keys = keys
         self.wake = asyncio.Event()
         self.wake.set()  # read the queue at once on start
         self.ctx["wake"] = self.wake
@@ -172,9 +211,23 @@ class RunWorker(Worker):
         super()._release_sem_dec_counter_on_complete()
         self.wake.set()  # a slot is free: a run waiting in the queue can start now
 
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """Claim and start the ready jobs read, one caller's backlog not ahead of the others'."""
+        if len(job_ids) > self.max_jobs - self.job_counter:  # else every one is tried anyway
+            job_ids = await FairOrder(self.pool, self.keys).order(job_ids)
+        await super().start_jobs(job_ids)
 
-def build_worker(settings: Settings, *, handle_signals: bool = True) -> RunWorker:
-    """An arq Worker for this deployment's queue, configured from `settings`."""
+
+def build_worker(
+    settings: Settings,
+    *,
+    handle_signals: bool = True,
+    tracer_provider: TracerProvider | None = None,
+) -> RunWorker:
+    """An arq Worker for this deployment's queue, configured from `settings`.
+
+    `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
+    """
     keys = KeySpace(settings.redis_prefix)
     return RunWorker(
         functions=[func(execute_run, name=EXECUTE_RUN, max_tries=1)],
@@ -187,9 +240,11 @@ def build_worker(settings: Settings, *, handle_signals: bool = True) -> RunWorke
         max_jobs=settings.worker_concurrency,
         job_timeout=settings.job_timeout_s,
         idle_poll_s=settings.poll_delay_s,
+        keys=keys,
+        queue_read_limit=window_size(settings.worker_concurrency, settings.max_active_runs),
         keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
         health_check_key=keys.worker_health(),
-        ctx={"settings": settings},
+        ctx={"settings": settings, "tracer": make_tracer(tracer_provider)},
         log_results=False,
     )

@@ -11,10 +11,13 @@ from litestar import Litestar, Request
 from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.plugins.opentelemetry import OpenTelemetryConfig
+from litestar.plugins.prometheus import PrometheusConfig
+from opentelemetry.trace import TracerProvider
 
 from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
+from stream_store.tracing import make_tracer
 
 from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin, refuse_unknown_fields_in_schema
 from .auth import Caller, caller_from_request
@@ -22,6 +25,7 @@ from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
+from .metrics_endpoint import metrics
 from .page import index, page_assets
 from .raw_input import ApiRequest, refuse_nul_in_path
 from .request_ids import add_request_id_header, bind_request_id
@@ -33,11 +37,6 @@ from .threads import ThreadsController
 __all__ = ["create_app"]
 
 logger = structlog.get_logger()
-
-
-class _Metrics(PrometheusController):
-    path = "/metrics"
-    include_in_schema = False
 
 
 def _cors(settings: Settings) -> CORSConfig | None:
@@ -64,13 +63,29 @@ def _cors(settings: Settings) -> CORSConfig | None:
     )
 
 
-def create_app(settings: Settings) -> Litestar:
-    """An app whose connections open when it starts and close when it stops."""
+def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
+    """The OpenTelemetry ASGI middleware (Litestar's plugin): each request's server span,
+    continuing the client's `traceparent`; nothing when traces are off."""
+    if tracer_provider is None:
+        return []
+    config = OpenTelemetryConfig(
+        tracer_provider=tracer_provider,
+        exclude=["^/healthz", "^/readyz", "^/metrics"],
+        exclude_spans=["receive", "send"],  # not a span per SSE write
+    )
+    return [config.middleware]
+
+
+def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = None) -> Litestar:
+    """An app whose connections open when it starts and close when it stops.
+
+    `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with (
-            open_resources(settings) as resources,
+            open_resources(settings, tracer=make_tracer(tracer_provider)) as resources,
             open_caller_quotas(resources.redis, settings) as quotas,
         ):
             app.state.resources = resources
@@ -99,7 +114,7 @@ def create_app(settings: Settings) -> Litestar:
             langgraph_router(),
             healthz,
             readyz,
-            _Metrics,
+            metrics,
             index,
             page_assets(),
         ],
@@ -114,7 +129,8 @@ def create_app(settings: Settings) -> Litestar:
         before_send=[add_security_headers, add_request_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding
         guards=[refuse_nul_in_path],
-        middleware=[browser_guard(settings), prometheus.middleware],  # refusals go first
+        # refusals go first
+        middleware=[browser_guard(settings), prometheus.middleware, *_traced(tracer_provider)],
         request_max_body_size=settings.max_body_bytes,
         cors_config=_cors(settings),
         openapi_config=OpenAPIConfig(

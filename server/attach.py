@@ -170,9 +170,13 @@ class Attachment:
             except TimeoutError:
                 yield self.dialect.ping
                 continue
+            # the burst's oldest event, unless the replay sent it: its delivery is timed
+            oldest = frame.id if frame and parse_event_id(frame.id) > self.last else None
             chunk, frame = await self._burst(viewer, frame)
             if chunk:
-                yield chunk
+                yield chunk  # resumed once the write is done
+                if oldest is not None:
+                    self.follower.metrics.delivered(oldest)
             if self.ended or frame is None:
                 return
 

@@ -13,6 +13,7 @@ import contextlib
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,13 +21,23 @@ from collections.abc import Sequence
 import structlog
 
 from stream_store.settings import Settings, SettingsError
+from stream_store.tracing import tracer_provider_from_env
 
 from . import operator_cli
 from .logs import configure_logging
+from .multiprocess import listening_socket, run_processes
 
 __all__ = ["main"]
 
 logger = structlog.get_logger()
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _is_loopback(host: str) -> bool:
@@ -49,11 +60,8 @@ def _announce_model(settings: Settings) -> None:
         logger.info("model", model=settings.model, base_url=settings.openai_base_url or "default")
 
 
-def serve(settings: Settings, host: str, port: int) -> int:
-    import uvicorn
-
-    from .app import create_app
-
+def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
+    """The HTTP server; with `processes` > 1, that many server processes on one port."""
     if not settings.auth_enabled:
         if not _is_loopback(host):
             logger.error("refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host)
@@ -62,8 +70,35 @@ def serve(settings: Settings, host: str, port: int) -> int:
     settings.stream_token_keys()  # with API keys, a signing key is required
     settings.require_services()
     _announce_model(settings)
-    logger.info("listening", url=f"http://{host}:{port}", docs=f"http://{host}:{port}/schema")
-    app = create_app(settings)
+    logger.info(
+        "listening",
+        url=f"http://{host}:{port}",
+        docs=f"http://{host}:{port}/schema",
+        processes=processes,
+    )
+    if processes == 1:
+        return _serve_process(settings, host, port)
+    sock = listening_socket(host, port)
+    children = [(settings, host, port, index, sock) for index in range(processes)]
+    return run_processes("server", _serve_child, children, stop_timeout_s=30)
+
+
+def _serve_child(settings: Settings, host: str, port: int, index: int, sock: socket.socket) -> None:
+    """One child of `serve --processes N` (spawned: it configures its logging anew)."""
+    configure_logging(settings.log_level, settings.log_json, process=index)
+    raise SystemExit(_serve_process(settings, host, port, sock))
+
+
+def _serve_process(
+    settings: Settings, host: str, port: int, sock: socket.socket | None = None
+) -> int:
+    """One server process: on `sock` when given (shared with its siblings), else it binds."""
+    import uvicorn
+
+    from .app import create_app
+
+    tracer_provider = tracer_provider_from_env("server")
+    app = create_app(settings, tracer_provider=tracer_provider)
 
     class Server(uvicorn.Server):
         """On SIGTERM/SIGINT, also end every SSE response at once (not after the timeout)."""
@@ -89,37 +124,79 @@ def serve(settings: Settings, host: str, port: int) -> int:
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-    Server(config).run()
+    try:
+        Server(config).run(sockets=[sock] if sock is not None else None)
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # exports the spans still batched
     return 0
 
 
-def worker(settings: Settings, concurrency: int | None) -> int:
+def worker(
+    settings: Settings,
+    concurrency: int | None,
+    metrics_port: int | None = None,
+    processes: int = 1,
+) -> int:
+    """A worker; with `processes` > 1, that many worker processes (child i serves its metrics,
+    if on, at the metrics port + i)."""
     from dataclasses import replace
-
-    from runner.worker import build_worker
 
     if concurrency is not None:
         settings = replace(settings, worker_concurrency=concurrency)
+    if metrics_port is not None:
+        settings = replace(settings, worker_metrics_port=metrics_port)
+    if not 0 <= settings.worker_metrics_port <= 65535:
+        raise SettingsError(f"metrics port must be 0 to 65535, got {settings.worker_metrics_port}")
+    last_port = settings.worker_metrics_port + processes - 1
+    if settings.worker_metrics_port and last_port > 65535:
+        raise SettingsError(f"metrics ports up to {last_port}: past 65535")
     settings.require_services()
     _announce_model(settings)
+    if processes == 1:
+        return _worker_process(settings)
+    port = settings.worker_metrics_port
+    children = [
+        (replace(settings, worker_metrics_port=port + index if port else 0), index)
+        for index in range(processes)
+    ]
+    grace_s = settings.shutdown_grace_s + 30  # the runs' grace, then the hand-backs
+    return run_processes("worker", _worker_child, children, stop_timeout_s=grace_s)
+
+
+def _worker_child(settings: Settings, index: int) -> None:
+    """One child of `worker --processes N` (spawned: it configures its logging anew)."""
+    configure_logging(settings.log_level, settings.log_json, process=index)
+    raise SystemExit(_worker_process(settings))
+
+
+def _worker_process(settings: Settings) -> int:
+    from runner.worker import build_worker
+
     try:  # arq runs on the thread's event loop: make it uvloop's, as uvicorn does for serve
         import uvloop
 
         asyncio.set_event_loop(uvloop.new_event_loop())
     except ImportError:
         pass
-    build_worker(settings).run()
+    tracer_provider = tracer_provider_from_env("worker")
+    try:
+        build_worker(settings, tracer_provider=tracer_provider).run()
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # exports the spans still batched
     return 0
 
 
 def migrate(settings: Settings) -> int:
-    from stream_store.connections import open_pg_pool
+    from stream_store.connections import open_pg_pool, session_pool
     from stream_store.migrations import migrate as apply
 
     async def run() -> int:
         pool = await open_pg_pool(settings, max_size=2)
         try:
-            return await apply(pool, settings.database_schema)
+            async with session_pool(settings, pool) as migrating:
+                return await apply(migrating, settings.database_schema)
         finally:
             await pool.close()
 
@@ -128,8 +205,9 @@ def migrate(settings: Settings) -> int:
     return 0
 
 
-def up(settings: Settings, host: str, port: int) -> int:
-    """Server and worker as child processes (and private Redis/Postgres if none are set)."""
+def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
+    """Server and worker as child processes, each with `processes` processes of its own (and
+    private Redis/Postgres if none are set)."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -151,18 +229,19 @@ def up(settings: Settings, host: str, port: int) -> int:
         env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
         print(f"embedded services under {services.data_dir} (kept for the next start)")
     try:
-        return _up(settings, host, port, env)
+        return _up(settings, host, port, env, processes)
     finally:
         services.stop()
 
 
-def _up(settings: Settings, host: str, port: int, env: dict[str, str]) -> int:
+def _up(settings: Settings, host: str, port: int, env: dict[str, str], processes: int) -> int:
     _announce_model(settings)
     migrate(settings)
     exe = [sys.executable, "-m", "server.cli"]
+    each = ["--processes", str(processes)]
     children = [
-        subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port)], env=env),
-        subprocess.Popen([*exe, "worker"], env=env),
+        subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port), *each], env=env),
+        subprocess.Popen([*exe, "worker", *each], env=env),
     ]
     model = (
         "the FAKE model (echoes you; set OPENAI_API_KEY)"
@@ -216,8 +295,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--host", default=None, help="default RUNSTREAM_HOST or 127.0.0.1")
         sub.add_argument("--port", type=int, default=None, help="default RUNSTREAM_PORT or 8000")
+        sub.add_argument(
+            "--processes",
+            type=_positive,
+            default=None,
+            help="server processes on the port (and, for up, worker processes too); default 1,"
+            " for up the machine's cores",
+        )
     sub = commands.add_parser("worker", help="run a worker")
     sub.add_argument("--concurrency", type=int, default=None, help="runs at once")
+    sub.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1)")
+    sub.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics on RUNSTREAM_HOST at this port (default"
+        " RUNSTREAM_WORKER_METRICS_PORT; 0: off)",
+    )
     commands.add_parser("migrate", help="create or upgrade the Postgres tables")
     for name, text in (("chat", "chat in the terminal"), ("attach", "follow a run")):
         sub = commands.add_parser(name, help=text)
@@ -242,16 +336,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(settings.log_level, settings.log_json)
     try:
         if args.command == "serve":
-            return serve(settings, args.host or settings.host, args.port or settings.port)
+            host, port = args.host or settings.host, args.port or settings.port
+            return serve(settings, host, port, args.processes or 1)
         if args.command == "worker":
-            return worker(settings, args.concurrency)
+            return worker(settings, args.concurrency, args.metrics_port, args.processes)
         if args.command == "migrate":
             return migrate(settings)
         if args.command in ("chat", "attach"):
             return terminal(settings, args)
         if args.command in operator_cli.COMMANDS:
             return operator_cli.run_command(settings, args)
-        return up(settings, args.host or settings.host, args.port or settings.port)
+        processes = args.processes or os.cpu_count() or 1
+        return up(settings, args.host or settings.host, args.port or settings.port, processes)
     except SettingsError as exc:
         print(f"runstream: {exc}", file=sys.stderr)
         return 2

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 import structlog
 from litestar.response import ServerSentEventMessage
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from stream_store.log import EventLog, StoredEvent
+from stream_store.metrics import FanoutMetrics
 
 __all__ = ["Frame", "StreamFollower", "Viewer", "sse_frame"]
 
@@ -135,12 +137,14 @@ class StreamFollower:
         cut_off_s: float = 10.0,
         block_ms: int = 10_000,
         batch: int = 1000,
+        metrics: FanoutMetrics | None = None,
     ) -> None:
         self._reader = reader  # a single-connection client: it blocks in XREAD
         self._control = control  # the shared client, used to unblock the reader
         self._events = events
         self._queue_size = queue_size
         self._cut_off_s = cut_off_s
+        self.metrics = metrics or FanoutMetrics(CollectorRegistry())  # (unexposed)
         self._block_ms = block_ms
         self._batch = batch
         self._feeds: dict[str, _Feed] = {}
@@ -224,6 +228,7 @@ class StreamFollower:
                     if viewer.task is not None and not viewer.task.done():
                         logger.warning("cutting off a viewer that stopped reading")
                         viewer.task.cancel()
+                        self.metrics.viewers_cut_off.inc()
 
     async def _wake(self) -> None:
         """Make the reader re-issue its XREAD with the new feed included.

@@ -8,9 +8,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from opentelemetry.trace import Tracer
 from redis.asyncio import Redis
 
 from runner.graphs import GraphRegistry
+from stream_store.deployment_metrics import DeploymentGauges
+from stream_store.metrics import GraphLabels, ServerMetrics
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 
@@ -25,17 +28,25 @@ class Resources(Services):
     follower: StreamFollower  # the process's one reader of live streams
     graphs: GraphRegistry
     tokens: StreamTokens
+    metrics: ServerMetrics  # runstream's part of /metrics
+    deployment: DeploymentGauges  # read from storage when /metrics is scraped
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
 
 
 @contextlib.asynccontextmanager
-async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
+async def open_resources(
+    settings: Settings, *, tracer: Tracer | None = None
+) -> AsyncIterator[Resources]:
     """Open the services and the stream reader; close them in reverse order."""
     tokens = StreamTokens(settings)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
-    async with open_services(settings) as services:
+    async with open_services(settings, tracer=tracer) as services:
+        metrics = ServerMetrics(GraphLabels(graphs.names()))
+        metrics.watch_pool(services.pool)
+        deployment = DeploymentGauges(services.pool, services.redis, services.keys, metrics.graphs)
+        metrics.add(deployment)
         reader = Redis.from_url(settings.require_services()[0], single_connection_client=True)
         follower = StreamFollower(
             reader,
@@ -43,10 +54,19 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             services.events,
             queue_size=settings.viewer_queue_size,
             cut_off_s=settings.viewer_cut_off_s,
+            metrics=metrics.fanout,
         )
+        metrics.follow(lambda: follower.viewer_count, lambda: follower.run_count)
         await follower.start()
         try:
             fields = {f.name: getattr(services, f.name) for f in dataclasses.fields(services)}
-            yield Resources(**fields, follower=follower, graphs=graphs, tokens=tokens)
+            yield Resources(
+                **fields,
+                follower=follower,
+                graphs=graphs,
+                tokens=tokens,
+                metrics=metrics,
+                deployment=deployment,
+            )
         finally:
             await follower.stop()

@@ -16,6 +16,7 @@ from stream_store.errors import NotFound
 from stream_store.quotas import CallerQuotas
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 from stream_store.schemas import ResumeRequest, RunCreate, RunOut
+from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
 from . import inputs
 from .attach import Attachment, check_resume_point
@@ -51,6 +52,7 @@ def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = No
         stream_url=f"/v1/runs/{run.run_id}/events?token={token}",
         metadata=run.metadata,
         multitask=run.multitask,
+        trace_id=trace_id_of(run.traceparent),
     )
 
 
@@ -109,11 +111,16 @@ async def submit_run(
         title=first_user[:TITLE_CHARS] if first_user else None,
         max_active_runs=resources.settings.max_active_runs,
     )
-    await quotas.take_submit(caller.owner)
-    created = await resources.lifecycle.submit(new)
-    run = created.run
-    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-    logger.info("run submitted" if created.created else "run replayed by idempotency key")
+    # The run's trace: this span (a child of the request's, which continues the client's
+    # `traceparent`) is stored with the run, and every attempt of the run is its child.
+    with resources.tracer.start_as_current_span("submit run") as span:
+        new.traceparent = traceparent_of(span)
+        await quotas.take_submit(caller.owner)
+        created = await resources.lifecycle.submit(new)
+        run = created.run
+        span.set_attributes(run_attributes(run))
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+        logger.info("run submitted" if created.created else "run replayed by idempotency key")
     return Response(run_out(resources, run), status_code=202 if created.created else 200)
 
 

@@ -38,6 +38,7 @@ from .errors import Fenced
 __all__ = [
     "FencedPostgresSaver",
     "attempt_fence",
+    "copy_thread_checkpoints",
     "delete_run_checkpoints",
     "delete_thread_checkpoints",
     "setup_checkpoints",
@@ -101,4 +102,34 @@ async def delete_run_checkpoints(
         " DELETE FROM checkpoint_writes w USING gone WHERE w.thread_id = %s"
         " AND w.checkpoint_ns = gone.checkpoint_ns AND w.checkpoint_id = gone.checkpoint_id",
         (thread_id, run_id, thread_id),
+    )
+
+
+async def copy_thread_checkpoints(
+    conn: AsyncConnection[DictRow], source_id: str, target_id: str
+) -> None:
+    """Copy a thread's checkpoints, blobs and pending writes to another thread id, in `conn`'s
+    transaction (LangGraph's thread copy). Run it in a REPEATABLE READ transaction for one
+    snapshot of a thread a run may be writing."""
+    await conn.execute(
+        "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,"
+        " type, checkpoint, metadata)"
+        " SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,"
+        " CASE WHEN metadata ? 'thread_id'"
+        " THEN jsonb_set(metadata, '{thread_id}', to_jsonb(%s::text)) ELSE metadata END"
+        " FROM checkpoints WHERE thread_id = %s",
+        (target_id, target_id, source_id),
+    )
+    await conn.execute(
+        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)"
+        " SELECT %s, checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs"
+        " WHERE thread_id = %s",
+        (target_id, source_id),
+    )
+    await conn.execute(
+        "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,"
+        " channel, type, blob, task_path)"
+        " SELECT %s, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path"
+        " FROM checkpoint_writes WHERE thread_id = %s",
+        (target_id, source_id),
     )

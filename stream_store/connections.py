@@ -5,20 +5,34 @@ from __future__ import annotations
 import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from arq.connections import ArqRedis
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from .settings import Settings
+from .settings import Settings, SettingsError
 
-__all__ = ["NestedCheckout", "PgPool", "connect_pg", "open_pg_pool", "open_redis"]
+__all__ = [
+    "NestedCheckout",
+    "PgPool",
+    "SchemaNotOnSearchPath",
+    "check_search_path",
+    "connect_pg",
+    "open_pg_pool",
+    "open_redis",
+    "session_pool",
+]
 
 # The pools whose connection the current task (or the task that spawned it) holds.
 _held: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "runstream_pools_held", default=frozenset()
 )
+
+
+class SchemaNotOnSearchPath(RuntimeError):
+    """Through a transaction pooler, the configured schema is not the connections' default."""
 
 
 class NestedCheckout(RuntimeError):
@@ -58,12 +72,28 @@ def open_redis(settings: Settings) -> ArqRedis:
     return ArqRedis.from_url(url, health_check_interval=30, socket_keepalive=True)
 
 
+def _session_options(settings: Settings) -> str:
+    """The session settings runstream's connections start with (none through a transaction
+    pooler: it refuses them, and would not keep them across transactions)."""
+    return (
+        f"-c search_path={settings.database_schema}"
+        # A paused or partitioned process must not hold row locks (the checkpoint fence's
+        # FOR SHARE) past its lease: Postgres ends such sessions on its own. Through
+        # PgBouncer, its `idle_transaction_timeout` does this (docs/scaling.md).
+        f" -c idle_in_transaction_session_timeout={max(1000, int(settings.lease_s * 1000))}"
+    )
+
+
 async def connect_pg(settings: Settings) -> AsyncConnection[DictRow]:
     """One connection, as the pool's are, for a short-lived command (`runstream status`).
 
     No pool: a command that reports Postgres down must fail at once, not retry for 10 s.
     """
     _, url = settings.require_services()
+    if settings.database_pool_mode == "transaction":
+        return await AsyncConnection.connect(
+            url, autocommit=True, row_factory=dict_row, prepare_threshold=None
+        )
     return await AsyncConnection.connect(
         url,
         autocommit=True,
@@ -72,13 +102,24 @@ async def connect_pg(settings: Settings) -> AsyncConnection[DictRow]:
     )
 
 
-async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
+async def open_pg_pool(settings: Settings, max_size: int = 10, *, direct: bool = False) -> PgPool:
     """A psycopg pool in autocommit with dict rows, on the configured schema.
 
     These are the connection settings the LangGraph Postgres checkpointer requires; our own
-    queries open explicit transactions where they need one.
+    queries open explicit transactions where they need one. No statement is prepared
+    (`prepare_threshold=None`), so the pool also works through PgBouncer in transaction mode.
+    `direct` opens it on `direct_database_url` instead, bypassing such a pooler.
     """
-    _, url = settings.require_services()
+    url = settings.direct_database_url if direct else settings.require_services()[1]
+    if url is None:
+        raise SettingsError("set RUNSTREAM_DIRECT_DATABASE_URL: migrations need a session")
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "prepare_threshold": None,
+        "row_factory": dict_row,
+    }
+    if direct or settings.database_pool_mode == "session":
+        kwargs["options"] = _session_options(settings)
     pool = PgPool(
         url,
         connection_class=AsyncConnection[DictRow],
@@ -90,16 +131,39 @@ async def open_pg_pool(settings: Settings, max_size: int = 10) -> PgPool:
         # 30 s outage its next try can be 30 s away. Giving up a slot after 8 s (tries at
         # 0, 1, 3, 7 s) frees it, and the next request opens a fresh one at once.
         reconnect_timeout=8,
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": None,
-            "row_factory": dict_row,
-            # A paused or partitioned process must not hold row locks (the checkpoint fence's
-            # FOR SHARE) past its lease: Postgres ends such sessions on its own.
-            "options": f"-c search_path={settings.database_schema}"
-            f" -c idle_in_transaction_session_timeout={max(1000, int(settings.lease_s * 1000))}",
-        },
+        kwargs=kwargs,
         check=AsyncConnectionPool.check_connection,
     )
     await pool.open(wait=True, timeout=10)
     return pool
+
+
+@asynccontextmanager
+async def session_pool(settings: Settings, pool: PgPool) -> AsyncIterator[PgPool]:
+    """A pool whose connections keep session state, for migrations (a session-level advisory
+    lock, `CREATE INDEX CONCURRENTLY`): `pool` itself, or a direct one when `pool` goes
+    through a transaction pooler."""
+    if settings.database_pool_mode == "session":
+        yield pool
+        return
+    direct = await open_pg_pool(settings, max_size=1, direct=True)
+    try:
+        yield direct
+    finally:
+        await direct.close()
+
+
+async def check_search_path(settings: Settings, pool: PgPool) -> None:
+    """Through a transaction pooler runstream sets no search_path, so the schema must be the
+    connections' own default; say so at start-up rather than fail on a missing table later."""
+    if settings.database_pool_mode == "session":
+        return
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT current_schemas(false) AS path")
+        row = await cur.fetchone()
+    path = row["path"] if row is not None else []
+    if not path or path[0] != settings.database_schema:
+        raise SchemaNotOnSearchPath(
+            f"through a transaction pooler the schema {settings.database_schema!r} must come"
+            f" first in the role's search_path (now {path}): ALTER ROLE ... SET search_path"
+        )

@@ -6,6 +6,10 @@ the events that announce it, and the last of those events is remembered as the r
 `last_event_id`. A viewer that sees a status event can therefore always read that status back,
 and a crash between the two steps leaves a state the reaper completes (`repair`).
 
+The server's own transitions (submit, cancel of an idle run, resume) write their first event
+inside the Postgres transaction, after its UPDATE and before its COMMIT: a Redis that refuses
+it (at `maxmemory`) rolls the transition back, so the caller's 503 means nothing changed.
+
 Which process calls what:
 
     server   submit, cancel, resume
@@ -99,10 +103,14 @@ class RunLifecycle:
         data = RunStatusData(status=status, attempt=attempt)
         return await self._event(run, attempt, "run", data, status=status, settled=settled)
 
-    async def _outcome(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
-        """The status event and the terminal event of a finished `run`, then its last id."""
+    async def _outcome(
+        self, run: RunRecord, attempt: int, *, settled: bool = False, told: bool = False
+    ) -> None:
+        """The status event (unless `told` already) and the terminal event of a finished `run`,
+        then its last id."""
         try:
-            await self._status(run, attempt, run.status, settled=settled)
+            if not told:
+                await self._status(run, attempt, run.status, settled=settled)
         except StreamGone:
             if settled:
                 raise  # the worker's own stream: it was fenced out
@@ -192,56 +200,107 @@ class RunLifecycle:
     async def cancel(self, run: RunRecord, *, rollback: bool = False) -> RunRecord:
         """Cancel a queued or interrupted run at once, or ask the worker running it to stop.
 
-        With `rollback`, the run is deleted once cancelled, with the checkpoints it wrote.
+        With `rollback`, the run is deleted once cancelled, with the checkpoints it wrote. The
+        `run`/`cancelled` event is written before the cancel commits: a Redis that refuses it
+        (at `maxmemory`) rolls the cancel back, and the caller gets 503 with nothing changed.
 
         Raises:
             Conflict: the run already finished.
+            StoreUnavailable: Redis or Postgres refused; the run is as it was.
         """
         if run.status.terminal:
             raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
-        if rollback:
+        marked = rollback and not run.kwargs.get("rollback")
+        if marked:
             await self.records.ask_rollback(run.run_id)
-        cancelled = await self.records.cancel_idle_run(run.run_id, run.owner)
-        if cancelled is not None:
-            await self._outcome(cancelled, cancelled.attempt)
-            await self._roll_back(cancelled)
+        told = False
+
+        async def tell(cancelled: RunRecord) -> None:
+            nonlocal told
+            with contextlib.suppress(StreamGone):  # an expired interrupt: `_outcome` says so
+                await self._status(cancelled, cancelled.attempt, RunStatus.CANCELLED)
+                told = True
+
+        try:
+            cancelled = await self.records.cancel_idle_run(
+                run.run_id, run.owner, before_commit=tell
+            )
+            if cancelled is None:
+                # Running (or just claimed): the worker that holds it stops it and writes the
+                # outcome.
+                await self.events.request_cancel(run.run_id)
+        except StoreUnavailable:
+            if marked:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.records.ask_rollback(run.run_id, wanted=False)
+            raise
+        if cancelled is None:
+            logger.info("cancel requested from the worker")
+            return await self.records.get_run(run.run_id, run.owner) or run
+        try:
+            await self._outcome(cancelled, cancelled.attempt, told=told)
+        except StoreUnavailable as exc:
+            # Cancelled and announced; the reaper writes the `done` event (`repair`) later.
+            logger.warning("cancel recorded; the reaper will finish its events", error=str(exc))
+        await self._roll_back(cancelled)
+        try:
             await self.queue.dispatch_next(cancelled.thread_id)
-            logger.info("run cancelled")
-            return cancelled
-        # Running (or just claimed): the worker that holds it stops it and writes the outcome.
-        await self.events.request_cancel(run.run_id)
-        logger.info("cancel requested from the worker")
-        return await self.records.get_run(run.run_id, run.owner) or run
+        except StoreUnavailable as exc:
+            logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
+        logger.info("run cancelled")
+        return cancelled
 
     async def resume(self, run: RunRecord, value: Any) -> RunRecord:
         """Queue an interrupted run again with the answer to its interrupt.
 
+        The `run`/`queued` event is written before the resume commits: a Redis that refuses
+        it (at `maxmemory`) rolls the resume back, and the caller gets 503 with nothing
+        changed. A failed enqueue after the commit is left to the reaper, as for a submit.
+
         Raises:
             Conflict: the run is not interrupted.
+            StoreUnavailable: Redis or Postgres refused; the run is still interrupted.
         """
-        resumed = await self.records.resume_run(run.run_id, run.owner, value)
+
+        async def tell(resumed: RunRecord) -> None:
+            try:
+                await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
+            except StreamGone:  # RUNSTREAM_INTERRUPTED_TTL passed (or Redis lost it): a new one
+                await self.restore_stream(resumed)
+
+        resumed = await self.records.resume_run(run.run_id, run.owner, value, before_commit=tell)
         if resumed is None:
             raise Conflict(
                 f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
             )
         try:
-            await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
-        except StreamGone:  # RUNSTREAM_INTERRUPTED_TTL passed (or Redis lost it): a new one
-            await self.restore_stream(resumed)
-        await self.queue.enqueue(resumed)
+            await self.queue.enqueue(resumed)
+        except StoreUnavailable as exc:
+            logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
         logger.info("run resumed")
         return resumed
 
     # -- worker ------------------------------------------------------------------------------
 
-    async def claim(self, run_id: str, lease_s: float) -> RunRecord | None:
-        """queued -> running for this worker, with the attempt's lease; None if not ours."""
-        run = await self.records.claim_run(run_id)
+    async def claim(
+        self,
+        run_id: str,
+        lease_s: float,
+        attempt_traceparent: str | None = None,
+        *,
+        worker: str = "",
+    ) -> RunRecord | None:
+        """queued -> running for this worker (`worker`, its id, noted in the live record for
+        the reaper), with the attempt's lease; None if not ours.
+
+        The run's `attempt_traceparent` is then the previous attempt's (`Records.claim_run`).
+        """
+        run = await self.records.claim_run(run_id, attempt_traceparent)
         if run is None:
             logger.info("run not claimable, skipping", run_id=run_id)
             return None
         try:
-            await self.events.claim(run.run_id, run.attempt, lease_s)
+            await self.events.claim(run.run_id, run.attempt, lease_s, worker)
         except (Fenced, StreamGone) as exc:
             logger.warning(
                 "could not take the run's lease; leaving it to the reaper",

@@ -272,24 +272,36 @@ class EventLog:
         with redis_errors(run_id):
             return bool(await self.redis.set(key, b"1", nx=True, px=int(ttl_s * 1000)))
 
-    async def claim(self, run_id: str, attempt: int, lease_s: float) -> int:
-        """Take the run's lease as `attempt`; returns the attempt that started before this one.
+    async def claim(self, run_id: str, attempt: int, lease_s: float, worker: str = "") -> int:
+        """Take the run's lease as `attempt`, noting the `worker` that holds it (its process
+        gone, the reaper need not wait for the lease); returns the attempt that started
+        before this one.
 
         Raises:
             Fenced: a newer attempt owns the run.
         """
         keys = [self.keys.run_record(run_id)]
-        return int(await self._call(self._claim, run_id, keys, [attempt, int(lease_s * 1000)]))
+        args = [attempt, int(lease_s * 1000), worker]
+        return int(await self._call(self._claim, run_id, keys, args))
 
     async def renew(self, run_id: str, attempt: int, lease_s: float) -> None:
         """Extend the lease. Raises Fenced when it was lost (expired or taken over)."""
         keys = [self.keys.run_record(run_id)]
         await self._call(self._renew, run_id, keys, [attempt, int(lease_s * 1000)])
 
-    async def take_over(self, run_id: str, attempt: int, *, force: bool = False) -> TakeOver:
-        """Fence out `attempt` if its lease ran out (or, `force`, anyway)."""
+    async def take_over(
+        self,
+        run_id: str,
+        attempt: int,
+        *,
+        force: bool = False,
+        gone_workers: Sequence[str] = (),
+    ) -> TakeOver:
+        """Fence out `attempt` if its lease ran out, or its worker is among `gone_workers`
+        (or, `force`, anyway)."""
         keys = [self.keys.run_record(run_id)]
-        result = await self._call(self._take_over, run_id, keys, [attempt, "1" if force else ""])
+        args = [attempt, "1" if force else "", *gone_workers]
+        result = await self._call(self._take_over, run_id, keys, args)
         return TakeOver(result.decode() if isinstance(result, bytes) else str(result))
 
     async def message_ids(self, run_id: str) -> tuple[list[str], set[str]]:
@@ -339,9 +351,12 @@ class EventLog:
             return bool(await self.redis.exists(self.keys.run_record(run_id)))
 
     async def request_cancel(self, run_id: str) -> None:
-        """Flag the run as cancelled and tell every worker; the one running it stops it."""
+        """Flag the run as cancelled and tell every worker; the one running it stops it.
+
+        One MULTI: a Redis at `maxmemory` refuses the flag, and then must not publish either.
+        """
         with redis_errors(run_id):
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.set(self.keys.run_cancel(run_id), b"1", ex=self.stream_ttl_s)
                 pipe.publish(self.keys.cancel_channel(), run_id.encode())
                 await pipe.execute()

@@ -98,6 +98,13 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runstream_runs ADD COLUMN stream_modes text[] NOT NULL DEFAULT '{}';
     ALTER TABLE runstream_runs ADD COLUMN kwargs jsonb NOT NULL DEFAULT '{}';
     """,
+    # Traces (stream_store/tracing.py): the W3C `traceparent` of the run's submit span, which
+    # every attempt continues, and of the attempt that claimed the run last, which the next
+    # attempt links to. Both null when traces are off.
+    """
+    ALTER TABLE runstream_runs ADD COLUMN traceparent text;
+    ALTER TABLE runstream_runs ADD COLUMN attempt_traceparent text;
+    """,
 ]
 
 

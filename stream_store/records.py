@@ -23,13 +23,17 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
-from .checkpoints import delete_run_checkpoints, delete_thread_checkpoints
+from .checkpoints import (
+    copy_thread_checkpoints,
+    delete_run_checkpoints,
+    delete_thread_checkpoints,
+)
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, StoreUnavailable
 from .events import ACTIVE_STATUSES, RunStatus
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
 
-__all__ = ["Created", "NewRun", "Records", "RunRecord", "ThreadRecord"]
+__all__ = ["BeforeCommit", "Created", "NewRun", "Records", "RunRecord", "ThreadRecord"]
 
 TITLE_CHARS = 80
 # The advisory-lock class (first of two int4 keys) under which a submit locks its owner.
@@ -38,7 +42,8 @@ _OWNER_SUBMIT_LOCK = 0x7375626D  # "subm"
 _RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
     " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
-    " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs"
+    " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs, traceparent,"
+    " attempt_traceparent"
 )
 _THREAD_STATUS = """
     CASE
@@ -53,6 +58,24 @@ _THREAD_COLUMNS = (
     "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
     f" {_THREAD_STATUS} AS status"
 )
+# A thread's status as LangGraph's server sets it when a run ends (what `search_threads` and
+# `count_threads` filter on; server/langgraph/views.py computes the same for one thread): busy
+# while a run is queued or running, otherwise from the latest run that started: `error` if it
+# failed, `interrupted` if it stopped at an interrupt or was cancelled mid-step (LangGraph:
+# the checkpoint still has a next step), else `idle`.
+_LANGGRAPH_THREAD_STATUS = """
+    CASE
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status IN ('queued', 'running')) THEN 'busy'
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status = 'interrupted') THEN 'interrupted'
+      ELSE COALESCE((SELECT CASE r.status WHEN 'failed' THEN 'error'
+                                          WHEN 'cancelled' THEN 'interrupted' ELSE 'idle' END
+                     FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                     AND r.started_at IS NOT NULL
+                     ORDER BY r.created_at DESC LIMIT 1), 'idle')
+    END
+"""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -83,6 +106,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # API's own fields of the request; both empty for runs submitted to `/v1`.
     stream_modes: list[str] = []
     kwargs: dict[str, Any] = {}
+    # Traces (stream_store/tracing.py): the submit span's `traceparent`, and that of the attempt
+    # that claimed the run last; `claim_run` returns the one before its own claim.
+    traceparent: str | None = None
+    attempt_traceparent: str | None = None
 
     @property
     def job_id(self) -> str:
@@ -125,16 +152,23 @@ class NewRun(msgspec.Struct, kw_only=True):
     supersede_interrupted: bool = False
     # With a thread id that names no thread yet: create it (LangGraph's `if_not_exists`).
     create_thread: bool = False
+    traceparent: str | None = None  # of the submit span, continued by every attempt
 
 
 # Inserts the run on the thread named by a CTE `thread` (new or updated in the same statement).
 _INSERT_RUN = (
     "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
-    " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume)"
-    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume,"
+    " traceparent)"
+    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
     " FROM thread"
     " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 )
+
+
+# Runs inside a transition's transaction, its row locked, before the commit: the Redis write
+# that announces the transition, so that a refusal (Redis at `maxmemory`) rolls it back.
+BeforeCommit = Callable[["RunRecord"], Awaitable[None]]
 
 
 class _KeyTaken(Exception):
@@ -225,6 +259,7 @@ class Records:
             new.stream_modes,
             Jsonb(new.kwargs),
             Jsonb(new.resume) if new.resume is not None else None,
+            new.traceparent,
         )
         turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         if new.max_active_runs:
@@ -362,11 +397,21 @@ class Records:
     async def _threads(self, query: str, params: Sequence[Any] = ()) -> list[ThreadRecord]:
         return [_thread(row) for row in await self._rows(query, params)]
 
-    async def _one_run(self, query: str, params: tuple[Any, ...]) -> RunRecord | None:
-        async with _translated(), self.pool.connection() as conn:
+    async def _one_run(
+        self, query: str, params: tuple[Any, ...], *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        if before_commit is None:
+            async with _translated(), self.pool.connection() as conn:
+                cur = await conn.execute(query, params)
+                row = await cur.fetchone()
+            return _run(row) if row else None
+        async with _translated(), self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(query, params)
             row = await cur.fetchone()
-        return _run(row) if row else None
+            run = _run(row) if row else None
+            if run is not None:
+                await before_commit(run)
+        return run
 
     async def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
         """The run, or None when unknown or (with `owner`) not that owner's."""
@@ -379,13 +424,23 @@ class Records:
             (run_id, owner),
         )
 
-    async def claim_run(self, run_id: str) -> RunRecord | None:
-        """queued -> running, for the worker that got the job; None if someone else won."""
+    async def claim_run(
+        self, run_id: str, attempt_traceparent: str | None = None
+    ) -> RunRecord | None:
+        """queued -> running, for the worker that got the job; None if someone else won.
+
+        Records the claiming attempt's `attempt_traceparent` and returns the previous one (the
+        CTE reads the row as it was), which the new attempt's span links to.
+        """
+        previous = "(SELECT attempt_traceparent FROM before) AS attempt_traceparent"
         return await self._one_run(
-            "UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
-            " started_at = coalesce(started_at, clock_timestamp())"
-            f" WHERE run_id = %s AND status = 'queued' RETURNING {_RUN_COLUMNS}",
-            (run_id,),
+            "WITH before AS (SELECT attempt_traceparent FROM runstream_runs WHERE run_id = %s)"
+            " UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
+            " started_at = coalesce(started_at, clock_timestamp()),"
+            " attempt_traceparent = coalesce(%s, attempt_traceparent)"
+            " WHERE run_id = %s AND status = 'queued'"
+            f" RETURNING {_RUN_COLUMNS.replace('attempt_traceparent', previous)}",
+            (run_id, attempt_traceparent, run_id),
         )
 
     async def running_claimed_before(self, age_s: float) -> list[RunRecord]:
@@ -493,18 +548,29 @@ class Records:
             (Jsonb(interrupt), run_id, attempt),
         )
 
-    async def cancel_idle_run(self, run_id: str, owner: str) -> RunRecord | None:
-        """queued/interrupted -> cancelled directly: no worker is executing it."""
+    async def cancel_idle_run(
+        self, run_id: str, owner: str, *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        """queued/interrupted -> cancelled directly: no worker is executing it.
+
+        `before_commit` gets the cancelled run while its row is locked; raising rolls back.
+        """
         return await self._one_run(
             "UPDATE runstream_runs SET status = 'cancelled', finished_at = clock_timestamp(),"
             " settled_at = clock_timestamp()"
             " WHERE run_id = %s AND owner = %s AND status IN ('queued', 'interrupted')"
             f" RETURNING {_RUN_COLUMNS}",
             (run_id, owner),
+            before_commit=before_commit,
         )
 
-    async def resume_run(self, run_id: str, owner: str, value: Any) -> RunRecord | None:
-        """interrupted -> queued with the resume value, as a new dispatch of the same run."""
+    async def resume_run(
+        self, run_id: str, owner: str, value: Any, *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        """interrupted -> queued with the resume value, as a new dispatch of the same run.
+
+        `before_commit` gets the resumed run while its row is locked; raising rolls back.
+        """
         return await self._one_run(
             "UPDATE runstream_runs SET status = 'queued', resume = %s, interrupt = NULL,"
             " dispatch = dispatch + 1, queued_at = clock_timestamp(), settled_at = NULL,"
@@ -512,6 +578,7 @@ class Records:
             " WHERE run_id = %s AND owner = %s AND status = 'interrupted'"
             f" RETURNING {_RUN_COLUMNS}",
             (Jsonb({"value": value}), run_id, owner),
+            before_commit=before_commit,
         )
 
     async def next_queued(self, thread_id: str) -> RunRecord | None:
@@ -553,6 +620,30 @@ class Records:
         )
         return found[0] if found else None
 
+    async def copy_thread(
+        self, thread_id: str, owner: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """A new thread of `owner` with `metadata` and a copy of `thread_id`'s checkpoints
+        (not its runs), taken from one snapshot; None when `thread_id` is not the owner's."""
+        async with _translated(), self.pool.connection() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur = await conn.execute(
+                "SELECT 1 FROM runstream_threads WHERE thread_id = %s AND owner = %s",
+                (thread_id, owner),
+            )
+            if await cur.fetchone() is None:
+                return None
+            cur = await conn.execute(
+                "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
+                f" VALUES (%s, %s, %s) RETURNING {_THREAD_COLUMNS}",
+                (str(uuid.uuid4()), owner, Jsonb(metadata)),
+            )
+            row = await cur.fetchone()
+            assert row is not None  # INSERT ... RETURNING always returns the row
+            copied = _thread(row)
+            await copy_thread_checkpoints(conn, thread_id, copied.thread_id)
+        return copied
+
     async def update_thread_metadata(
         self, thread_id: str, owner: str, metadata: dict[str, Any]
     ) -> ThreadRecord | None:
@@ -568,8 +659,8 @@ class Records:
     def _thread_filter(
         self, owner: str, metadata: dict[str, Any], status: str | None, ids: list[str] | None
     ) -> tuple[str, list[Any]]:
-        """The owner's threads whose metadata contains `metadata` (and status, ids), as a
-        subquery `found`."""
+        """The owner's threads whose metadata contains `metadata` (and LangGraph's status,
+        ids), as a subquery `found`."""
         query = (
             f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
             " WHERE t.owner = %s AND t.metadata @> %s"
@@ -578,10 +669,10 @@ class Records:
         if ids is not None:
             query += " AND t.thread_id::text = ANY(%s)"
             params.append(ids)
-        query += ") found"
         if status is not None:
-            query += " WHERE status = %s"
+            query += f" AND ({_LANGGRAPH_THREAD_STATUS}) = %s"
             params.append(status)
+        query += ") found"
         return query, params
 
     async def search_threads(
@@ -639,6 +730,14 @@ class Records:
         )
         return [(row["thread_id"], row["owner"]) for row in rows]
 
+    async def working_runs(self, owner: str, statuses: Sequence[str]) -> list[RunRecord]:
+        """The owner's runs in `statuses` (a subset of queued and running), oldest first."""
+        return await self._runs(
+            f"SELECT {_RUN_COLUMNS} FROM runstream_runs WHERE owner = %s"
+            " AND status IN ('queued', 'running') AND status = ANY(%s) ORDER BY created_at",
+            (owner, list(statuses)),
+        )
+
     async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
         return await self._runs(
             f"SELECT {_RUN_COLUMNS} FROM runstream_runs"
@@ -656,12 +755,15 @@ class Records:
             )
             return await cur.fetchone() is not None
 
-    async def ask_rollback(self, run_id: str) -> None:
-        """Remember that the run, once cancelled, goes with what it wrote (`roll_back_run`)."""
+    async def ask_rollback(self, run_id: str, *, wanted: bool = True) -> None:
+        """Remember that the run, once cancelled, goes with what it wrote (`roll_back_run`);
+        `wanted=False` forgets it again (the cancel that asked was refused)."""
         async with _translated(), self.pool.connection() as conn:
             await conn.execute(
                 "UPDATE runstream_runs SET kwargs = kwargs || '{\"rollback\": true}'"
-                " WHERE run_id = %s",
+                " WHERE run_id = %s"
+                if wanted
+                else "UPDATE runstream_runs SET kwargs = kwargs - 'rollback' WHERE run_id = %s",
                 (run_id,),
             )
 

@@ -93,6 +93,7 @@ class RunOut(msgspec.Struct):
     stream_url: str
     metadata: dict[str, Any]
     multitask: str
+    trace_id: str | None = None  # the run's OpenTelemetry trace; null when not traced
 
 
 class ThreadOut(msgspec.Struct):

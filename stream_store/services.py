@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from arq.connections import ArqRedis
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from .checkpoints import FencedPostgresSaver
-from .connections import PgPool, open_pg_pool, open_redis
+from .connections import PgPool, check_search_path, open_pg_pool, open_redis, session_pool
 from .keys import KeySpace
 from .lifecycle import RunLifecycle
 from .log import EventLog
@@ -37,11 +38,16 @@ class Services:
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
+    tracer: Tracer  # runstream's spans (stream_store/tracing.py); no-op when traces are off
 
 
 @contextlib.asynccontextmanager
 async def open_services(
-    settings: Settings, *, pool_size: int = 10, redis: ArqRedis | None = None
+    settings: Settings,
+    *,
+    pool_size: int = 10,
+    redis: ArqRedis | None = None,
+    tracer: Tracer | None = None,
 ) -> AsyncIterator[Services]:
     """Open Redis (unless `redis` is given) and a migrated Postgres pool; close what was opened,
     in reverse order."""
@@ -52,7 +58,9 @@ async def open_services(
             stack.push_async_callback(redis.aclose)
         pool = await open_pg_pool(settings, max_size=pool_size)
         stack.push_async_callback(pool.close)
-        await migrate(pool, settings.database_schema)
+        async with session_pool(settings, pool) as migrating:
+            await migrate(migrating, settings.database_schema)
+        await check_search_path(settings, pool)
         records = Records(pool)
         events = EventLog(
             redis,
@@ -80,4 +88,5 @@ async def open_services(
                 lease_s=settings.lease_s,
                 max_attempts=settings.max_attempts,
             ),
+            tracer=tracer or NoOpTracer(),
         )

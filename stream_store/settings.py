@@ -130,6 +130,10 @@ class Settings:
     redis_url: str | None = None
     database_url: str | None = None
     database_schema: str = "public"
+    # "transaction": database_url is a transaction-mode pooler (PgBouncer), which keeps no
+    # session state, so runstream sends none and migrates through direct_database_url.
+    database_pool_mode: str = "session"
+    direct_database_url: str | None = None
     redis_prefix: str = "runstream"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -161,6 +165,7 @@ class Settings:
     max_sse_connections: int = limits.DEFAULT_MAX_SSE_CONNECTIONS
     max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
     worker_concurrency: int = 100
+    worker_metrics_port: int = 0  # the worker's /metrics on RUNSTREAM_HOST; 0: none
     job_timeout_s: int = 3600
     poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
     lease_s: float = 5.0
@@ -192,6 +197,17 @@ class Settings:
         schema = env.get("RUNSTREAM_DATABASE_SCHEMA") or "public"
         if not _IDENTIFIER.match(schema):
             raise SettingsError(f"RUNSTREAM_DATABASE_SCHEMA is not an identifier: {schema!r}")
+        pool_mode = env.get("RUNSTREAM_DATABASE_POOL_MODE") or "session"
+        if pool_mode not in ("session", "transaction"):
+            raise SettingsError(
+                f"RUNSTREAM_DATABASE_POOL_MODE is 'session' or 'transaction', not {pool_mode!r}"
+            )
+        direct_url = env.get("RUNSTREAM_DIRECT_DATABASE_URL") or None
+        if pool_mode == "transaction" and not direct_url:
+            raise SettingsError(
+                "RUNSTREAM_DATABASE_POOL_MODE=transaction needs RUNSTREAM_DIRECT_DATABASE_URL:"
+                " migrations hold a session-level lock, which a transaction pooler cannot keep"
+            )
         openai_key = env.get("OPENAI_API_KEY") or None
         model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if openai_key else "fake")
         api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
@@ -205,6 +221,8 @@ class Settings:
             redis_url=env.get("RUNSTREAM_REDIS_URL") or None,
             database_url=env.get("RUNSTREAM_DATABASE_URL") or None,
             database_schema=schema,
+            database_pool_mode=pool_mode,
+            direct_database_url=direct_url,
             redis_prefix=env.get("RUNSTREAM_REDIS_PREFIX") or "runstream",
             host=env.get("RUNSTREAM_HOST") or "127.0.0.1",
             port=_int(env, "RUNSTREAM_PORT", 8000),
@@ -260,6 +278,7 @@ class Settings:
                 limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN,
             ),
             worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
+            worker_metrics_port=_int(env, "RUNSTREAM_WORKER_METRICS_PORT", 0),
             job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),
             poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 500, minimum=1) / 1000,
             lease_s=_int(env, "RUNSTREAM_LEASE_MS", 5000, minimum=100) / 1000,

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -32,6 +33,7 @@ from server.app import create_app
 from server.embedded import EmbeddedServices
 from server.logs import configure_logging
 from stream_store.settings import Settings
+from tests.pgbouncer import PgBouncer
 
 if TYPE_CHECKING:
     from tests.processes import Cluster
@@ -54,6 +56,7 @@ def test_id() -> str:
 
 
 _embedded = pytest.StashKey[tuple[EmbeddedServices, Path]]()
+_pgbouncer = pytest.StashKey[PgBouncer]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,18 +69,23 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # an xdist worker: the controller did it
     redis_url = os.environ.get("RUNSTREAM_TEST_REDIS_URL")
     database_url = os.environ.get("RUNSTREAM_TEST_DATABASE_URL")
-    if redis_url and database_url:
-        return
-    base = Path(tempfile.mkdtemp(prefix="rs-test-services-"))
-    os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder
-    services = EmbeddedServices(base / "data")
-    config.stash[_embedded] = (services, base)
-    started_redis, started_db = services.start(redis=not redis_url, postgres=not database_url)
-    os.environ["RUNSTREAM_TEST_REDIS_URL"] = str(redis_url or started_redis)
-    os.environ["RUNSTREAM_TEST_DATABASE_URL"] = str(database_url or started_db)
+    if not (redis_url and database_url):
+        base = Path(tempfile.mkdtemp(prefix="rs-test-services-"))
+        os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder
+        services = EmbeddedServices(base / "data")
+        config.stash[_embedded] = (services, base)
+        started_redis, started_db = services.start(redis=not redis_url, postgres=not database_url)
+        os.environ["RUNSTREAM_TEST_REDIS_URL"] = str(redis_url or started_redis)
+        os.environ["RUNSTREAM_TEST_DATABASE_URL"] = str(database_url or started_db)
+    if os.environ.get("RUNSTREAM_TEST_PGBOUNCER") == "1":
+        bouncer = PgBouncer(os.environ["RUNSTREAM_TEST_DATABASE_URL"])
+        config.stash[_pgbouncer] = bouncer
+        os.environ["RUNSTREAM_TEST_PGBOUNCER_PORT"] = str(bouncer.port)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _pgbouncer in config.stash:
+        config.stash[_pgbouncer].stop()
     if _embedded in config.stash:
         services, base = config.stash[_embedded]
         services.stop()
@@ -96,7 +104,7 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
     schema = f"t_{test_id}"
     prefix = f"rs-test-{test_id}"
     redis_url, database_url = service_urls
-    yield Settings(
+    base = Settings(
         redis_url=redis_url,
         database_url=database_url,
         database_schema=schema,
@@ -107,8 +115,26 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
         stream_ttl_s=600,
         signing_key="test-signing-key",
     )
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    bouncer_port = os.environ.get("RUNSTREAM_TEST_PGBOUNCER_PORT")
+    if bouncer_port:
+        # Through PgBouncer no session setting survives, so the test's schema is `public` of a
+        # database of its own, as a deployment behind a transaction pooler would have it.
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute(f'CREATE DATABASE "{schema}"')
+        direct = urlunsplit(urlsplit(database_url)._replace(path=f"/{schema}"))
+        yield replace(
+            base,
+            database_url=f"postgresql://postgres@127.0.0.1:{bouncer_port}/{schema}",
+            direct_database_url=direct,
+            database_pool_mode="transaction",
+            database_schema="public",
+        )
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{schema}" WITH (FORCE)')
+    else:
+        yield base
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     redis = Redis.from_url(redis_url)
     try:
         keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
@@ -120,9 +146,10 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
 
 def schema_connection(settings: Settings, **kwargs: Any) -> Any:
     """A connection (`async with await ...`) in autocommit on the test's own schema."""
-    assert settings.database_url
+    url = settings.direct_database_url or settings.database_url  # past PgBouncer, if any
+    assert url
     return psycopg.AsyncConnection.connect(
-        settings.database_url,
+        url,
         autocommit=True,
         options=f"-c search_path={settings.database_schema}",
         **kwargs,

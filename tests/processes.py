@@ -38,6 +38,9 @@ def _config(settings: Settings) -> dict[str, str]:
         "RUNSTREAM_POLL_DELAY_MS": str(int(settings.poll_delay_s * 1000)),
         "RUNSTREAM_SHUTDOWN_GRACE_MS": str(int(settings.shutdown_grace_s * 1000)),
     }
+    if settings.database_pool_mode != "session":
+        config["RUNSTREAM_DATABASE_POOL_MODE"] = settings.database_pool_mode
+        config["RUNSTREAM_DIRECT_DATABASE_URL"] = str(settings.direct_database_url)
     if settings.graphs:
         config["RUNSTREAM_GRAPHS"] = ",".join(f"{k}={v}" for k, v in settings.graphs.items())
     return config

@@ -146,6 +146,92 @@ class TestWorkerKilled:
             assert polled["status"] == "succeeded" and polled["attempt"] == 2
             assert second.alive()
 
+    async def test_sigkill_is_seen_at_once_not_after_the_lease(self, cluster: Cluster) -> None:
+        # A 30 s lease and the default reaper interval: only the dead worker's vanished Redis
+        # connection can explain a take-over within seconds.
+        env = {"RUNSTREAM_LEASE_MS": "30000", "RUNSTREAM_REAPER_INTERVAL_MS": "1000"}
+        _, url = await cluster.server(**env)
+        first = await cluster.ready_worker(**env)
+        text = words(250)
+        async with httpx.AsyncClient(base_url=url) as http:
+            run = (await http.post("/v1/runs", json=body(text))).json()
+            events: list[Received] = []
+            stamps: list[float] = []
+            viewer = asyncio.create_task(follow(url, run["run_id"], events, stamps))
+            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            await cluster.ready_worker(**env)
+            await wait_for(lambda: sum(e.event == "token" for e in events) >= 15, what="tokens")
+            killed_at = time.monotonic()
+            first.kill()
+            await asyncio.wait_for(viewer, 60)
+            check_stream(events)
+            names = [e.event for e in events]
+            retry = names.index("retry")
+            first_token = next(i for i in range(retry, len(events)) if names[i] == "token")
+            recovered_s = stamps[first_token] - killed_at
+            RECOVERY_TIMES.setdefault("sigkill, 30 s lease", []).append(recovered_s)
+            assert recovered_s < 5  # a worker alive but silent would keep the run for 30 s
+            final = await final_message(http, run["thread_id"])
+            assert reassemble(events) == {final["id"]: text}
+
+
+class TestLiveWorkerKeepsItsRun:
+    """A worker alive keeps its run: paused within its lease, or its Redis connections cut."""
+
+    async def test_sigstop_within_the_lease_is_not_a_take_over(self, cluster: Cluster) -> None:
+        # A paused process keeps its sockets, so its presence connection stays in Redis's list.
+        env = {"RUNSTREAM_LEASE_MS": "6000"}
+        _, url = await cluster.server(**env)
+        paused = await cluster.ready_worker(**env)
+        text = words(200)
+        async with httpx.AsyncClient(base_url=url) as http:
+            run = (await http.post("/v1/runs", json=body(text))).json()
+            events: list[Received] = []
+            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
+            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            await cluster.ready_worker(**env)
+            paused.pause()
+            await asyncio.sleep(2.5)  # under the 4 s the lease has left at least
+            paused.resume()
+            await asyncio.wait_for(viewer, 60)
+            assert "retry" not in [e.event for e in events]
+            polled = (await http.get(f"/v1/runs/{run['run_id']}")).json()
+            assert polled["status"] == "succeeded" and polled["attempt"] == 1
+            final = await final_message(http, run["thread_id"])
+            assert reassemble(events) == {final["id"]: text}
+
+    async def test_a_dropped_presence_connection_is_not_a_dead_worker(
+        self, cluster: Cluster, fault_settings: Settings
+    ) -> None:
+        # Its presence connection cut again and again (as by a Redis restart or a proxy): the
+        # worker names a new one within a ping, before any reaper's grace runs out.
+        env = {"RUNSTREAM_LEASE_MS": "30000"}
+        _, url = await cluster.server(**env)
+        await cluster.workers(2, **env)
+        text = words(200)
+        redis = Redis.from_url(str(fault_settings.redis_url))
+        async with httpx.AsyncClient(base_url=url) as http:
+            run = (await http.post("/v1/runs", json=body(text))).json()
+            events: list[Received] = []
+            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
+            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            record = KeySpace(fault_settings.redis_prefix).run_record(run["run_id"])
+            name = f"runstream-worker:{(await redis.hget(record, 'worker')).decode()}"
+            cuts = 0
+            while not viewer.done():
+                for client in await redis.client_list(_type="normal"):
+                    if client["name"] == name:
+                        await redis.client_kill_filter(_id=client["id"])
+                        cuts += 1
+                await asyncio.sleep(0.3)
+            await viewer
+            present = [c["name"] for c in await redis.client_list(_type="normal")]
+            await redis.aclose()
+            assert cuts >= 5 and name in present
+            assert "retry" not in [e.event for e in events]
+            polled = (await http.get(f"/v1/runs/{run['run_id']}")).json()
+            assert polled["status"] == "succeeded" and polled["attempt"] == 1
+
 
 class TestPausedWorker:
     """2. A worker paused past its lease writes nothing after it wakes up."""
@@ -468,10 +554,17 @@ class TestChaos:
     async def test_two_hundred_runs_survive_random_worker_kills(
         self, cluster: Cluster, fault_settings: Settings
     ) -> None:
-        env = {"RUNSTREAM_MAX_ATTEMPTS": "20", "RUNSTREAM_FAKE_TOKEN_DELAY_MS": "10"}
+        # The default lease and reaper interval: killed workers are found by their vanished
+        # Redis connections, and the busy survivors (70 runs each on 2 cores) keep theirs.
+        env = {
+            "RUNSTREAM_MAX_ATTEMPTS": "20",
+            "RUNSTREAM_FAKE_TOKEN_DELAY_MS": "10",
+            "RUNSTREAM_LEASE_MS": "5000",
+            "RUNSTREAM_REAPER_INTERVAL_MS": "1000",
+        }
         # 200 runs at once from one caller: past the per-caller limits' defaults.
         _, url = await cluster.server(
-            RUNSTREAM_MAX_SUBMITS_PER_MINUTE="0", RUNSTREAM_MAX_ACTIVE_RUNS="0"
+            RUNSTREAM_MAX_SUBMITS_PER_MINUTE="0", RUNSTREAM_MAX_ACTIVE_RUNS="0", **env
         )
         workers = [await cluster.ready_worker(**env) for _ in range(3)]
         texts = [words(30, f"c{i}-") for i in range(200)]
@@ -522,6 +615,27 @@ class TestChaos:
                 retried += any(e.event == "retry" for e in events)
         assert kills == 6 and retried > 0
         RECOVERY_TIMES.setdefault("chaos runs retried", []).append(retried)
+        # Only a live worker can log that its attempt was taken from it: a false take-over.
+        false_take_overs = sum(
+            w.output().count(note)
+            for w in cluster.processes
+            for note in ("lease lost; stopping this attempt", "attempt fenced out")
+        )
+        RECOVERY_TIMES.setdefault("chaos false take-overs", []).append(false_take_overs)
+        lines = [(w.name, line) for w in cluster.processes for line in w.output().splitlines()]
+        fenced = [
+            (name, line)
+            for name, line in lines
+            if "lease lost; stopping" in line or "attempt fenced out" in line
+        ]
+        why = [  # what the reapers said of those runs
+            f"{name}: {line[:400]}"
+            for name, line in lines
+            for _, fenced_line in fenced
+            if ("re-queued" in line or "gone" in line)
+            and fenced_line.rpartition("run_id=")[2][:36] in line
+        ]
+        assert false_take_overs == 0, ([f"{n}: {line[:400]}" for n, line in fenced], why)
 
 
 @pytest.fixture(scope="session", autouse=True)

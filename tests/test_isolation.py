@@ -20,7 +20,7 @@ import pytest
 
 from server.auth import StreamTokens
 from stream_store.settings import Settings
-from tests.conftest import StartServer, StartWorker
+from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import iter_events, read_events
 from tests.test_bad_input import assert_error, send, started, state_of
 
@@ -105,6 +105,19 @@ async def alice_data(callers: Callers, start_worker: StartWorker) -> AliceData:
             raise AssertionError("the approval run's stream ended without a pending event")
     interrupted = await wait_for_status(alice, interrupted_id, "interrupted")
     assert interrupted["interrupt"] is not None
+    # The worker records each outcome's last event id in Postgres just after the events: wait
+    # for it, so that the tests' before/after snapshots of the rows see only their own changes.
+    async with asyncio.timeout(10), await schema_connection(callers.settings) as conn:
+        while True:
+            cur = await conn.execute(
+                "SELECT count(*) FROM runstream_runs WHERE last_event_id IS NULL"
+                " AND run_id = ANY(%s::uuid[])",
+                ([finished_id, interrupted_id],),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] == 0:
+                break
+            await asyncio.sleep(0.01)
     return AliceData(thread_id, finished, interrupted)
 
 

@@ -235,17 +235,16 @@ async def test_rejoining_after_any_part_gives_exactly_the_parts_after_it(
 ) -> None:
     """Cut after every part in turn: what the rejoin gives completes the stream exactly,
     including the accumulated text of plain `messages/partial` and the one `messages/metadata`
-    per message. (That announcement travels with the first partial of its message: the id
-    rides on the partial, so a cut between the two gets both again.)"""
+    per message, also when the cut falls between that announcement and the first partial
+    (one stored event, two frames: the announcement's id names its place in the event)."""
     thread = await sdk.threads.create()
     tid = thread["thread_id"]
     text = words(6)
     run = await sdk.runs.create(tid, "chat", input=human(text), stream_mode=modes)
     everything = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
     assert everything[-1].event == "end"
+    assert all(p.id is not None for p in everything[1:])
     for cut in range(2, len(everything)):
-        if everything[cut - 1].event == "messages/metadata":
-            continue
         rest = await collect(
             sdk.runs.join_stream(tid, run["run_id"], last_event_id=everything[cut - 1].id)
         )
@@ -562,6 +561,83 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
     assert await collect(sdk.runs.join_stream(tid, first_run, last_event_id=asked[-1].id)) == []
 
 
+async def test_command_update_and_goto_steer_the_graph_as_in_langgraph(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    command = {"update": {"messages": [{"type": "human", "content": "second"}]}, "goto": "respond"}
+    parts = await collect(sdk.runs.stream(tid, "chat", command=command, stream_mode="values"))
+    assert parts[-1].event == "end" and parts[-1].data["status"] == "success"
+    final = parts[-2].data
+    assert messages_of(final) == [
+        ("human", "first"),
+        ("ai", "first"),
+        ("human", "second"),
+        ("ai", "second"),
+    ]
+    run = await sdk.runs.get(tid, parts[0].data["run_id"])
+    assert run["kwargs"]["command"]["goto"] == ["respond"]
+    # `update` as [key, value] pairs, and `goto` as a Send, on a new thread
+    fresh = await sdk.threads.create()
+    send = {"node": "respond", "input": {"messages": [{"type": "human", "content": "sent"}]}}
+    out = await sdk.runs.wait(
+        fresh["thread_id"],
+        "chat",
+        command={"update": [["messages", [{"type": "human", "content": "paired"}]]], "goto": send},
+    )
+    assert ("human", "paired") in messages_of(out)
+    assert messages_of(out)[-1][0] == "ai"
+
+
+async def test_command_resume_with_update_edits_the_proposed_call_before_it_runs(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "approval", input=human("buy milk"))
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    proposal = (await sdk.threads.get_state(tid))["values"]["messages"][-1]
+    edited = {
+        **proposal,
+        "tool_calls": [{**proposal["tool_calls"][0], "args": {"content": "eggs"}}],
+    }
+    out = await sdk.runs.wait(
+        tid,
+        "approval",
+        command={"resume": {"approve": True}, "update": {"messages": [edited]}},
+    )
+    assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"]
+    assert out["messages"][1]["tool_calls"][0]["args"] == {"content": "eggs"}
+    assert out["messages"][2]["content"] == "saved note (4 characters)"
+    assert "__interrupt__" not in out
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_bad_commands_get_a_422_naming_the_field_and_create_no_run(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    bad: dict[str, dict[str, Any]] = {
+        "unknown command key": {"command": {"jump": "respond"}},
+        "unknown state key": {"command": {"update": {"todos": []}}},
+        "unknown node": {"command": {"goto": "nowhere"}},
+        "bad goto": {"command": {"goto": [{"input": {}}]}},
+        "bad update": {"command": {"update": "messages"}},
+        "bad message": {"command": {"update": {"messages": [{"type": "robot", "content": "x"}]}}},
+        "input and update": {"command": {"goto": "respond"}, "input": human("x")},
+        "empty": {"command": {"update": None}},
+    }
+    for name, body in bad.items():
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await sdk.runs.create(tid, "chat", **body)
+        assert refused.value.response.status_code == 422, name
+        assert refused.value.response.json()["detail"], name
+    assert await sdk.runs.list(tid) == []
+
+
 # -- cancel and multitask ------------------------------------------------------------------------
 
 
@@ -589,6 +665,44 @@ async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient)
         await sdk.runs.cancel(tid, run["run_id"])
     parts = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
     assert parts[-1].data == {"run_id": run["run_id"], "status": "interrupted"}
+
+
+async def test_cancel_many_cancels_a_threads_runs_by_id_and_the_callers_by_status(
+    sdk: LangGraphClient,
+) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    running = await sdk.runs.create(tid, "chat", input=human(words(200)), config=slow())
+    queued = await sdk.runs.create(tid, "chat", input=human("later"))
+    await status_is(sdk, tid, running["run_id"], "running")
+    with pytest.raises(NotFoundError):  # one unknown id: nothing is cancelled
+        await sdk.runs.cancel_many(thread_id=tid, run_ids=[queued["run_id"], str(uuid.uuid4())])
+    assert (await sdk.runs.get(tid, queued["run_id"]))["status"] == "pending"
+    await sdk.runs.cancel_many(thread_id=tid, run_ids=[running["run_id"], queued["run_id"]])
+    await status_is(sdk, tid, running["run_id"], "interrupted")
+    await status_is(sdk, tid, queued["run_id"], "interrupted")
+    # by status: the pending ones only
+    other = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(other, "chat", input=human(words(200)), config=slow())
+    second = await sdk.runs.create(other, "chat", input=human("later"))
+    await status_is(sdk, other, first["run_id"], "running")
+    await sdk.runs.cancel_many(status="pending")
+    await status_is(sdk, other, second["run_id"], "interrupted")
+    assert (await sdk.runs.get(other, first["run_id"]))["status"] == "running"
+    await sdk.runs.cancel_many(status="running", action="rollback")
+    await eventually(
+        lambda: _gone(sdk, other, first["run_id"]), "the rolled-back run to be deleted"
+    )
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await sdk.runs.cancel_many()
+    assert refused.value.response.status_code == 422
+
+
+async def _gone(sdk: LangGraphClient, tid: str, rid: str) -> bool:
+    try:
+        await sdk.runs.get(tid, rid)
+    except NotFoundError:
+        return True
+    return False
 
 
 async def test_a_stream_closed_by_its_client_cancels_the_run_with_on_disconnect_cancel(
@@ -698,6 +812,164 @@ async def test_cancel_with_rollback_puts_the_thread_back_as_it_was(sdk: LangGrap
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
 
+async def test_thread_status_is_langgraphs_after_a_cancel_mid_step_and_an_error(
+    sdk: LangGraphClient,
+) -> None:
+    suite = {"suite": str(uuid.uuid4())}
+    cancelled = (await sdk.threads.create(metadata=suite))["thread_id"]
+    failed = (await sdk.threads.create(metadata=suite))["thread_id"]
+    run = await sdk.runs.create(
+        cancelled, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
+    )
+    await started_answering(sdk, cancelled, run["run_id"])
+    assert (await sdk.threads.get(cancelled))["status"] == "busy"
+    await sdk.runs.cancel(cancelled, run["run_id"], wait=True)
+    # LangGraph: a cancelled run leaves its step to do, so the thread is `interrupted`
+    thread = await sdk.threads.get(cancelled)
+    assert thread["status"] == "interrupted" and thread["interrupts"] == {}
+    assert (await sdk.threads.get_state(cancelled))["next"] == ["respond"]
+    # the approval graph's confirm step fails without a proposed call: the thread is `error`
+    out = await sdk.runs.wait(
+        failed,
+        "approval",
+        command={"update": {"messages": ["hi"]}, "goto": "confirm_and_run"},
+        raise_error=False,
+    )
+    assert out["__error__"]["error"] == "AssertionError"
+    assert (await sdk.threads.get(failed))["status"] == "error"
+    # search and count filter on the same statuses
+    found = await sdk.threads.search(metadata=suite, status="interrupted")
+    assert [t["thread_id"] for t in found] == [cancelled]
+    assert [t["thread_id"] for t in await sdk.threads.search(metadata=suite, status="error")] == [
+        failed
+    ]
+    assert await sdk.threads.count(metadata=suite, status="idle") == 0
+    # a run that finishes puts each back to `idle`
+    await sdk.runs.wait(cancelled, "chat", input=human("again"))
+    await sdk.runs.wait(failed, "chat", input=human("again"))
+    assert await sdk.threads.count(metadata=suite, status="idle") == 2
+    assert (await sdk.threads.get(cancelled))["status"] == "idle"
+
+
+async def test_update_state_writes_a_checkpoint_the_next_run_starts_from(
+    sdk: LangGraphClient,
+) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    before = await sdk.threads.get_state(tid)
+    written = await sdk.threads.update_state(
+        tid, {"messages": [{"role": "user", "content": "added"}]}, as_node="respond"
+    )
+    assert written["checkpoint"]["thread_id"] == tid
+    state = await sdk.threads.get_state(tid)
+    assert state["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]
+    assert state["parent_checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
+    assert messages_of(state["values"])[-1] == ("human", "added")
+    assert state["next"] == []  # as if `respond` had just run: the graph is at its end
+    out = await sdk.runs.wait(tid, "chat", input=human("next"))
+    assert [c for _, c in messages_of(out)] == ["first", "first", "added", "next", "next"]
+    # from an earlier checkpoint: a fork, the latest state is the fork's
+    forked = await sdk.threads.update_state(
+        tid, {"messages": ["forked"]}, as_node="respond", checkpoint=before["checkpoint"]
+    )
+    fork = await sdk.threads.get_state(tid)
+    assert fork["checkpoint"]["checkpoint_id"] == forked["checkpoint"]["checkpoint_id"]
+    assert [c for _, c in messages_of(fork["values"])] == ["first", "first", "forked"]
+
+
+async def test_update_state_refuses_bad_values_a_busy_thread_and_a_thread_without_graph(
+    sdk: LangGraphClient,
+) -> None:
+    empty = (await sdk.threads.create())["thread_id"]
+    with pytest.raises(ConflictError):
+        await sdk.threads.update_state(empty, {"messages": ["x"]})
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    before = await sdk.threads.get_state(tid)
+    bad: dict[str, dict[str, Any]] = {
+        "unknown key": {"values": {"todos": []}},
+        "unknown node": {"values": {"messages": ["x"]}, "as_node": "nowhere"},
+        "bad message": {"values": {"messages": [{"type": "robot", "content": "x"}]}},
+        "bad checkpoint": {"values": {"messages": ["x"]}, "checkpoint_id": "not-a-uuid"},
+    }
+    for name, body in bad.items():
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await sdk.threads.update_state(tid, **body)
+        assert refused.value.response.status_code == 422, name
+    with pytest.raises(NotFoundError):
+        await sdk.threads.update_state(
+            tid, {"messages": ["x"]}, as_node="respond", checkpoint_id=str(uuid.uuid4())
+        )
+    run = await sdk.runs.create(tid, "chat", input=human(words(100)), config=slow())
+    with pytest.raises(ConflictError):
+        await sdk.threads.update_state(tid, {"messages": ["x"]}, as_node="respond")
+    await sdk.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
+
+    async def rolled_back() -> bool:
+        return (await sdk.threads.get_state(tid))["checkpoint"] == before["checkpoint"]
+
+    await eventually(rolled_back, "the refused updates and the rolled-back run to leave no trace")
+
+
+async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create(metadata={"topic": "copying"})
+    tid = thread["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    copied = await sdk.threads.copy(tid)
+    assert copied is not None
+    cid = copied["thread_id"]
+    assert cid != tid
+    assert copied["metadata"] == {"topic": "copying", "graph_id": "chat"}
+    assert copied["status"] == "idle"
+    assert copied["values"] == (await sdk.threads.get(tid))["values"]
+    original = await sdk.threads.get_history(tid)
+    history = await sdk.threads.get_history(cid)
+    assert [h["checkpoint"]["checkpoint_id"] for h in history] == [
+        h["checkpoint"]["checkpoint_id"] for h in original
+    ]
+    assert {h["checkpoint"]["thread_id"] for h in history} == {cid}
+    assert await sdk.runs.list(cid) == []
+    # the copy goes on apart from the original
+    out = await sdk.runs.wait(cid, "chat", input=human("second"))
+    assert [c for _, c in messages_of(out)] == ["first", "first", "second", "second"]
+    assert len(messages_of((await sdk.threads.get_state(tid))["values"])) == 2
+
+
+async def _joined_thread_stream(sdk: LangGraphClient, tid: str) -> list[StreamPart]:
+    return await collect(await sdk.threads.join_stream(tid))
+
+
+async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "crons.create": lambda: sdk.crons.create("chat", schedule="* * * * *"),
+        "crons.search": lambda: sdk.crons.search(),
+        "crons.create_for_thread": lambda: sdk.crons.create_for_thread(
+            tid, "chat", schedule="* * * * *"
+        ),
+        "store.put_item": lambda: sdk.store.put_item(["a"], "k", {"v": 1}),
+        "store.search_items": lambda: sdk.store.search_items(["a"]),
+        "assistants.create": lambda: sdk.assistants.create("chat"),
+        "assistants.update": lambda: sdk.assistants.update("chat", metadata={"x": 1}),
+        "assistants.delete": lambda: sdk.assistants.delete("chat"),
+        "assistants.get_versions": lambda: sdk.assistants.get_versions("chat"),
+        "assistants.get_subgraphs": lambda: sdk.assistants.get_subgraphs("chat"),
+        "threads.join_stream": lambda: _joined_thread_stream(sdk, tid),
+        "threads.prune": lambda: sdk.threads.prune([tid]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await call()
+        assert refused.value.response.status_code == 404, name
+        assert refused.value.response.json()["code"] == "not_served", name
+        assert "not served" in refused.value.response.json()["detail"], name
+    async with httpx.AsyncClient(base_url=str(sdk.http.client.base_url)) as raw:
+        unknown = await raw.get("/threads/search/nothing/here")
+    assert unknown.status_code == 404
+    assert unknown.json()
+
+
 # -- isolation ---------------------------------------------------------------------------------
 
 
@@ -725,12 +997,15 @@ async def test_another_key_gets_404_on_every_route_and_no_key_gets_401(
         "threads.get_state(checkpoint_id)": lambda c: c.threads.get_state(
             tid, checkpoint_id=checkpoint_id
         ),
+        "threads.update_state": lambda c: c.threads.update_state(tid, {"messages": ["x"]}),
+        "threads.copy": lambda c: c.threads.copy(tid),
         "threads.delete": lambda c: c.threads.delete(tid),
         "runs.list": lambda c: c.runs.list(tid),
         "runs.get": lambda c: c.runs.get(tid, rid),
         "runs.join": lambda c: c.runs.join(tid, rid),
         "runs.join_stream": lambda c: collect(c.runs.join_stream(tid, rid, last_event_id="-1")),
         "runs.cancel": lambda c: c.runs.cancel(tid, rid),
+        "runs.cancel_many": lambda c: c.runs.cancel_many(thread_id=tid, run_ids=[rid]),
         "runs.delete": lambda c: c.runs.delete(tid, rid),
         "runs.create": lambda c: c.runs.create(tid, "chat", input=human("x")),
         "runs.wait": lambda c: c.runs.wait(tid, "chat", input=human("x")),

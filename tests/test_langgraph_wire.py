@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph_sdk.schema import StreamPart
 from langgraph_sdk.sse import BytesLineDecoder, SSEDecoder
 
-from server.langgraph.stream import LangGraphStream
+from server.langgraph.stream import LangGraphStream, split_frame_id
 from server.langgraph.wire import (
     STREAM_MODES,
     AssistantSearch,
@@ -392,15 +392,35 @@ class TestFraming:
         assert LangGraphStream.heartbeat == b": heartbeat\r\n\r\n"
         assert parse(LangGraphStream.heartbeat * 3) == []
 
-    def test_only_the_last_frame_of_an_event_carries_its_id(self) -> None:
+    def test_the_last_frame_of_an_event_carries_its_id_and_those_before_their_place(
+        self,
+    ) -> None:
         log = Log()
         event = token(log, "m1", "Hel")
         raw = viewer("messages").render(event)
-        assert raw.count(b"\r\nid: ") == 1
         assert raw.endswith(b"id: " + event.id.encode() + b"\r\n\r\n")
         metadata, partial = parse(raw)
-        assert (metadata.event, metadata.id) == ("messages/metadata", None)
+        assert (metadata.event, metadata.id) == ("messages/metadata", f"{event.id}.0")
         assert (partial.event, partial.id) == ("messages/partial", event.id)
+        assert split_frame_id(metadata.id) == (event.id, 1)
+        assert split_frame_id(partial.id) == (event.id, None)
+
+    def test_a_viewer_resumed_within_an_event_sends_only_the_frames_after(self) -> None:
+        log = Log()
+        events = [token(log, "m1", "Hel"), token(log, "m1", "lo")]
+        resumed = viewer("messages")
+        resumed.resume_within(events[0].id, 1)
+        parts = parse(b"".join(resumed.render(e) for e in events))
+        assert [(p.event, p.id) for p in parts] == [
+            ("messages/partial", events[0].id),
+            ("messages/partial", events[1].id),
+        ]
+        assert parts[-1].data[0]["content"] == "Hello"
+
+    @pytest.mark.parametrize("value", ["1-0.x", "1-0.", "1-0.12345"])
+    def test_malformed_frame_ids_are_refused(self, value: str) -> None:
+        with pytest.raises(ValueError):
+            split_frame_id(value)
 
     def test_events_a_viewer_did_not_ask_for_give_no_bytes(self) -> None:
         log = Log()
@@ -706,3 +726,75 @@ class TestSharedFrames:
         token = log("token", {"message_id": "m1", "text": "again"})
         shared = {"langgraph:messages-tuple": b"poison"}
         assert resending.render(token, shared=shared) == b""
+
+
+class TestResumingFromRecentEvents:
+    """A resumed viewer rebuilt from the events just before its resume point sends what one
+    that skipped every event before it sends, or says it cannot tell."""
+
+    @staticmethod
+    def interrupted_then_continued(log: Log) -> list[StoredEvent]:
+        """A run that streams, is retried, stops at an interrupt (the LangGraph stream's end),
+        then is resumed by a `/v1` client and finishes."""
+        return [
+            log("run", {"status": "queued", "attempt": 1}),
+            log("run", {"status": "running", "attempt": 1}),
+            message(log, "h1", "user", "hi"),
+            token(log, "a1", "Hel"),
+            log("retry", {"attempt": 2, "discard": ["a1"]}, 2),
+            log("values", {"values": {"messages": ["fresh"]}}, 2),
+            log("run", {"status": "running", "attempt": 2}, 2),
+            token(log, "a2", "Hel", attempt=2),
+            token(log, "a2", "lo", attempt=2),
+            log("custom", {"step": 1}, 2),
+            message(log, "a2", "assistant", "Hello", tool_calls=[]),
+            log("updates", {"updates": {"__interrupt__": [{"value": "?", "id": "i1"}]}}, 2),
+            log("values", {"values": {"messages": ["asked"]}}, 2),
+            log("pending", {"interrupt": "?", "interrupt_id": "i1"}, 2),
+            log("run", {"status": "interrupted", "attempt": 2}, 2),
+            log("run", {"status": "queued", "attempt": 2}, 2),
+            log("run", {"status": "running", "attempt": 2}, 2),
+            token(log, "a3", "done", attempt=2),
+            log("done", {"status": "succeeded", "output": None}, 2),
+        ]
+
+    @pytest.mark.parametrize(
+        "modes",
+        [
+            ("values", "updates", "messages-tuple", "custom"),
+            ("values", "messages-tuple"),
+            ("updates",),
+        ],
+    )
+    @pytest.mark.parametrize("window", [1, 3, 64])
+    def test_every_resume_point_renders_what_a_full_skip_renders(
+        self, modes: tuple[str, ...], window: int
+    ) -> None:
+        events = self.interrupted_then_continued(Log())
+        sent = viewer(*modes)
+        held = [i for e in events for _, _, i in frames(sent.render(e)) if i is not None]
+        assert held
+        for at in held:
+            cut = next(i for i, event in enumerate(events) if event.id == at) + 1
+            skipped = viewer(*modes)
+            for event in events[:cut]:
+                skipped.skip(event)
+            recent = list(reversed(events[:cut]))[:window]
+            rebuilt = viewer(*modes)
+            assert rebuilt.resumes_from_recent
+            if not rebuilt.take_recent(recent, whole_stream=len(recent) == cut):
+                continue  # too few events to tell: the server then skips them all
+            rest = events[cut:]
+            assert [rebuilt.render(e) for e in rest] == [skipped.render(e) for e in rest], at
+
+    def test_the_recent_events_tell_when_they_reach_a_status_change(self) -> None:
+        events = self.interrupted_then_continued(Log())
+        tail = list(reversed(events[:11]))  # up to the whole assistant message
+        with_updates = viewer("updates", "messages-tuple")
+        assert not with_updates.take_recent(tail[:3], whole_stream=False)
+        assert viewer("updates").take_recent(tail[:5], whole_stream=False)  # reaches a `run`
+        assert viewer("values", "messages-tuple").take_recent(tail[:1], whole_stream=False)
+
+    def test_plain_messages_mode_needs_every_event(self) -> None:
+        assert not viewer("messages").resumes_from_recent
+        assert not viewer("messages", "values").resumes_from_recent

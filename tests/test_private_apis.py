@@ -53,7 +53,8 @@ def _check_called(package: str, name: str, ours: str, caller: Any, call: str) ->
 
 
 class TestArq:
-    """`runner/worker.py` (`RunWorker`) overrides two private methods of arq's `Worker`."""
+    """`runner/worker.py` (`RunWorker`) overrides two private methods of arq's `Worker` and its
+    `start_jobs`."""
 
     PACKAGE = "arq"
     OURS = "runner/worker.py (RunWorker)"
@@ -64,6 +65,19 @@ class TestArq:
         method = getattr(Worker, "_poll_iteration", None)
         _check_signature(self.PACKAGE, name, self.OURS, method, "(self)", "a coroutine function")
         _check_called(self.PACKAGE, name, self.OURS, Worker, "await self._poll_iteration()")
+
+    def test_poll_iteration_hands_the_ids_it_read_to_start_jobs(self) -> None:
+        """`Worker.start_jobs(self, job_ids)`, a coroutine, gets the window of ready ids the
+        poll read, which `RunWorker` reorders fairly between callers before arq claims them."""
+        name = "Worker.start_jobs"
+        method = getattr(Worker, "start_jobs", None)
+        _check_signature(
+            self.PACKAGE, name, self.OURS, method, "(self, job_ids)", "a coroutine function"
+        )
+        _check_called(
+            self.PACKAGE, name, self.OURS, Worker._poll_iteration, "await self.start_jobs(job_ids)"
+        )
+        _check_called(self.PACKAGE, name, self.OURS, Worker.start_jobs, "in_progress_key")
 
     def test_release_sem_dec_counter_on_complete_runs_when_a_job_ends(self) -> None:
         """`Worker._release_sem_dec_counter_on_complete(self)`, plain, frees a job slot."""

@@ -6,6 +6,7 @@ and bytes, an interrupted run's stream expires, and a Redis at `maxmemory` makes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -127,6 +128,31 @@ class TestRunStreamBounds:
         before_outcome = sum(len(e) + len(d) for e, d in entries[:-2])
         # Full: no further token (about 60 bytes) would have fitted.
         assert bound - 100 < before_outcome <= bound
+
+    async def test_a_run_cancelled_at_its_bound_ends_cancelled(
+        self, start_server: StartServer, start_worker: StartWorker
+    ) -> None:
+        """The write refused at the bound is reported by the run's next write; a cancel that
+        comes first ends the run `cancelled` (what its caller asked), in its one attempt."""
+        bound, delay_s = 6, 0.5
+        server = await start_server()
+        await start_worker(max_run_events=bound, fake_token_delay_ms=delay_s * 1000)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            run = (await client.post("/v1/runs", json=run_body(WORDS))).json()
+            url = f"/v1/runs/{run['run_id']}/events"
+            await read_events(client, url, limit=bound)
+            # The next token is refused at `delay_s`; the one after would report it.
+            await asyncio.sleep(delay_s * 1.4)
+            answer = await client.post(f"/v1/runs/{run['run_id']}/cancel")
+            assert answer.status_code == 202, answer.text
+            async with asyncio.timeout(10):
+                events = await read_events(client, url)
+            polled = (await client.get(f"/v1/runs/{run['run_id']}")).json()
+        assert [e.event for e in events[-2:]] == ["run", "done"], events[-3:]
+        assert events[-1].data["status"] == "cancelled"
+        assert len(events) == bound + 2
+        assert not [e for e in events if e.event == "retry"]
+        assert polled["status"] == "cancelled" and polled["last_event_id"] == events[-1].id
 
 
 class TestInterruptedTtl:
@@ -281,3 +307,129 @@ class TestRedisOutOfMemory:
         assert events[-1].event == "done" and events[-1].data["status"] == "succeeded"
         assert [e.data["attempt"] for e in events if e.event == "retry"] == [2]
         assert reassemble(events) == {events[-1].data["output"]["id"]: WORDS}
+
+    async def snapshot(
+        self, settings: Settings, url: str, run_id: str
+    ) -> tuple[dict[str, Any], list[tuple[bytes, dict[bytes, bytes]]], dict[bytes, bytes]]:
+        """The run's row, stream and record: what a refused cancel or resume must not change."""
+        async with await schema_connection(settings) as conn:
+            cur = await conn.execute(
+                "SELECT status, dispatch, resume, settled_at, finished_at, last_event_id, kwargs"
+                " FROM runstream_runs WHERE run_id = %s",
+                (run_id,),
+            )
+            row = await cur.fetchone()
+        assert row is not None and cur.description is not None
+        keys = KeySpace(settings.redis_prefix)
+        client = Redis.from_url(url)
+        try:
+            stream = await client.xrange(keys.run_events(run_id))
+            record = await client.hgetall(keys.run_record(run_id))
+            queued = await client.zrange(keys.queue(), 0, -1)
+        finally:
+            await client.aclose()
+        row_dict = dict(zip([c.name for c in cur.description], row, strict=True))
+        return {**row_dict, "jobs": queued}, stream, record
+
+    async def interrupted_run(
+        self,
+        private_redis: PrivateRedis,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        settings: Settings,
+    ) -> tuple[httpx.AsyncClient, str]:
+        """A run at its interrupt, settled: its last event id is in Postgres too."""
+        server = await start_server(redis_url=private_redis.url)
+        await start_worker(redis_url=private_redis.url)
+        client = httpx.AsyncClient(base_url=server.url, timeout=30)
+        run = (await client.post("/v1/runs", json=run_body("milk", graph="approval"))).json()
+        await until_interrupted(client, run["run_id"])
+        async with asyncio.timeout(10):
+            while True:
+                row, _, _ = await self.snapshot(settings, private_redis.url, run["run_id"])
+                if row["last_event_id"] is not None:
+                    break
+                await asyncio.sleep(0.01)
+        return client, run["run_id"]
+
+    async def test_resume_answers_503_and_leaves_the_run_interrupted(
+        self,
+        private_redis: PrivateRedis,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        settings: Settings,
+    ) -> None:
+        client, run_id = await self.interrupted_run(
+            private_redis, start_server, start_worker, settings
+        )
+        async with contextlib.aclosing(client):
+            before = await self.snapshot(settings, private_redis.url, run_id)
+            await self.full(private_redis.url)
+            resume = {"resume": {"approve": True}}
+            answer = await client.post(f"/v1/runs/{run_id}/resume", json=resume)
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "unavailable"
+            assert await self.snapshot(settings, private_redis.url, run_id) == before
+            await self.full(private_redis.url, full=False)
+            answer = await client.post(f"/v1/runs/{run_id}/resume", json=resume)
+            assert answer.status_code == 202, answer.text
+            events = await read_events(client, f"/v1/runs/{run_id}/events")
+        statuses = [e.data["status"] for e in events if e.event == "run"]
+        assert statuses == ["queued", "running", "interrupted", "queued", "running", "succeeded"]
+
+    async def test_cancel_of_an_interrupted_run_answers_503_and_changes_nothing(
+        self,
+        private_redis: PrivateRedis,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        settings: Settings,
+    ) -> None:
+        client, run_id = await self.interrupted_run(
+            private_redis, start_server, start_worker, settings
+        )
+        async with contextlib.aclosing(client):
+            before = await self.snapshot(settings, private_redis.url, run_id)
+            await self.full(private_redis.url)
+            answer = await client.post(f"/v1/runs/{run_id}/cancel")
+            assert answer.status_code == 503, answer.text
+            assert await self.snapshot(settings, private_redis.url, run_id) == before
+            await self.full(private_redis.url, full=False)
+            assert (await client.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+            events = await read_events(client, f"/v1/runs/{run_id}/events")
+        assert [e.data["status"] for e in events if e.event == "run"][-2:] == [
+            "interrupted",
+            "cancelled",
+        ]
+        assert events[-1].event == "done" and events[-1].data["status"] == "cancelled"
+
+    async def test_cancel_of_a_queued_or_running_run_answers_503_and_changes_nothing(
+        self,
+        private_redis: PrivateRedis,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        settings: Settings,
+    ) -> None:
+        """Queued (no worker yet): the cancel's own event is refused. Running: the cancel flag
+        is. Either way the run goes on as if nobody had asked."""
+        server = await start_server(redis_url=private_redis.url)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            queued = (await client.post("/v1/runs", json=run_body("hello"))).json()["run_id"]
+            before = await self.snapshot(settings, private_redis.url, queued)
+            await self.full(private_redis.url)
+            answer = await client.post(f"/v1/runs/{queued}/cancel")
+            assert answer.status_code == 503, answer.text
+            assert await self.snapshot(settings, private_redis.url, queued) == before
+            await self.full(private_redis.url, full=False)
+
+            await start_worker(redis_url=private_redis.url, fake_token_delay_ms=20)
+            text = " ".join(WORDS.split()[:60])  # a second or so at 20 ms a word
+            running = (await client.post("/v1/runs", json=run_body(text))).json()["run_id"]
+            await read_events(client, f"/v1/runs/{running}/events", limit=10)
+            await self.full(private_redis.url)
+            answer = await client.post(f"/v1/runs/{running}/cancel")
+            assert answer.status_code == 503, answer.text
+            await self.full(private_redis.url, full=False)
+            for run_id in (queued, running):
+                events = await read_events(client, f"/v1/runs/{run_id}/events")
+                assert events[-1].event == "done", events[-3:]
+                assert events[-1].data["status"] == "succeeded", events[-1]

@@ -24,6 +24,7 @@ MODULES = {
     "langgraph_api": "langgraph_api",
     "soak": "soak",
     "scale_out": "scale_out",
+    "worker_kill": "worker_kill",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

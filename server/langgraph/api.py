@@ -13,7 +13,8 @@ import msgspec
 from litestar import Request, Response, Router
 
 from ..errors import EXCEPTION_HANDLERS
-from .runs import RunsController, StatelessRunsController
+from .not_served import not_served_router
+from .runs import BulkCancelController, RunsController, StatelessRunsController
 from .threads import AssistantsController, ThreadsController, info, ok
 
 __all__ = ["langgraph_router"]
@@ -54,9 +55,11 @@ def langgraph_router() -> Router:
             AssistantsController,
             ThreadsController,
             RunsController,
+            BulkCancelController,
             StatelessRunsController,
             info,
             ok,
+            not_served_router(),
         ],
         exception_handlers={
             kind: _in_langgraph_shape(handler) for kind, handler in EXCEPTION_HANDLERS.items()

@@ -18,11 +18,13 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from stream_store.errors import Conflict, NotFound
+from stream_store.errors import Conflict, NotFound, redis_errors
 from stream_store.events import RunStatus, parse_event_id
+from stream_store.log import StoredEvent
 from stream_store.quotas import CallerQuotas
 from stream_store.records import TITLE_CHARS, NewRun, RunRecord
 from stream_store.schemas import InputMessage
+from stream_store.tracing import run_attributes, traceparent_of
 
 from .. import inputs
 from ..attach import REPLAY_PAGE, Attachment, check_resume_point
@@ -31,11 +33,20 @@ from ..errors import ApiError
 from ..fanout import Frame
 from ..resources import Resources
 from ..runs import owned_run
-from .stream import LangGraphStream
+from .command import checked_command
+from .stream import LangGraphStream, split_frame_id
 from .views import graph_of_assistant, run_view, thread_state
-from .wire import MAX_PAGE, Run, RunCreate, engine_messages, run_status, stream_modes
+from .wire import (
+    MAX_PAGE,
+    BulkCancel,
+    Run,
+    RunCreate,
+    engine_messages,
+    run_status,
+    stream_modes,
+)
 
-__all__ = ["RunsController", "StatelessRunsController"]
+__all__ = ["BulkCancelController", "RunsController", "StatelessRunsController"]
 
 logger = structlog.get_logger()
 
@@ -74,13 +85,22 @@ def _new_run(
         modes = stream_modes(body.stream_mode)
     except ValueError as exc:
         raise _unprocessable(str(exc)) from None
-    command = body.command or {}
-    if set(command) - {"resume"}:
-        raise _unprocessable(
-            "runstream takes command.resume only; command.update and command.goto are not supported"
+    command = (
+        checked_command(
+            body.command,
+            resources.graphs.get(graph, resources.checkpointer),
+            resources.settings.max_resume_bytes,
         )
+        if body.command
+        else {}
+    )
     if "resume" in command and thread_id is None:
         raise ApiError(400, "invalid_request", "You must provide a thread_id when resuming.")
+    steers = "update" in command or "goto" in command  # the command is the graph's input
+    if steers and body.input:
+        raise _unprocessable(
+            "give input or command.update/command.goto, not both: the command is the input"
+        )
     raw = body.input.get("messages") if isinstance(body.input, dict) else body.input
     if isinstance(body.input, dict) and set(body.input) - {"messages"}:
         raise _unprocessable("runstream's graphs take input {'messages': [...]} only")
@@ -88,8 +108,8 @@ def _new_run(
         messages = engine_messages(raw) if raw is not None else []
     except ValueError as exc:
         raise _unprocessable(str(exc)) from None
-    if not messages and "resume" not in command:
-        raise _unprocessable("input.messages needs at least one message (or command.resume)")
+    if not messages and not command:
+        raise _unprocessable("input.messages needs at least one message (or a command)")
     for message in messages:
         message["content"] = _text_content(message["content"])
     checked = msgspec.convert(messages, list[InputMessage])
@@ -98,12 +118,10 @@ def _new_run(
     inputs.configurable(configurable, resources.graphs, graph)
     metadata = body.metadata or {}
     inputs.metadata(metadata, resources.settings)
-    if "resume" in command:
-        inputs.resume_value(command["resume"], resources.settings)
     first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
     kwargs = {
         "input": body.input,
-        "command": body.command,
+        "command": command or None,
         "config": body.config or {},
         "context": body.context or {},
         "stream_mode": modes,
@@ -136,22 +154,26 @@ async def _submit(
     thread_id: str | None,
 ) -> RunRecord:
     new = _new_run(resources, caller, body, thread_id)
-    await quotas.take_submit(caller.owner)
-    try:
-        created = await resources.lifecycle.submit(new)
-    except Conflict as exc:
-        if exc.code == "thread_busy":
-            raise Conflict(
-                "Thread is already running a task. Wait for it to finish or choose a"
-                " different multitask strategy.",
-                code="thread_busy",
-            ) from None
-        raise
-    except NotFound:
-        raise NotFound("Thread or assistant not found.") from None
-    run = created.run
-    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-    logger.info("run submitted", dialect="langgraph")
+    # The run's trace, as for `/v1` (server/runs.py): every attempt is a child of this span.
+    with resources.tracer.start_as_current_span("submit run") as span:
+        new.traceparent = traceparent_of(span)
+        await quotas.take_submit(caller.owner)
+        try:
+            created = await resources.lifecycle.submit(new)
+        except Conflict as exc:
+            if exc.code == "thread_busy":
+                raise Conflict(
+                    "Thread is already running a task. Wait for it to finish or choose a"
+                    " different multitask strategy.",
+                    code="thread_busy",
+                ) from None
+            raise
+        except NotFound:
+            raise NotFound("Thread or assistant not found.") from None
+        run = created.run
+        span.set_attributes(run_attributes(run))
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+        logger.info("run submitted", dialect="langgraph")
     return run
 
 
@@ -181,11 +203,29 @@ async def _owned_run(
     return run
 
 
-def _after(last_event_id: str | None) -> str:
-    """LangGraph's `Last-Event-ID`: absent, `-1`, `-` or `0` mean from the start."""
+_U64 = 2**64 - 1
+
+
+def _id_before(event_id: str) -> str:
+    """The stream position just before `event_id`: reading after it starts at `event_id`."""
+    ms, seq = parse_event_id(event_id)
+    return f"{ms}-{seq - 1}" if seq else f"{ms - 1}-{_U64}"
+
+
+def _after(last_event_id: str | None) -> tuple[str, tuple[str, int] | None]:
+    """Where to resume for LangGraph's `Last-Event-ID` (absent, `-1`, `-` or `0`: from the
+    start), and for a frame id (`<event id>.<n>`, stream.py) the event the client has part of,
+    with how many of its frames."""
     if last_event_id is None or last_event_id.strip() in ("", "-1", "-", "0"):
-        return "0-0"
-    return inputs.event_id(last_event_id)
+        return "0-0", None
+    try:
+        event_id, frames_sent = split_frame_id(last_event_id.strip())
+    except ValueError:
+        event_id, frames_sent = last_event_id, None  # refused by `inputs.event_id`, naming it
+    event_id = inputs.event_id(event_id)
+    if frames_sent is None or event_id == "0-0":
+        return event_id, None
+    return _id_before(event_id), (event_id, frames_sent)
 
 
 class _Quiet:
@@ -242,12 +282,31 @@ async def _attachment(resources: Resources, run: RunRecord, after: str, dialect:
     )
 
 
+RECENT_EVENTS = 64  # how far back a resumed viewer looks first (`take_recent`)
+
+
+async def _recent(resources: Resources, run_id: str, at: str) -> list[StoredEvent]:
+    """Up to `RECENT_EVENTS` stored events up to and including `at`, newest first."""
+    events = resources.events
+    with redis_errors(run_id):
+        entries = await events.redis.xrevrange(
+            events.keys.run_events(run_id), max=at, min="-", count=RECENT_EVENTS
+        )
+    return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
+
+
 async def _skip_to(
     resources: Resources, run_id: str, translator: LangGraphStream, after: str
 ) -> None:
-    """Feed `translator` the stored events up to `after`, which the resuming client has."""
+    """Bring `translator` to the state of the viewer that sent the client the events up to
+    `after`: from the few events before it when they tell (one read), else from all of them
+    (a read of the stream from its start, writing nothing)."""
     if after == "0-0":
         return
+    if translator.resumes_from_recent:
+        recent = await _recent(resources, run_id, after)
+        if translator.take_recent(recent, whole_stream=len(recent) < RECENT_EVENTS):
+            return
     last = parse_event_id(after)
     cursor = "0-0"
     while True:
@@ -270,8 +329,11 @@ async def _stream(
     modes: list[str],
     after: str,
     cancel_on_disconnect: bool,
+    partly_sent: tuple[str, int] | None = None,
 ) -> Stream:
     translator = _translator(run, modes)
+    if partly_sent is not None:
+        translator.resume_within(*partly_sent)
     attachment = await _attachment(resources, run, after, _Translated(translator))
     await _skip_to(resources, run.run_id, translator, attachment.last_id)
     slot = await quotas.take_stream_slot(caller.owner, None)
@@ -326,7 +388,28 @@ async def _outcome(resources: Resources, run: RunRecord) -> dict[str, Any]:
     return values
 
 
-async def _wait(resources: Resources, run: RunRecord, cancel_on_disconnect: bool) -> Stream:
+ROLLBACK_WAIT_S = 5.0  # how long `cancel?wait=true&action=rollback` waits for the rollback
+
+
+async def _rolled_back(resources: Resources, run: RunRecord) -> None:
+    """Return once a cancelled run's rollback removed it, or after `ROLLBACK_WAIT_S`. The run's
+    `end` is written before its rollback (the outcome first), and a LangGraph client takes the
+    answer to a waiting cancel as "the thread is back as it was"."""
+    with anyio.move_on_after(ROLLBACK_WAIT_S):
+        # the rollback is another process's (the worker's), so nothing here can be awaited
+        for _ in range(int(ROLLBACK_WAIT_S / 0.02)):
+            if await resources.records.get_run(run.run_id, run.owner) is None:
+                return
+            await anyio.sleep(0.02)
+
+
+async def _wait(
+    resources: Resources,
+    run: RunRecord,
+    cancel_on_disconnect: bool,
+    *,
+    rollback: bool = False,
+) -> Stream:
     attachment = await _attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
 
     async def body() -> AsyncIterator[bytes]:
@@ -341,6 +424,8 @@ async def _wait(resources: Resources, run: RunRecord, cancel_on_disconnect: bool
                 await _cancel_quietly(resources, run)
         if not finished:
             raise StreamCut(f"wait on run {run.run_id} cut before its end")
+        if rollback:
+            await _rolled_back(resources, run)
         yield msgspec.json.encode(await _outcome(resources, run))
 
     base = f"/threads/{run.thread_id}/runs/{run.run_id}"
@@ -493,7 +578,7 @@ class RunsController(Controller):
     ) -> Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
         header = request.headers.get("last-event-id")
-        after = _after(header if header is not None else last_event_id)
+        after, partly_sent = _after(header if header is not None else last_event_id)
         asked = [m for m in (stream_mode or []) if m]
         return await _stream(
             resources,
@@ -503,6 +588,7 @@ class RunsController(Controller):
             modes=_modes_of(run, asked),
             after=after,
             cancel_on_disconnect=_flag(cancel_on_disconnect),
+            partly_sent=partly_sent,
         )
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Cancel a run")
@@ -526,7 +612,7 @@ class RunsController(Controller):
         except Conflict:
             raise NotFound(f"No matching runs to cancel: run {run_id} already ended") from None
         if _flag(wait):
-            return await _wait(resources, run, False)
+            return await _wait(resources, run, False, rollback=action == "rollback")
         return Response(None, status_code=202)
 
     @delete("/{run_id:str}", status_code=204, summary="Delete a finished run")
@@ -542,6 +628,51 @@ class RunsController(Controller):
             raise Conflict(f"run {run_id} is {run.status}; cancel it first", code="run_active")
         await resources.records.delete_run(run.run_id, caller.owner)
         await resources.events.delete([run.run_id])
+
+
+_BULK_STATUSES = {"pending": ["queued"], "running": ["running"], "all": ["queued", "running"]}
+
+
+async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) -> list[RunRecord]:
+    """The runs a bulk cancel names: all of them the caller's (404 naming the first that is
+    not, and then nothing is cancelled), by id or by status."""
+    thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+    if body.status is not None:
+        if body.run_ids:
+            raise _unprocessable("give run_ids or status, not both")
+        runs = await resources.records.working_runs(caller.owner, _BULK_STATUSES[body.status])
+        return [r for r in runs if thread_id in (None, r.thread_id)]
+    if not body.run_ids:
+        raise _unprocessable("give thread_id and run_ids, or status")
+    runs = []
+    for run_id in body.run_ids:
+        run = await owned_run(resources, run_id, caller)
+        if thread_id not in (None, run.thread_id):
+            raise NotFound(f"run {run_id} not found")
+        runs.append(run)
+    return runs
+
+
+class BulkCancelController(Controller):
+    path = "/runs/cancel"
+    tags = ["langgraph"]
+
+    @post("/", status_code=204, summary="Cancel runs by id or by status")
+    async def cancel_many(
+        self,
+        data: BulkCancel,
+        resources: Resources,
+        caller: Caller,
+        action: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> None:
+        if action not in (None, "interrupt", "rollback"):
+            raise _unprocessable("action must be interrupt or rollback")
+        for run in await _bulk_targets(resources, caller, data):
+            if not run.status.active or run.status == RunStatus.INTERRUPTED:
+                continue  # over already (to LangGraph, an interrupted run is over too)
+            with contextlib.suppress(Conflict):  # it ended meanwhile
+                await resources.lifecycle.cancel(run, rollback=action == "rollback")
+        logger.info("runs cancelled in bulk", thread_id=data.thread_id, status=data.status)
 
 
 class StatelessRunsController(Controller):

@@ -6,7 +6,10 @@ one stored event at a time, so it serves a replay and live events alike. Its rul
 
 - Frames are framed as LangGraph's server frames them: CRLF line ends, one line of JSON.
 - The `id:` of a stored event rides on the last frame it gives, so a client that reconnects
-  after that id skips them all, and one cut before it gets them all again.
+  after that id skips them all. The frames before it (plain `messages` mode's
+  `messages/metadata`) carry `<id>.<n>`, their place in the event's frames: a client cut
+  between them resumes with that id and gets the rest of the event's frames, never one twice
+  (`split_frame_id`).
 - Between a `retry` and the next `run` event, frames carry no `id:`: that window re-sends whole
   messages a dead attempt had cut off, which must not reach a client as message chunks (it
   would append them to the text it holds). A client cut inside the window resumes before the
@@ -33,7 +36,24 @@ from stream_store.messages import message_text
 
 from .wire import assistant_id_for, run_status, to_langchain_dict
 
-__all__ = ["LangGraphStream"]
+__all__ = ["FRAME_ID_SEPARATOR", "LangGraphStream", "split_frame_id"]
+
+FRAME_ID_SEPARATOR = "."  # between a stored event's id and a frame's place among its frames
+
+
+def split_frame_id(value: str) -> tuple[str, int | None]:
+    """A LangGraph `Last-Event-ID` as (the stored event's id, how many of its frames the client
+    has), the count None when the id is a whole event's. The event id is not checked here.
+
+    Raises:
+        ValueError: a frame place that is not a small number.
+    """
+    event_id, dot, place = value.partition(FRAME_ID_SEPARATOR)
+    if not dot:
+        return value, None
+    if not place.isdigit() or len(place) > 3:
+        raise ValueError(f"not a frame id: {value[:80]!r}")
+    return event_id, int(place) + 1
 
 
 class _Token(msgspec.Struct):
@@ -130,6 +150,12 @@ class LangGraphStream:
         self._interrupt_sent = False  # an `updates` event since the last `run` had it
         self._announced: set[str] = set()  # ids that had their `messages/metadata` (plain mode)
         self._texts: dict[str, str] = {}  # text so far of the messages streaming (plain mode)
+        self._partly_sent: tuple[str, int] | None = None  # (event id, its frames the client has)
+
+    def resume_within(self, event_id: str, frames_sent: int) -> None:
+        """The client has the first `frames_sent` frames of stored event `event_id` (it resumed
+        with a frame id): render only the rest of that event's frames."""
+        self._partly_sent = (event_id, frames_sent)
 
     def opening(self, attempt: int = 1) -> bytes:
         """The `metadata` frame LangGraph sends first; it moves no client's cursor."""
@@ -156,11 +182,20 @@ class LangGraphStream:
 
     def _render(self, event: StoredEvent) -> bytes:
         frames = self._frames(event)
-        if not frames:
-            return b""
-        last_id = None if self._resending else event.id
-        *first, (name, data) = frames
-        return b"".join(_frame(n, d, None) for n, d in first) + _frame(name, data, last_id)
+        sent = 0
+        if self._partly_sent is not None and self._partly_sent[0] == event.id:
+            sent, self._partly_sent = self._partly_sent[1], None
+        last = len(frames) - 1
+        return b"".join(
+            _frame(name, data, self._frame_id(event.id, place, last))
+            for place, (name, data) in enumerate(frames)
+            if place >= sent
+        )
+
+    def _frame_id(self, event_id: str, place: int, last: int) -> str | None:
+        if self._resending:
+            return None
+        return event_id if place == last else f"{event_id}{FRAME_ID_SEPARATOR}{place}"
 
     def skip(self, event: StoredEvent) -> None:
         """Take in an event the client already has, as `render` would, writing nothing: a
@@ -168,6 +203,41 @@ class LangGraphStream:
         what the viewer that sent them held (the text of a `messages/partial`, the message
         ids announced, an interrupt already sent)."""
         self._frames(event)
+
+    @property
+    def resumes_from_recent(self) -> bool:
+        """True when a resumed viewer can rebuild its state from the last few events before its
+        resume point (`take_recent`) instead of all of them (`skip`). Plain `messages` mode
+        cannot: the text of a `messages/partial` is all of its message's tokens so far."""
+        return not self._messages
+
+    def take_recent(self, recent: Sequence[StoredEvent], whole_stream: bool) -> bool:
+        """Rebuild the state a viewer held at its resume point from `recent`: the events up to
+        and including it, newest first (`whole_stream`: back to the stream's first). False when
+        they are too few to tell, and the viewer must `skip` every event instead.
+
+        Outside plain `messages` mode a viewer holds two things that span events:
+        - whether the LangGraph stream ended: a client holds no id from after the event that
+          ended it, so it ended exactly when the resume point is that event;
+        - with `updates`, whether the interrupt went out in an `updates` since the last `run`
+          event (then the `pending` that follows sends no second one).
+        Nothing else: a client holds no id inside a retry's resend window (those frames carry
+        none), so a resumed viewer is never in one.
+        """
+        if not recent:
+            return True
+        if self.ends_after(recent[0]):
+            self._ended = True
+            return True
+        if "updates" not in self._modes:
+            return True
+        for event in recent:
+            if event.event == "run":
+                return True
+            if event.event == "updates" and "__interrupt__" in _updates.decode(event.data).updates:
+                self._interrupt_sent = True
+                return True
+        return whole_stream
 
     def ends_after(self, event: StoredEvent) -> bool:
         """True after the event that ends the LangGraph stream; a run ends at an interrupt."""

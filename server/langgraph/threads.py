@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from importlib.metadata import version
 from typing import Annotated, Any
 
@@ -19,6 +18,7 @@ from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
 from ..threads import owned_thread
+from .state_writes import checked_checkpoint_id, copy_thread, update_state
 from .views import (
     assistant,
     graph_of_assistant,
@@ -34,6 +34,7 @@ from .wire import (
     AssistantSearch,
     HistoryRequest,
     StateCheckpointRequest,
+    StateUpdate,
     Thread,
     ThreadCount,
     ThreadCreate,
@@ -45,14 +46,6 @@ from .wire import (
 __all__ = ["AssistantsController", "ThreadsController", "info", "ok"]
 
 logger = structlog.get_logger()
-
-
-def _checkpoint_id(value: str) -> str:
-    """A checkpoint id is a UUID (422 otherwise, as LangGraph answers)."""
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise ApiError(422, "invalid_request", "Invalid checkpoint ID: must be a UUID") from None
 
 
 class ThreadsController(Controller):
@@ -144,12 +137,24 @@ class ThreadsController(Controller):
     async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
         return await thread_state(resources, await owned_thread(resources, thread_id, caller))
 
+    @post("/{thread_id:str}/state", status_code=200, summary="Write the thread's state")
+    async def update_state(
+        self, thread_id: str, data: StateUpdate, resources: Resources, caller: Caller
+    ) -> dict[str, Any]:
+        thread = await owned_thread(resources, thread_id, caller)
+        return await update_state(resources, thread, data)
+
+    @post("/{thread_id:str}/copy", status_code=200, summary="Copy a thread with its state")
+    async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
+        thread = await owned_thread(resources, thread_id, caller)
+        return await thread_view(resources, await copy_thread(resources, thread))
+
     @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")
     async def state_at_id(
         self, thread_id: str, checkpoint_id: str, resources: Resources, caller: Caller
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
-        return await state_at(resources, thread, _checkpoint_id(checkpoint_id))
+        return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
 
     @post(
         "/{thread_id:str}/state/checkpoint",
@@ -163,7 +168,7 @@ class ThreadsController(Controller):
         checkpoint_id = data.checkpoint.get("checkpoint_id")
         if not isinstance(checkpoint_id, str):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
-        return await state_at(resources, thread, _checkpoint_id(checkpoint_id))
+        return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
 
     @get("/{thread_id:str}/history", summary="The thread's past states, newest first")
     async def history(

@@ -13,6 +13,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 
 from stream_store.errors import NotFound
+from stream_store.events import RunStatus
 from stream_store.messages import state_to_json
 from stream_store.records import RunRecord, ThreadRecord
 
@@ -31,11 +32,14 @@ from .wire import (
 
 __all__ = [
     "assistant",
+    "graph_name",
     "graph_of_assistant",
+    "graph_of_thread",
     "run_view",
     "state_at",
     "state_history",
     "thread_state",
+    "thread_status",
     "thread_view",
 ]
 
@@ -92,15 +96,26 @@ def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": configurable}
 
 
-def _graph_of(resources: Resources, latest: RunRecord | None) -> Pregel | None:
-    """The graph of the thread's latest run: the one that reads its checkpoints."""
-    if latest is None or latest.graph not in resources.graphs:
+def graph_name(thread: ThreadRecord, latest: RunRecord | None) -> str | None:
+    """The graph that reads the thread's checkpoints: its latest run's, or for a thread no run
+    wrote (a copy), the `graph_id` in its metadata, which LangGraph keeps there too."""
+    if latest is not None:
+        return latest.graph
+    named = thread.metadata.get("graph_id")
+    return named if isinstance(named, str) else None
+
+
+def _graph_of(
+    resources: Resources, thread: ThreadRecord, latest: RunRecord | None
+) -> Pregel | None:
+    name = graph_name(thread, latest)
+    if name is None or name not in resources.graphs:
         return None
-    return resources.graphs.get(latest.graph, resources.checkpointer)
+    return resources.graphs.get(name, resources.checkpointer)
 
 
-async def _graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
-    return _graph_of(resources, await _latest_run(resources, thread))
+async def graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
+    return _graph_of(resources, thread, await _latest_run(resources, thread))
 
 
 def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
@@ -164,7 +179,7 @@ def _empty_state() -> ThreadState:
 
 
 async def thread_state(resources: Resources, thread: ThreadRecord) -> ThreadState:
-    return await _current_state(thread, await _graph_of_thread(resources, thread))
+    return await _current_state(thread, await graph_of_thread(resources, thread))
 
 
 async def _current_state(thread: ThreadRecord, graph: Pregel | None) -> ThreadState:
@@ -182,7 +197,7 @@ async def state_at(resources: Resources, thread: ThreadRecord, checkpoint_id: st
     Raises:
         NotFound: the thread has no such checkpoint.
     """
-    graph = await _graph_of_thread(resources, thread)
+    graph = await graph_of_thread(resources, thread)
     if graph is not None:
         config = _config(thread.thread_id, checkpoint_id)
         snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
@@ -194,7 +209,7 @@ async def state_at(resources: Resources, thread: ThreadRecord, checkpoint_id: st
 async def state_history(
     resources: Resources, thread: ThreadRecord, limit: int, before: str | None
 ) -> list[ThreadState]:
-    graph = await _graph_of_thread(resources, thread)
+    graph = await graph_of_thread(resources, thread)
     if graph is None:
         return []
     history = graph.aget_state_history(
@@ -205,23 +220,42 @@ async def state_history(
     return [_state(snapshot, thread.thread_id) async for snapshot in history]
 
 
+def thread_status(runs: list[RunRecord]) -> ThreadStatus:
+    """LangGraph's status for a thread with `runs` (oldest first), as its server sets it when a
+    run ends: `busy` while one is queued or running; otherwise from the latest run that
+    started, `error` if it failed, `interrupted` if it stopped at an interrupt or was cancelled
+    mid-step (the checkpoint still has a next step), `idle` if it finished. A run cancelled
+    before it started changes nothing. The same rule filters `threads.search` (in SQL:
+    `_LANGGRAPH_THREAD_STATUS`, stream_store/records.py)."""
+    if any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs):
+        return "busy"
+    if any(r.status == RunStatus.INTERRUPTED for r in runs):
+        return "interrupted"
+    started = [r for r in runs if r.started_at is not None]
+    if not started:
+        return "idle"
+    latest = max(started, key=lambda r: r.created_at)
+    if latest.status == RunStatus.FAILED:
+        return "error"
+    return "interrupted" if latest.status == RunStatus.CANCELLED else "idle"
+
+
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
-    latest = await _latest_run(resources, thread)
-    state = await _current_state(thread, _graph_of(resources, latest))
+    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    latest = runs[-1] if runs else None
+    state = await _current_state(thread, _graph_of(resources, thread, latest))
     interrupts: dict[str, list[dict[str, Any]]] = {}
     for task in state.tasks:
         if task["interrupts"]:
             interrupts[task["id"]] = task["interrupts"]
-    status = thread.status
-    if status == "idle" and latest is not None and latest.status == "failed":
-        status = "error"
+    status = thread_status(runs)
     return Thread(
         thread_id=thread.thread_id,
         created_at=thread.created_at,
         updated_at=thread.updated_at,
         state_updated_at=thread.updated_at,
         metadata=thread.metadata,
-        status=cast(ThreadStatus, status),
+        status=status,
         config={},
         values=state.values if state.checkpoint else None,
         interrupts=interrupts,

@@ -24,12 +24,14 @@ __all__ = [
     "Assistant",
     "AssistantCount",
     "AssistantSearch",
+    "BulkCancel",
     "Checkpoint",
     "HistoryRequest",
     "Run",
     "RunCreate",
     "RunStatusName",
     "StateCheckpointRequest",
+    "StateUpdate",
     "Thread",
     "ThreadCount",
     "ThreadCreate",
@@ -54,7 +56,7 @@ STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tupl
 
 MAX_PAGE = 1000  # the most items one search, list or history answer holds
 Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
-Offset = Annotated[int, Meta(ge=0)]
+Offset = Annotated[int, Meta(ge=0, le=2**62)]  # within Postgres bigint
 
 
 class Request(msgspec.Struct, kw_only=True):
@@ -143,6 +145,23 @@ class StateCheckpointRequest(Request):
 
     checkpoint: dict[str, Any]  # {"checkpoint_id", "checkpoint_ns"?, "checkpoint_map"?}
     subgraphs: bool = False
+
+
+class StateUpdate(Request):
+    """Body of `POST /threads/{id}/state` (`threads.update_state`)."""
+
+    values: dict[str, Any] | list[Any] | None = None
+    as_node: str | None = None
+    checkpoint: dict[str, Any] | None = None  # {"checkpoint_id", ...}: update from there
+    checkpoint_id: str | None = None  # deprecated spelling of the same
+
+
+class BulkCancel(Request):
+    """Body of `POST /runs/cancel` (`runs.cancel_many`): a thread's runs by id, or by status."""
+
+    thread_id: str | None = None
+    run_ids: list[str] | None = None
+    status: Literal["pending", "running", "all"] | None = None
 
 
 class Response(msgspec.Struct, kw_only=True):

@@ -1,13 +1,21 @@
--- KEYS: record. ARGV: the attempt Postgres says is running, '1' to ignore the lease (hand-back).
--- 'alive' (lease still held), 'missing' (record lost), 'taken' (fenced: attempt+1 now owns it;
--- idempotent, so a reaper that died half-way can be finished by another), 'stale' otherwise.
+-- KEYS: record. ARGV: the attempt Postgres says is running, '1' to ignore the lease (hand-back),
+-- then the ids of workers whose process is gone (may be none).
+-- 'alive' (lease still held, by a worker not among the gone), 'missing' (record lost), 'taken'
+-- (fenced: attempt+1 now owns it; idempotent, so a reaper that died half-way can be finished
+-- by another), 'stale' otherwise.
 local now = now_ms()
-local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until')
+local rec = redis.call('HMGET', KEYS[1], 'attempt', 'lease_until', 'worker')
 if not rec[1] then return 'missing' end
 local current, seen = tonumber(rec[1]), tonumber(ARGV[1])
 if current == seen + 1 then return 'taken' end
 if current ~= seen then return 'stale' end
-if ARGV[2] ~= '1' and rec[2] and tonumber(rec[2]) >= now then return 'alive' end
+local holder_gone = false
+for i = 3, #ARGV do
+  if rec[3] == ARGV[i] then holder_gone = true end
+end
+if ARGV[2] ~= '1' and not holder_gone and rec[2] and tonumber(rec[2]) >= now then
+  return 'alive'
+end
 redis.call('HSET', KEYS[1], 'attempt', seen + 1)
-redis.call('HDEL', KEYS[1], 'lease_until')
+redis.call('HDEL', KEYS[1], 'lease_until', 'worker')
 return 'taken'

@@ -1,0 +1,94 @@
+"""LangGraph routes runstream does not serve, answered 404 `not_served` with a `detail` that
+says so and what to use instead.
+
+Without these a LangGraph client calling them would get a bare 404 or 405, which reads like
+"no such thread" or a client bug. Each family names why it is missing (docs/langgraph.md,
+"Not served"). Not 501: runstream's 5xx answers are two fixed sentences (docs/security.md).
+They are left out of the OpenAPI schema, which lists what is served. Authentication still
+runs first: an unauthenticated call is 401 as elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import HttpMethod, Router, route
+
+from ..auth import Caller
+from ..errors import ApiError
+
+__all__ = ["not_served_router"]
+
+_ANY: list[HttpMethod] = [
+    HttpMethod.GET,
+    HttpMethod.POST,
+    HttpMethod.PUT,
+    HttpMethod.PATCH,
+    HttpMethod.DELETE,
+]
+
+_WHY = {
+    "crons": "crons are not served by runstream: schedule runs with your own scheduler",
+    "store": "the LangGraph store is not served by runstream",
+    "assistants": (
+        "creating, changing, versioning and deleting assistants is not served: runstream"
+        " serves one assistant per registered graph (RUNSTREAM_GRAPHS)"
+    ),
+    "subgraphs": "subgraphs are not served: runstream records no subgraph events",
+    "thread_stream": (
+        "the thread-level stream is not served: join a run's stream"
+        " (GET /threads/{thread_id}/runs/{run_id}/stream)"
+    ),
+    "batch": "/runs/batch is not served: create runs one by one",
+    "prune": "thread pruning is not served: delete threads (DELETE /threads/{thread_id})",
+    "bulk_state": "bulk state updates are not served: use POST /threads/{thread_id}/state",
+}
+
+
+def _refuse(family: str) -> Any:
+    raise ApiError(404, "not_served", _WHY[family])
+
+
+def _handler(path: str | list[str], family: str, methods: list[HttpMethod]) -> Any:
+    async def handle(caller: Caller) -> None:
+        _refuse(family)
+
+    handle.__name__ = f"not_served_{family}"
+    return route(path, http_method=methods, include_in_schema=False, status_code=404)(handle)
+
+
+def not_served_router() -> Router:
+    handlers = [
+        _handler(["/runs/crons", "/runs/crons/{rest:path}"], "crons", _ANY),
+        _handler("/threads/{thread_id:str}/runs/crons", "crons", [HttpMethod.POST]),
+        _handler(["/store", "/store/{rest:path}"], "store", _ANY),
+        _handler("/assistants", "assistants", [HttpMethod.POST]),
+        _handler(
+            "/assistants/{assistant_id:str}",
+            "assistants",
+            [HttpMethod.PATCH, HttpMethod.DELETE],
+        ),
+        _handler(
+            ["/assistants/{assistant_id:str}/versions", "/assistants/{assistant_id:str}/latest"],
+            "assistants",
+            [HttpMethod.POST],
+        ),
+        _handler(
+            [
+                "/assistants/{assistant_id:str}/subgraphs",
+                "/assistants/{assistant_id:str}/subgraphs/{rest:path}",
+            ],
+            "subgraphs",
+            [HttpMethod.GET],
+        ),
+        _handler(
+            ["/threads/{thread_id:str}/stream", "/threads/{thread_id:str}/stream/{rest:path}"],
+            "thread_stream",
+            [HttpMethod.GET],
+        ),
+        _handler("/threads/{thread_id:str}/commands", "thread_stream", [HttpMethod.POST]),
+        _handler("/threads/{thread_id:str}/state/bulk", "bulk_state", [HttpMethod.POST]),
+        _handler("/runs/batch", "batch", [HttpMethod.POST]),
+        _handler("/threads/prune", "prune", [HttpMethod.POST]),
+    ]
+    return Router(path="/", route_handlers=handlers)

@@ -1,0 +1,110 @@
+"""Writes to a thread's state outside a run: `threads.update_state` and `threads.copy`.
+
+Both go through the checkpointer, as LangGraph's server does: an update is the compiled
+graph's `aupdate_state` (a new checkpoint, as if `as_node` had just run), a copy is a new
+thread holding a copy of the checkpoints (not the runs). An update waits for no run: it is
+refused (409) while one is queued or running, since the worker would write over it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import structlog
+from langgraph.errors import InvalidUpdateError
+
+from stream_store.errors import Conflict, NotFound
+from stream_store.events import RunStatus
+from stream_store.records import ThreadRecord
+
+from ..errors import ApiError
+from ..resources import Resources
+from .command import checked_update
+from .views import graph_name, graph_of_thread
+from .wire import StateUpdate
+
+__all__ = ["checked_checkpoint_id", "copy_thread", "update_state"]
+
+logger = structlog.get_logger()
+
+
+def checked_checkpoint_id(value: str) -> str:
+    """A checkpoint id is a UUID (422 otherwise, as LangGraph answers)."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise ApiError(422, "invalid_request", "Invalid checkpoint ID: must be a UUID") from None
+
+
+async def update_state(
+    resources: Resources, thread: ThreadRecord, body: StateUpdate
+) -> dict[str, Any]:
+    """Write `body.values` as a new checkpoint of `thread`; LangGraph's answer, the checkpoint.
+
+    Raises:
+        Conflict: a run of the thread is queued or running, or no run ever named its graph.
+        NotFound: `body.checkpoint` names no checkpoint of the thread.
+        ApiError: 422 for values, a node or a checkpoint id the graph cannot take.
+    """
+    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    if any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs):
+        raise Conflict(
+            f"thread {thread.thread_id} has a run queued or running; update its state after",
+            code="thread_busy",
+        )
+    graph = await graph_of_thread(resources, thread)
+    if graph is None:
+        raise Conflict(
+            f"thread {thread.thread_id} has no graph yet: run it once before updating its state",
+            code="thread_has_no_graph",
+        )
+    values = checked_update(body.values, graph, "values") if isinstance(body.values, dict) else None
+    if body.values is not None and values is None:
+        raise ApiError(422, "invalid_request", "values must be an object of state keys")
+    if body.as_node is not None and body.as_node not in graph.nodes:
+        nodes = ", ".join(n for n in graph.nodes if not n.startswith("__"))
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"as_node: the graph has no node {body.as_node!r}; it has {nodes}",
+        )
+    configurable: dict[str, Any] = {"thread_id": thread.thread_id, "checkpoint_ns": ""}
+    raw_id = (body.checkpoint or {}).get("checkpoint_id") or body.checkpoint_id
+    if raw_id is not None:
+        if not isinstance(raw_id, str):
+            raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
+        configurable["checkpoint_id"] = checked_checkpoint_id(raw_id)
+        snapshot = await graph.aget_state({"configurable": configurable})
+        if snapshot.created_at is None:
+            raise NotFound(f"thread {thread.thread_id} has no checkpoint {raw_id}")
+    try:
+        written = await graph.aupdate_state(
+            {"configurable": configurable}, values, as_node=body.as_node
+        )
+    except (InvalidUpdateError, ValueError) as exc:  # e.g. an ambiguous node, a reducer's no
+        raise ApiError(422, "invalid_request", str(exc).splitlines()[0][:300]) from None
+    await resources.records.update_thread_metadata(thread.thread_id, thread.owner, {})
+    logger.info("thread state updated", thread_id=thread.thread_id, as_node=body.as_node)
+    checkpoint = written["configurable"]
+    return {
+        "checkpoint": {
+            "thread_id": thread.thread_id,
+            "checkpoint_ns": checkpoint.get("checkpoint_ns", ""),
+            "checkpoint_id": checkpoint["checkpoint_id"],
+            "checkpoint_map": checkpoint.get("checkpoint_map") or {},
+        }
+    }
+
+
+async def copy_thread(resources: Resources, thread: ThreadRecord) -> ThreadRecord:
+    """A new thread of the same owner with `thread`'s metadata and checkpoints; its metadata
+    names the graph (`graph_id`), since no run of the copy does yet."""
+    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    name = graph_name(thread, runs[-1] if runs else None)
+    metadata = {**thread.metadata, **({"graph_id": name} if name else {})}
+    copied = await resources.records.copy_thread(thread.thread_id, thread.owner, metadata)
+    if copied is None:
+        raise NotFound(f"thread {thread.thread_id} not found")
+    logger.info("thread copied", thread_id=thread.thread_id, copy=copied.thread_id)
+    return copied

@@ -166,10 +166,7 @@ async def execute_run(ctx: dict[str, Any], run_id: str, traceparent: str | None 
     ) as span:
         with tracer.start_as_current_span("claim"):
             run = await services.lifecycle.claim(
-                run_id,
-                services.settings.lease_s,
-                attempt_traceparent=traceparent_of(span) if span.is_recording() else None,
-                worker=state.worker_id,
+                run_id, attempt_traceparent=traceparent_of(span) if span.is_recording() else None
             )
         if run is None:
             record_outcome("not_claimed")
@@ -197,9 +194,16 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     writer = _Writer(services.events, run, state.metrics, services.tracer)
     finished = False
     try:
-        if await services.events.cancel_requested(run_id):
+        # The lease is taken after the attempt is in `state.attempts`: a cancel published from
+        # here on reaches it, and one requested earlier is seen by `start`.
+        started = await services.lifecycle.start(
+            run,
+            retry_planner(services),
+            lease_s=services.settings.lease_s,
+            worker=state.worker_id,
+        )
+        if not started:
             raise asyncio.CancelledError
-        await services.lifecycle.start(run, retry_planner(services))
         logger.info("run started", graph=run.graph, attempt=run.attempt)
         finished = await _stream_graph(state, attempt, run, writer)
     except asyncio.CancelledError:

@@ -13,10 +13,13 @@ import os
 import socket
 import uuid
 from datetime import UTC, datetime
+from importlib.resources import files
 from typing import Any
 
 import msgspec
 import structlog
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
 from arq.worker import Worker, func
 from opentelemetry.trace import TracerProvider
 from prometheus_client import start_http_server
@@ -42,6 +45,8 @@ from .tools import ToolLedger
 __all__ = ["build_worker"]
 
 logger = structlog.get_logger()
+
+_START_JOB = (files("stream_store") / "scripts" / "start_job.lua").read_text()
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -193,6 +198,7 @@ class RunWorker(Worker):
         self.wake = asyncio.Event()
         self.wake.set()  # read the queue at once on start
         self.ctx["wake"] = self.wake
+        self._start_job = self.pool.register_script(_START_JOB)
 
     async def _poll_iteration(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -212,10 +218,30 @@ class RunWorker(Worker):
         self.wake.set()  # a slot is free: a run waiting in the queue can start now
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """Claim and start the ready jobs read, one caller's backlog not ahead of the others'."""
+        """Claim and start the ready jobs read, one caller's backlog not ahead of the others'.
+
+        arq's own `start_jobs`, with its per-job WATCH transaction (four round trips) made one
+        script call (`scripts/start_job.lua`), as atomic: a job is started once, by one worker.
+        """
         if len(job_ids) > self.max_jobs - self.job_counter:  # else every one is tried anyway
             job_ids = await FairOrder(self.pool, self.keys).order(job_ids)
-        await super().start_jobs(job_ids)
+        timeout_ms = int(self.in_progress_timeout_s * 1000)
+        for job_id_b in job_ids:
+            await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                return
+            self.job_counter += 1
+            job_id = job_id_b.decode()
+            keys = [in_progress_key_prefix + job_id, self.queue_name]
+            score = await self._start_job(keys=keys, args=[job_id, timeout_ms, timestamp_ms()])
+            if score is None:  # in progress elsewhere, finished, or deferred
+                self.job_counter -= 1
+                self.sem.release()
+                continue
+            task = self.loop.create_task(self.run_job(job_id, int(float(score))))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
 
 
 def build_worker(

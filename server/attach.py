@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -22,7 +22,7 @@ logger = structlog.get_logger()
 
 PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty data line)
 REPLAY_PAGE = 1000
-MAX_CHUNK = 64 * 1024  # bytes per write when coalescing queued frames
+MAX_CHUNK = 64 * 1024  # bytes per write when coalescing a burst of live frames
 
 
 class Dialect(Protocol):
@@ -111,7 +111,7 @@ class Attachment:
         self.complete = False  # the dialect's last event is sent: the response may end cleanly
 
     async def frames(self) -> AsyncIterator[bytes]:
-        viewer = await self.follower.subscribe(self.run_id)
+        viewer = await self.follower.subscribe(self.run_id, self.ping_interval_s)
         try:
             while not self.ended:
                 for phase in (self._replay(), self._live(viewer)):
@@ -123,22 +123,21 @@ class Attachment:
                         return
                 if not viewer.lagging or await self._stream_was_reset():
                     return  # closed (server shutdown), or Redis lost the stream: it reconnects
-                viewer.lagging = False  # take live frames again, then replay what was missed
+                viewer.rejoin()  # take live frames again, then replay what was missed
         finally:
             self.follower.unsubscribe(self.run_id, viewer)
 
-    def _advance(self, event_id: str) -> None:
-        self.last_id, self.last = event_id, parse_event_id(event_id)
-
     async def _replay(self) -> AsyncIterator[bytes]:
         """Everything after `last_id` that Redis has now, a page per write."""
+        read = False
         while True:
             page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
+            read = read or bool(page)
             chunk = bytearray()
             for event in page:
                 frame = sse_frame(event)
                 chunk += self.dialect.render(frame)
-                self._advance(frame.id)
+                self.last_id, self.last = frame.id, frame.position
                 if self.dialect.ends_after(frame):
                     self.ended = self.complete = True
                     break
@@ -148,6 +147,8 @@ class Attachment:
                 return
             if len(page) < REPLAY_PAGE:
                 break
+        if read:
+            return  # had the newest event been the end, and sent, this replay would have read it
         newest = await self.events.last_event(self.run_id)
         if (
             newest is not None
@@ -158,48 +159,51 @@ class Attachment:
             self.ended = self.complete = True
 
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
-        """Live frames, a burst per write, until the end or until the viewer's queue closes
-        (it fell behind, or the server is shutting down); a ping after each quiet interval."""
+        """Live frames, whatever the feed holds past the viewer per write (a burst), until the
+        end or until `take` gives None (it fell behind, or the server is shutting down); a ping
+        when the follower's ticker finds it quiet for its interval."""
         while True:
-            try:
-                if viewer.queue.empty():
-                    async with asyncio.timeout(self.ping_interval_s):  # cheaper than wait_for
-                        frame = await viewer.queue.get()
+            frames = viewer.take()
+            if frames is None:
+                return
+            if not frames:
+                if viewer.ping_due(time.monotonic()):
+                    yield self.dialect.ping
                 else:
-                    frame = viewer.queue.get_nowait()
-            except TimeoutError:
-                yield self.dialect.ping
+                    await viewer.wait()
                 continue
-            # the burst's oldest event, unless the replay sent it: its delivery is timed
-            oldest = frame.id if frame and parse_event_id(frame.id) > self.last else None
-            chunk, frame = await self._burst(viewer, frame)
-            if chunk:
+            for chunk, oldest in await self._bursts(frames):
                 yield chunk  # resumed once the write is done
-                if oldest is not None:
-                    self.follower.metrics.delivered(oldest)
-            if self.ended or frame is None:
+                self.follower.metrics.delivered(oldest)
+            if self.ended:
                 return
 
-    async def _burst(self, viewer: Viewer, frame: Frame | None) -> tuple[bytes, Frame | None]:
-        """`frame` and whatever else is queued already, as one write: one send per burst
-        rather than one per event, which is most of the cost of a fast run. Returns the bytes
-        and the last frame taken (None: the queue is closed)."""
+    async def _bursts(self, frames: list[Frame]) -> list[tuple[bytes, str]]:
+        """`frames` as few writes (up to `MAX_CHUNK` bytes each), each with its oldest event's
+        id (its delivery is timed): one send per burst rather than one per event, which is most
+        of the cost of a fast run. Frames the replay sent already are skipped."""
+        bursts: list[tuple[bytes, str]] = []
         chunk = bytearray()
-        while frame is not None:
-            position = parse_event_id(frame.id)
-            if position > self.last:  # not sent by the replay already
-                if frame.event == "retry" and await self._stream_was_reset():
-                    self.ended = True  # Redis lost the stream; on reconnect: 410
-                    break
-                chunk += self.dialect.render(frame)
-                self._advance(frame.id)
-                if self.dialect.ends_after(frame):
-                    self.ended = self.complete = True
-                    break
-            if viewer.queue.empty() or len(chunk) >= MAX_CHUNK:
+        oldest = ""
+        for frame in frames:
+            if frame.position <= self.last:  # sent by the replay already
+                continue
+            if frame.event == "retry" and await self._stream_was_reset():
+                self.ended = True  # Redis lost the stream; on reconnect: 410
                 break
-            frame = viewer.queue.get_nowait()
-        return bytes(chunk), frame
+            if not chunk:
+                oldest = frame.id
+            chunk += self.dialect.render(frame)
+            self.last_id, self.last = frame.id, frame.position
+            if self.dialect.ends_after(frame):
+                self.ended = self.complete = True
+                break
+            if len(chunk) >= MAX_CHUNK:
+                bursts.append((bytes(chunk), oldest))
+                chunk.clear()
+        if chunk:
+            bursts.append((bytes(chunk), oldest))
+        return bursts
 
     async def _stream_was_reset(self) -> bool:
         record = await self.events.live_record(self.run_id)

@@ -1,21 +1,28 @@
 """One Redis reader per server process, fanning run events out to every viewer.
 
 A single task issues one `XREAD BLOCK` over the streams of all runs that have viewers in this
-process, frames each event once, and offers the shared frame to each viewer's bounded queue.
-Thousands of viewers therefore cost one blocked Redis connection, not one each. When a run
-gains its first viewer the reader is woken with `CLIENT UNBLOCK` so the new stream joins the
-next read at once.
+process, frames each event once, and appends the shared frame to the run's feed: one bounded
+buffer per run that every viewer of the run reads by position. Thousands of viewers therefore
+cost one blocked Redis connection and one append per event, not a queue each. When a run gains
+its first viewer the reader is woken with `CLIENT UNBLOCK` so the new stream joins the next read
+at once.
 
 The seam rule (no gap, no duplicate): `subscribe` returns only after the run's feed has a
-cursor, and the feed delivers every event after that cursor. A viewer subscribes first, then
-replays from Redis; replay covers everything up to the cursor, the queue everything after,
-and the viewer drops what it has already sent by id.
+cursor, and places the viewer at the feed's head, so it reads every event after that cursor.
+A viewer subscribes first, then replays from Redis; replay covers everything up to the cursor,
+the feed everything after, and the viewer drops what it has already sent by id.
+
+Waiting is cheap too: a viewer with nothing to read parks one future on its feed, and the
+follower resolves the feed's futures once per batch read (for a run with many viewers, once
+per short window: `COALESCE_S`). Keep-alive pings come from one ticker per process that wakes a
+feed when one of its viewers has been quiet for its ping interval, not from a timer per wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -24,73 +31,190 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from stream_store.events import parse_event_id
 from stream_store.log import EventLog, StoredEvent
 from stream_store.metrics import FanoutMetrics
 
-__all__ = ["Frame", "StreamFollower", "Viewer", "sse_frame"]
+__all__ = ["Frame", "RunFeed", "StreamFollower", "Viewer", "sse_frame"]
 
 logger = structlog.get_logger()
 
+MAX_PING_TICK_S = 1.0  # the ticker looks at least this often; a ping is late by at most a tick
+# A run with this many viewers in the process wakes them at most once per window, so that each
+# write carries the events of a window rather than one: with a thousand viewers, a write per
+# viewer per event is most of the server's work. Runs with fewer viewers wake them at once.
+COALESCE_VIEWERS = 100
+COALESCE_S = 0.025
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Frame:
-    """An event with its SSE bytes, encoded once and shared by all viewers."""
+    """An event with its SSE bytes, encoded once and shared by all viewers; never changed once
+    made but for `renders` (not frozen: a frozen dataclass costs a microsecond more to make)."""
 
     id: str
     event: str
     terminal: bool
     data: bytes  # the `/v1` SSE frame
     stored: StoredEvent  # as read from Redis, for other dialects (`server.langgraph`)
+    position: tuple[int, int]  # the id, parsed once for every viewer's comparisons
     # Other dialects' encodings of this event, by dialect and form: made by the first viewer
-    # that needs one, reused by the rest (a frozen Frame, a mutable cache).
+    # that needs one, reused by the rest.
     renders: dict[str, bytes] = field(default_factory=dict)
 
 
 def sse_frame(event: StoredEvent) -> Frame:
-    message = ServerSentEventMessage(id=event.id, event=event.event, data=event.data.decode())
     return Frame(
-        id=event.id, event=event.event, terminal=event.terminal, data=message.encode(), stored=event
+        id=event.id,
+        event=event.event,
+        terminal=event.terminal,
+        data=_sse_bytes(event),
+        stored=event,
+        position=parse_event_id(event.id),
     )
 
 
-class Viewer:
-    """One attached client: a bounded queue of live frames.
+def _sse_bytes(event: StoredEvent) -> bytes:
+    """The event as Litestar's `ServerSentEventMessage` encodes it, built directly for the
+    usual one-line JSON (a quarter of the cost: this runs once per event read or replayed)."""
+    data = event.data
+    if b"\n" in data or b"\r" in data or "\n" in event.event or "\r" in event.event:
+        message = ServerSentEventMessage(id=event.id, event=event.event, data=data.decode())
+        return message.encode()  # one `data:` line per line, line breaks in names removed
+    return b"id: %s\r\nevent: %s\r\ndata: %s\r\n\r\n" % (
+        event.id.encode(),
+        event.event.encode(),
+        data,
+    )
 
-    When the queue fills, the viewer is `lagging`: its queued frames are dropped, it gets
-    `None` next, and it catches up by reading the stream from Redis after the last event it
-    sent (see `server.attach`), so a client that reads slower than the run writes falls back to
-    paged reads instead of holding frames in memory. A client that stops reading altogether is
-    cut off: the follower cancels a viewer's task when one write has been waiting on the client
-    for the cut-off time (`RUNSTREAM_VIEWER_CUT_OFF_MS`), which closes the connection. The run
-    and the other viewers never wait for it.
+
+class RunFeed:
+    """One run's live frames in this process: a buffer its viewers read by position.
+
+    Positions count frames since the feed began; `base` is the position of `frames[0]`. The
+    buffer keeps at least the newest `size` frames (it is trimmed to `size` when it reaches
+    twice that), which is as far as a viewer may fall behind before it catches up from Redis.
     """
 
-    __slots__ = ("_swept_write", "_waited_s", "closed", "lagging", "queue", "task", "writes")
+    __slots__ = ("_timer", "base", "cursor", "frames", "ready", "size", "viewers", "waiters")
 
     def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(maxsize=size)
+        self.size = max(1, size)
+        self.cursor = ""  # the id of the newest event read into the feed
+        self.ready = asyncio.Event()
+        self.viewers: set[Viewer] = set()
+        self.frames: list[Frame] = []
+        self.base = 0
+        self.waiters: list[asyncio.Future[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def head(self) -> int:
+        return self.base + len(self.frames)
+
+    def append(self, frame: Frame) -> None:
+        self.cursor = frame.id
+        self.frames.append(frame)
+        if len(self.frames) >= 2 * self.size:
+            dropped = len(self.frames) - self.size
+            del self.frames[:dropped]
+            self.base += dropped
+
+    def frames_arrived(self) -> None:
+        """Wake the viewers for new frames: at once, or for a run with many viewers, at the end
+        of the coalescing window that the first of them opened."""
+        if len(self.viewers) < COALESCE_VIEWERS:
+            self.wake()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self.wake)
+
+    def wake(self) -> None:
+        """Resume every viewer waiting on the feed (new frames, a close, or a ping due)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class Viewer:
+    """One attached client: its position in the run's feed.
+
+    A viewer more than the feed's size behind its head is `lagging`: `take` gives it `None`,
+    and it catches up by reading the stream from Redis after the last event it sent (see
+    `server.attach`), so a client that reads slower than the run writes falls back to paged
+    reads instead of holding frames in memory. A client that stops reading altogether is cut
+    off: the follower cancels a viewer's task when one write has been waiting on the client for
+    the cut-off time (`RUNSTREAM_VIEWER_CUT_OFF_MS`), which closes the connection. The run and
+    the other viewers never wait for it.
+    """
+
+    __slots__ = (
+        "_swept_write",
+        "_waited_s",
+        "closed",
+        "feed",
+        "lagging",
+        "ping_interval_s",
+        "position",
+        "quiet_since",
+        "task",
+        "writes",
+    )
+
+    def __init__(self, feed: RunFeed, ping_interval_s: float | None = None) -> None:
+        self.feed = feed
+        self.position = feed.head
         self.lagging = False
         self.closed = False
+        self.ping_interval_s = ping_interval_s  # None: no pings
+        self.quiet_since = time.monotonic()  # the last write's end
         # The response loop counts its writes and sets this odd while one waits on the client.
         self.writes = 0
         self._swept_write = -1
         self._waited_s = 0.0
         self.task = asyncio.current_task()
 
-    def offer(self, frame: Frame) -> None:
-        if self.lagging or self.closed:
-            return
-        try:
-            self.queue.put_nowait(frame)
-        except asyncio.QueueFull:
+    def take(self) -> list[Frame] | None:
+        """The frames after the viewer's position (maybe none), or None: it is closed, or it
+        fell too far behind (`lagging`) and must catch up from Redis, then `rejoin`."""
+        if self.closed or self.lagging:
+            return None
+        feed = self.feed
+        head = feed.head
+        if head - self.position > feed.size or self.position < feed.base:
             self.lagging = True
-            self._end_queue()
+            return None
+        if self.position == head:
+            return []
+        frames = feed.frames[self.position - feed.base :]
+        self.position = head
+        return frames
+
+    async def wait(self) -> None:
+        """Until the feed has news for its viewers (or a ping is due)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.feed.waiters.append(waiter)
+        await waiter  # its own future: cancelling this task leaves the other viewers waiting
+
+    def rejoin(self) -> None:
+        """Take live frames again from the feed's head (a lagging viewer, before it replays
+        what it missed from Redis: the replay reads at least up to the head's event)."""
+        self.lagging = False
+        self.position = self.feed.head
+
+    def ping_due(self, now: float) -> bool:
+        interval = self.ping_interval_s
+        return interval is not None and now - self.quiet_since >= interval
 
     def write_started(self) -> None:
         self.writes += 1
 
     def write_ended(self) -> None:
         self.writes += 1
+        self.quiet_since = time.monotonic()
 
     def swept(self, interval_s: float) -> float:
         """How long the current write has waited on the client, counted in sweeps.
@@ -106,22 +230,10 @@ class Viewer:
         return self._waited_s
 
     def close(self) -> None:
-        """End the viewer's response: it gets `None` next (it may reconnect and replay)."""
+        """End the viewer's response: `take` gives it `None` next (it may reconnect and
+        replay)."""
         self.closed = True
-        self._end_queue()
-
-    def _end_queue(self) -> None:
-        with contextlib.suppress(asyncio.QueueEmpty):
-            while not self.queue.empty():
-                self.queue.get_nowait()
-        self.queue.put_nowait(None)
-
-
-@dataclass
-class _Feed:
-    cursor: str = ""
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    viewers: set[Viewer] = field(default_factory=set)
+        self.feed.wake()
 
 
 class StreamFollower:
@@ -147,14 +259,15 @@ class StreamFollower:
         self.metrics = metrics or FanoutMetrics(CollectorRegistry())  # (unexposed)
         self._block_ms = block_ms
         self._batch = batch
-        self._feeds: dict[str, _Feed] = {}
+        self._feeds: dict[str, RunFeed] = {}
         self._changed = asyncio.Event()
+        self._ping_tick_s = MAX_PING_TICK_S
+        self._ping_tick_changed = asyncio.Event()
         self._reader_id: int | None = None
         self._blocked = False
         self._generation = 0
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def viewer_count(self) -> int:
@@ -165,18 +278,19 @@ class StreamFollower:
         return len(self._feeds)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="runstream-follower")
-        self._sweeper = asyncio.create_task(self._cut_off_stalled(), name="runstream-sweeper")
+        self._tasks = [
+            asyncio.create_task(self._run(), name="runstream-follower"),
+            asyncio.create_task(self._cut_off_stalled(), name="runstream-sweeper"),
+            asyncio.create_task(self._tick_pings(), name="runstream-ping-ticker"),
+        ]
 
     async def stop(self) -> None:
-        for task in (self._task, self._sweeper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for feed in self._feeds.values():
-            for viewer in feed.viewers:
-                viewer.close()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.close_all()
+        self._closing = False
         await self._reader.aclose()
 
     def close_all(self) -> None:
@@ -186,11 +300,12 @@ class StreamFollower:
             for viewer in feed.viewers:
                 viewer.close()
 
-    async def subscribe(self, run_id: str) -> Viewer:
-        """Join the run's feed; every event after the feed's cursor will reach the viewer."""
+    async def subscribe(self, run_id: str, ping_interval_s: float | None = None) -> Viewer:
+        """Join the run's feed; every event after the feed's cursor will reach the viewer.
+        With `ping_interval_s`, the viewer is woken after each such quiet interval."""
         feed = self._feeds.get(run_id)
         if feed is None:
-            feed = self._feeds[run_id] = _Feed()
+            feed = self._feeds[run_id] = RunFeed(self._queue_size)
             try:
                 newest = await self._events.last_event(run_id)
                 feed.cursor = newest.id if newest else "0-0"
@@ -202,7 +317,10 @@ class StreamFollower:
             await self._wake()
         else:
             await feed.ready.wait()
-        viewer = Viewer(self._queue_size)
+        viewer = Viewer(feed, ping_interval_s)
+        if ping_interval_s is not None and ping_interval_s / 4 < self._ping_tick_s:
+            self._ping_tick_s = ping_interval_s / 4
+            self._ping_tick_changed.set()
         feed.viewers.add(viewer)
         if self._closing:
             viewer.close()
@@ -210,7 +328,7 @@ class StreamFollower:
 
     def unsubscribe(self, run_id: str, viewer: Viewer) -> None:
         feed = self._feeds.get(run_id)
-        if feed is None:
+        if feed is None or feed is not viewer.feed:
             return
         feed.viewers.discard(viewer)
         if not feed.viewers and feed.ready.is_set():
@@ -229,6 +347,31 @@ class StreamFollower:
                         logger.warning("cutting off a viewer that stopped reading")
                         viewer.task.cancel()
                         self.metrics.viewers_cut_off.inc()
+
+    async def _tick_pings(self) -> None:
+        """The process's one keep-alive clock: wake each feed with a viewer due a ping.
+
+        It looks four times per shortest ping interval in use (at most `MAX_PING_TICK_S`
+        apart), so a ping goes out after a quiet interval and at most a quarter of it later.
+        """
+        while True:
+            self._ping_tick_changed.clear()
+            now = time.monotonic()
+            shortest = MAX_PING_TICK_S * 4
+            for feed in list(self._feeds.values()):
+                due = False
+                for viewer in feed.viewers:
+                    interval = viewer.ping_interval_s
+                    if interval is None:
+                        continue
+                    shortest = min(shortest, interval)
+                    due = due or now - viewer.quiet_since >= interval
+                if due and feed.waiters:
+                    feed.wake()
+            self._ping_tick_s = shortest / 4
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._ping_tick_s):
+                    await self._ping_tick_changed.wait()  # a viewer with a shorter interval
 
     async def _wake(self) -> None:
         """Make the reader re-issue its XREAD with the new feed included.
@@ -283,15 +426,12 @@ class StreamFollower:
             finally:
                 self._blocked = False
             for key, entries in response or []:
-                run_id = _run_id_of(key)
-                feed = self._feeds.get(run_id)
+                feed = self._feeds.get(_run_id_of(key))
                 if feed is None:
                     continue
                 for entry_id, fields in entries:
-                    frame = sse_frame(StoredEvent.from_entry(entry_id, fields))
-                    feed.cursor = frame.id
-                    for viewer in feed.viewers:
-                        viewer.offer(frame)
+                    feed.append(sse_frame(StoredEvent.from_entry(entry_id, fields)))
+                feed.frames_arrived()
 
 
 def _run_id_of(key: bytes | str) -> str:

@@ -115,7 +115,10 @@ class ApiRequest(Request[Any, Any, Any]):
         return value
 
 
-def refuse_nul_in_path(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: 400 for a URL path with NUL in it (`%00`)."""
+async def refuse_nul_in_path(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    """Guard: 400 for a URL path with NUL in it (`%00`). Async: Litestar runs a sync guard in
+    a thread."""
     if _NUL in connection.scope["path"]:
         raise ApiError(400, "invalid_request", "the URL path must not contain NUL (%00)")

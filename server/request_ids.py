@@ -42,7 +42,8 @@ async def bind_request_id(request: Request[Any, Any, Any]) -> None:
     structlog.contextvars.bind_contextvars(request_id=request_id(request.scope))
 
 
-def add_request_id_header(message: Message, scope: Scope) -> None:
-    """`before_send` hook: the id on every HTTP answer, errors and event streams included."""
+async def add_request_id_header(message: Message, scope: Scope) -> None:
+    """`before_send` hook: the id on every HTTP answer, errors and event streams included.
+    Async: Litestar runs a sync hook in a thread, for every body chunk of every stream."""
     if message["type"] == "http.response.start":
         MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = request_id(scope)

@@ -59,8 +59,9 @@ def _csp(path: str, content_type: str) -> str:
     return PAGE_CSP
 
 
-def add_security_headers(message: Message, scope: Scope) -> None:
-    """Litestar `before_send` hook: add the headers above to the start of every HTTP answer."""
+async def add_security_headers(message: Message, scope: Scope) -> None:
+    """Litestar `before_send` hook: add the headers above to the start of every HTTP answer.
+    Async: Litestar runs a sync hook in a thread, for every body chunk of every stream."""
     if message["type"] != "http.response.start":
         return
     headers = MutableScopeHeaders.from_message(message)

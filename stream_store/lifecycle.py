@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from .errors import Conflict, Fenced, StoreUnavailable, StreamGone
+from .errors import Conflict, StoreUnavailable, StreamGone
 from .events import (
     DoneData,
     ErrorData,
@@ -41,7 +41,7 @@ from .events import (
     decode_data,
     encode_data,
 )
-from .log import EventLog
+from .log import Claimed, EventLog
 from .queue import RunQueue
 from .records import Created, NewRun, Records, RunRecord
 
@@ -282,41 +282,38 @@ class RunLifecycle:
 
     # -- worker ------------------------------------------------------------------------------
 
-    async def claim(
-        self,
-        run_id: str,
-        lease_s: float,
-        attempt_traceparent: str | None = None,
-        *,
-        worker: str = "",
-    ) -> RunRecord | None:
-        """queued -> running for this worker (`worker`, its id, noted in the live record for
-        the reaper), with the attempt's lease; None if not ours.
+    async def claim(self, run_id: str, attempt_traceparent: str | None = None) -> RunRecord | None:
+        """queued -> running in Postgres for the worker that got the job; None if not ours.
+        `start` then takes the attempt's lease and says `running`.
 
         The run's `attempt_traceparent` is then the previous attempt's (`Records.claim_run`).
         """
         run = await self.records.claim_run(run_id, attempt_traceparent)
         if run is None:
             logger.info("run not claimable, skipping", run_id=run_id)
-            return None
-        try:
-            await self.events.claim(run.run_id, run.attempt, lease_s, worker)
-        except (Fenced, StreamGone) as exc:
-            logger.warning(
-                "could not take the run's lease; leaving it to the reaper",
-                run_id=run_id,
-                error=str(exc),
-            )
-            return None
         return run
 
-    async def start(self, run: RunRecord, plan_retry: PlanRetry) -> None:
-        """The attempt begins: its `retry` announcement if nobody wrote it, then `running`."""
-        if run.attempt > 1:
-            record = await self.events.live_record(run.run_id)
-            if record is not None and record.retry_attempt < run.attempt:
-                await self.announce_retry(run, await plan_retry(run))  # the reaper died first
-        await self._status(run, run.attempt, RunStatus.RUNNING)
+    async def start(
+        self, run: RunRecord, plan_retry: PlanRetry, *, lease_s: float, worker: str = ""
+    ) -> bool:
+        """The claimed attempt begins: its lease (noting `worker`, its id, in the live record
+        for the reaper), its `retry` announcement if nobody wrote it, then `running`. False,
+        with the lease taken and nothing written, when a cancel was requested meanwhile.
+
+        Lease, cancel check and `running` are one script call (`EventLog.claim`); a retried
+        attempt whose announcement is missing (the reaper died first) takes two more.
+
+        Raises:
+            Fenced, StreamGone: the attempt cannot take the run; nothing was written.
+        """
+        running = encode_data(RunStatusData(status=RunStatus.RUNNING, attempt=run.attempt))
+        claimed = await self.events.claim(run.run_id, run.attempt, lease_s, running, worker)
+        if claimed is Claimed.CANCELLED:
+            return False
+        if claimed is Claimed.RETRY:
+            await self.announce_retry(run, await plan_retry(run))
+            await self._status(run, run.attempt, RunStatus.RUNNING)
+        return True
 
     async def interrupt(self, run: RunRecord, value: Any, interrupt_id: str | None = None) -> bool:
         """running -> interrupted; False when the attempt no longer held the run."""
@@ -399,7 +396,15 @@ class RunLifecycle:
         The caller has fenced the old attempt out of the stream; the events are written as the
         live record's current attempt, once: under a lock, as every worker's reaper may find
         the run in the same pass.
+
+        Not while an attempt holds the run's lease: a reaper that read the run before another
+        one handed it to that attempt would otherwise write the outcome the attempt is writing
+        (and fence it out of its own). If that attempt dies, its lease runs out and a later pass
+        repairs the run.
         """
+        held = await self.events.live_record(run_id)
+        if held is not None and await self.events.lease_held(held):
+            return
         if not await self.events.lock_repair(run_id, self.repair_lock_s):
             return
         run = await self.records.get_run(run_id)

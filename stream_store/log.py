@@ -1,8 +1,9 @@
 """The per-run event log on Redis streams, and the live run record beside it.
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
-terminal event), and `append_batch` one EVALSHA for any number of events; `read_range` is one
-XRANGE per page; `read_live` is one XREAD over any number of runs. Appends are fenced: the
+terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
+batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`; `read_range`
+is one XRANGE per page; `read_live` is one XREAD over any number of runs. Appends are fenced: the
 script refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
 stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
 (`StreamTooLarge` past either).
@@ -20,7 +21,7 @@ from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from .errors import StoreUnavailable, from_redis, redis_errors
 from .events import TERMINAL_EVENTS, RunStatus
@@ -31,7 +32,7 @@ from .limits import (
     DEFAULT_MAX_RUN_STREAM_BYTES,
 )
 
-__all__ = ["EventLog", "LiveRecord", "StoredEvent", "TakeOver"]
+__all__ = ["Claimed", "EventLog", "LiveRecord", "StoredEvent", "TakeOver"]
 
 # The Lua lives in .lua files in `scripts/`, each with its KEYS, ARGV and rules on top. The
 # clock and the append fence are Lua functions in `_fence.lua`, composed in front of the
@@ -52,6 +53,14 @@ _OPEN = _script("open.lua")
 _CLAIM = _script("claim.lua", fenced=True)
 _RENEW = _script("renew.lua", fenced=True)
 _TAKE_OVER = _script("take_over.lua", fenced=True)
+
+
+class Claimed(StrEnum):
+    """What `EventLog.claim` did after taking the lease."""
+
+    RUNNING = "running"  # the `running` event is written
+    CANCELLED = "cancelled"  # a cancel was requested: nothing written
+    RETRY = "retry"  # the attempt's `retry` announcement comes first: nothing written
 
 
 class TakeOver(StrEnum):
@@ -251,10 +260,7 @@ class EventLog:
         while self._outbox:
             batch, self._outbox = self._outbox, []
             try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for _, keys, args, _ in batch:
-                        await self._append_batch(keys=keys, args=args, client=pipe)
-                    results = await pipe.execute(raise_on_error=False)
+                results = await self._pipeline_batches([(keys, args) for _, keys, args, _ in batch])
             except RedisError as exc:
                 results = [exc] * len(batch)
             for (run_id, _, _, future), result in zip(batch, results, strict=True):
@@ -265,6 +271,30 @@ class EventLog:
                 else:
                     future.set_result(result.decode() if isinstance(result, bytes) else str(result))
 
+    async def _pipeline_batches(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """One `append_batch` EVALSHA per call, in one pipeline: a round trip for all of them.
+
+        Called through `Script` with a pipeline, redis-py would first ask `SCRIPT EXISTS` for the
+        script, a second round trip per batch. Here the script is loaded only when Redis says
+        it lacks it (restarted, or `SCRIPT FLUSH`): a NOSCRIPT reply means nothing ran.
+        """
+        sha = self._append_batch.sha
+        results: list[Any] = [NoScriptError()] * len(calls)
+        for retry in (False, True):
+            missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if not missing:
+                break
+            if retry:
+                await self.redis.script_load(_APPEND_BATCH)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for i in missing:
+                    keys, args = calls[i]
+                    pipe.evalsha(sha, len(keys), *keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+            for i, reply in zip(missing, replies, strict=True):
+                results[i] = reply
+        return results
+
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same
         unsettled run at once, and only one of them should write its outcome."""
@@ -272,17 +302,26 @@ class EventLog:
         with redis_errors(run_id):
             return bool(await self.redis.set(key, b"1", nx=True, px=int(ttl_s * 1000)))
 
-    async def claim(self, run_id: str, attempt: int, lease_s: float, worker: str = "") -> int:
-        """Take the run's lease as `attempt`, noting the `worker` that holds it (its process
-        gone, the reaper need not wait for the lease); returns the attempt that started
-        before this one.
+    async def claim(
+        self, run_id: str, attempt: int, lease_s: float, running: bytes, worker: str = ""
+    ) -> Claimed:
+        """Start `attempt` in one round trip: take the run's lease, noting the `worker` that
+        holds it (its process gone, the reaper need not wait for the lease), check for a cancel
+        request and append the `run` event of `running` (its data) unless the attempt is to be
+        cancelled or its `retry` announcement is still to be written.
 
         Raises:
-            Fenced: a newer attempt owns the run.
+            Fenced: a newer attempt owns the run, or its stream has its terminal event.
+            StreamGone: the run record is missing.
         """
-        keys = [self.keys.run_record(run_id)]
-        args = [attempt, int(lease_s * 1000), worker]
-        return int(await self._call(self._claim, run_id, keys, args))
+        keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
+        keys.append(self.keys.run_cancel(run_id))
+        args = [attempt, int(lease_s * 1000), worker, running]
+        result = await self._call(self._claim, run_id, keys, args)
+        reply = result.decode() if isinstance(result, bytes) else str(result)
+        if reply in (Claimed.CANCELLED, Claimed.RETRY):
+            return Claimed(reply)
+        return Claimed.RUNNING
 
     async def renew(self, run_id: str, attempt: int, lease_s: float) -> None:
         """Extend the lease. Raises Fenced when it was lost (expired or taken over)."""
@@ -344,6 +383,14 @@ class EventLog:
                 self.keys.run_record(run_id)
             )
         return LiveRecord.from_hash(raw) if raw else None
+
+    async def lease_held(self, record: LiveRecord) -> bool:
+        """Whether `record`'s lease still runs, on Redis's clock (as the scripts measure it)."""
+        if record.lease_until is None:
+            return False
+        with redis_errors():
+            seconds, micros = await self.redis.time()
+        return record.lease_until >= seconds * 1000 + micros // 1000
 
     async def exists(self, run_id: str) -> bool:
         """Whether the run's record is in Redis (False after expiry or data loss)."""

@@ -9,9 +9,13 @@ workers pick the job up at once instead of at their next poll (arq only polls).
 
 from __future__ import annotations
 
+from importlib.resources import files
 from typing import Any
 
 from arq.connections import ArqRedis
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms
 
 from .errors import redis_errors
 from .keys import KeySpace
@@ -21,6 +25,8 @@ __all__ = ["EXECUTE_RUN", "RunQueue"]
 
 EXECUTE_RUN = "execute_run"
 
+_ENQUEUE_JOB = (files("stream_store") / "scripts" / "enqueue_job.lua").read_text()
+
 
 class RunQueue:
     def __init__(self, redis: ArqRedis, keys: KeySpace, records: Records) -> None:
@@ -28,14 +34,30 @@ class RunQueue:
         self.records = records
         self.queue_name = keys.queue()
         self.wake_channel = keys.wake_channel()
+        self._enqueue = redis.register_script(_ENQUEUE_JOB)
 
     async def enqueue(self, run: RunRecord) -> None:
+        """Queue the run's job, unless its id is queued or ran already, and wake the workers.
+
+        One script call (`scripts/enqueue_job.lua`) does what `ArqRedis.enqueue_job` and a
+        PUBLISH would in five round trips; the job is serialized as arq's own.
+        """
         traced: dict[str, Any] = {"traceparent": run.traceparent} if run.traceparent else {}
+        now = timestamp_ms()
+        job = serialize_job(
+            EXECUTE_RUN, (run.run_id,), traced, None, now, serializer=self.redis.job_serializer
+        )
+        keys = [job_key_prefix + run.job_id, result_key_prefix + run.job_id, self.queue_name]
+        args: list[str | int | bytes] = [
+            run.job_id,
+            now,
+            self.redis.expires_extra_ms,
+            job,
+            self.wake_channel,
+            run.run_id,
+        ]
         with redis_errors(run.run_id):
-            await self.redis.enqueue_job(
-                EXECUTE_RUN, run.run_id, _job_id=run.job_id, _queue_name=self.queue_name, **traced
-            )
-            await self.redis.publish(self.wake_channel, run.run_id)
+            await self._enqueue(keys=keys, args=args)
 
     async def dispatch_next(self, thread_id: str) -> None:
         """Hand the thread's next queued run (multitask `enqueue`) to the workers, if it may go."""

@@ -8,7 +8,8 @@ import time
 import httpx
 from arq.worker import Worker
 
-from server.fanout import Viewer
+from server.fanout import RunFeed, Viewer, sse_frame
+from stream_store.log import StoredEvent
 from tests.conftest import ServerHandle, StartServer
 from tests.sse import Received, read_events
 from tests.test_runs import run_body
@@ -80,14 +81,14 @@ class TestCutOffCounting:
     """A viewer is cut off for its client's wait, never for the server's own stalls."""
 
     async def test_a_write_waiting_across_sweeps_adds_one_interval_per_sweep(self) -> None:
-        viewer = Viewer(8)
+        viewer = Viewer(RunFeed(8))
         viewer.write_started()
         assert viewer.swept(0.25) == 0.0  # the sweep that first sees a write starts its clock
         assert viewer.swept(0.25) == 0.25
         assert viewer.swept(0.25) == 0.5
 
     async def test_a_stalled_event_loop_counts_as_one_interval(self) -> None:
-        viewer = Viewer(8)
+        viewer = Viewer(RunFeed(8))
         viewer.write_started()
         viewer.swept(0.25)
         # the sweep after a stall of the whole process still adds one interval only
@@ -95,7 +96,7 @@ class TestCutOffCounting:
         assert viewer.swept(0.25) == 0.25
 
     async def test_a_finished_write_restarts_the_count(self) -> None:
-        viewer = Viewer(8)
+        viewer = Viewer(RunFeed(8))
         viewer.write_started()
         viewer.swept(0.25)
         viewer.swept(0.25)
@@ -103,3 +104,47 @@ class TestCutOffCounting:
         assert viewer.swept(0.25) == 0.0
         viewer.write_started()
         assert viewer.swept(0.25) == 0.0
+
+
+def frames_of(feed: RunFeed, count: int) -> None:
+    start = feed.head
+    for n in range(start, start + count):
+        feed.append(sse_frame(StoredEvent(f"1-{n}", "token", b"{}", 1)))
+
+
+class TestRunFeed:
+    """Viewers read a run's one buffer by position; one too far behind catches up from Redis."""
+
+    async def test_a_viewer_reads_every_frame_after_it_joined_once_in_order(self) -> None:
+        feed = RunFeed(4)
+        frames_of(feed, 3)
+        viewer = Viewer(feed)
+        taken: list[str] = []
+        for _ in range(5):  # the buffer is trimmed as it grows past twice its size
+            frames_of(feed, 3)
+            taken += [frame.id for frame in viewer.take() or []]
+        assert taken == [f"1-{n}" for n in range(3, 18)]
+        assert viewer.take() == []
+
+    async def test_a_viewer_more_than_the_size_behind_lags_then_rejoins_at_the_head(self) -> None:
+        feed = RunFeed(4)
+        viewer = Viewer(feed)
+        frames_of(feed, 5)
+        assert viewer.take() is None and viewer.lagging
+        viewer.rejoin()
+        frames_of(feed, 1)
+        assert [frame.id for frame in viewer.take() or []] == ["1-5"]
+
+    async def test_a_cancelled_waiter_leaves_the_others_waiting(self) -> None:
+        feed = RunFeed(4)
+        gone, staying = Viewer(feed), Viewer(feed)
+        cancelled = asyncio.create_task(gone.wait())
+        waiting = asyncio.create_task(staying.wait())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        frames_of(feed, 1)
+        feed.wake()
+        await asyncio.wait_for(waiting, 1)
+        assert cancelled.cancelled()

@@ -13,6 +13,7 @@ import inspect
 from typing import Any
 
 import pytest
+from arq.connections import ArqRedis
 from arq.worker import Worker
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -87,6 +88,49 @@ class TestArq:
         _check_called(
             self.PACKAGE, name, self.OURS, Worker, "self._release_sem_dec_counter_on_complete()"
         )
+
+
+class TestArqJobClaimAndEnqueue:
+    """`runner/worker.py` (`RunWorker.start_jobs`) and `stream_store/queue.py` (`RunQueue`) do
+    arq's claim of a job and its enqueue in one script call each (`start_job.lua`,
+    `enqueue_job.lua`): arq's own code must still do what the scripts copy, and the worker state
+    `start_jobs` keeps must still be there."""
+
+    PACKAGE = "arq"
+
+    def test_start_jobs_claims_as_start_job_lua_does(self) -> None:
+        ours = "runner/worker.py (RunWorker.start_jobs) and stream_store/scripts/start_job.lua"
+        for call in (
+            "await self.sem.acquire()",
+            "self.job_counter = self.job_counter + 1",
+            "if ongoing_exists or not score or score > timestamp_ms():",
+            "pipe.psetex(in_progress_key, int(self.in_progress_timeout_s * 1000), b'1')",
+            "self.loop.create_task(self.run_job(job_id, int(score)))",
+            "self._release_sem_dec_counter_on_complete()",
+            "self.tasks[job_id] = t",
+        ):
+            _check_called(self.PACKAGE, "Worker.start_jobs", ours, Worker.start_jobs, call)
+
+    def test_run_job_takes_the_claimed_id_and_score(self) -> None:
+        """`Worker.run_job(self, job_id, score)`, a coroutine, runs a job `start_jobs` claimed."""
+        ours = "runner/worker.py (RunWorker.start_jobs)"
+        method = getattr(Worker, "run_job", None)
+        expected = "(self, job_id, score)"
+        _check_signature(
+            self.PACKAGE, "Worker.run_job", ours, method, expected, "a coroutine function"
+        )
+
+    def test_enqueue_job_writes_as_enqueue_job_lua_does(self) -> None:
+        ours = "stream_store/queue.py (RunQueue.enqueue) and stream_store/scripts/enqueue_job.lua"
+        for call in (
+            "if await pipe.exists(job_key, result_key_prefix + job_id):",
+            "expires_ms = expires_ms or score - enqueue_time_ms + self.expires_extra_ms",
+            "serialize_job(function, args, kwargs, _job_try, enqueue_time_ms,"
+            " serializer=self.job_serializer)",
+            "pipe.psetex(job_key, expires_ms, job)",
+            "pipe.zadd(_queue_name, {job_id: score})",
+        ):
+            _check_called(self.PACKAGE, "ArqRedis.enqueue_job", ours, ArqRedis.enqueue_job, call)
 
 
 class TestLanggraphCheckpointPostgres:

@@ -40,6 +40,7 @@ class FanoutRound:
     complete: int  # viewers that got every event of their run exactly once, in order
     result: LoadResult
     server_cpu_s: float
+    attach_server_cpu_s: float  # the server process's CPU time while the viewers attached
     worker_cpu_s: float
     machine_busy_s: float  # the whole machine's busy CPU time over the same span
     latency: dict[str, float]
@@ -75,6 +76,8 @@ class FanoutRound:
             "client_cpu_cores": r.cpu_s / r.window_s,
             "server_cpu_s": self.server_cpu_s,
             "server_cpu_cores": self.server_cpu_s / r.window_s,
+            "attach_server_cpu_s": self.attach_server_cpu_s,
+            "attach_server_cpu_cores": self.attach_server_cpu_s / max(r.attach_s, 1e-9),
             "worker_cpu_s": self.worker_cpu_s,
             "worker_cpu_cores": self.worker_cpu_s / r.window_s,
             "machine_busy_cores": self.machine_busy_s / r.window_s,
@@ -124,6 +127,7 @@ async def fanout_round(
                 targets.append((server.url, run["stream_url"]))
                 owners.append(run["run_id"])
         load = ViewerLoad(targets, procs=ctx.client_procs, connect_concurrency=100, timeout_s=600)
+        before_attach = sum(s.process.cpu() for s in servers)
         load.start()
         try:
             _, failed = await load.attached()
@@ -142,6 +146,7 @@ async def fanout_round(
         result = await load.results()
     finally:
         load.stop()
+    attach_cpu = server_cpu - before_attach
     server_cpu = sum(s.process.cpu() for s in servers) - server_cpu
     worker_cpu = sum(w.cpu() for w in workers) - worker_cpu
     machine_busy = machine_cpu()[0] - machine_busy
@@ -167,6 +172,7 @@ async def fanout_round(
         complete=complete,
         result=result,
         server_cpu_s=server_cpu,
+        attach_server_cpu_s=attach_cpu,
         worker_cpu_s=worker_cpu,
         machine_busy_s=machine_busy,
         latency=histogram_summary(result.latency_ms),
@@ -206,6 +212,22 @@ def report_round(ctx: BenchContext, label: str, fan: FanoutRound) -> None:
     ctx.figure(NAME, f"{label}: server CPU", fan.server_cpu_s / r.window_s, "cores")
     ctx.figure(
         NAME,
+        f"{label}: server CPU per delivered event",
+        1e6 * fan.server_cpu_s / max(1, fan.live_events),
+        "µs",
+        targets=[Target("<=", 6)],
+        notes="the server process's CPU time over the window / live events delivered",
+    )
+    ctx.figure(
+        NAME,
+        f"{label}: viewers attached in",
+        r.attach_s,
+        "s",
+        targets=[Target("<=", 5)] if fan.viewers >= 10_000 else [],
+        notes="from the load generator's start to every viewer attached",
+    )
+    ctx.figure(
+        NAME,
         f"{label}: load generator CPU",
         r.cpu_s / r.window_s,
         "cores",
@@ -215,7 +237,8 @@ def report_round(ctx: BenchContext, label: str, fan: FanoutRound) -> None:
     print(
         f"    over {r.window_s:.1f} s: server {details['server_cpu_cores']:.2f}, worker "
         f"{details['worker_cpu_cores']:.2f}, clients {details['client_cpu_cores']:.2f}, "
-        f"everything else {details['other_cpu_cores']:.2f} cores; attach took {r.attach_s:.1f} s",
+        f"everything else {details['other_cpu_cores']:.2f} cores; attach took {r.attach_s:.1f} s"
+        f" (server {details['attach_server_cpu_cores']:.2f} cores)",
         flush=True,
     )
     ctx.note(NAME, **{label: details})

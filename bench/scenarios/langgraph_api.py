@@ -336,6 +336,7 @@ async def viewers_round(
             last_event_id=b"-1" if langgraph else None,
             terminal=LANGGRAPH_TERMINAL if langgraph else TERMINAL,
         )
+        before_attach = server.process.cpu()
         load.start()
         try:
             _, failed = await load.attached()
@@ -353,6 +354,7 @@ async def viewers_round(
         result = await load.results()
     finally:
         load.stop()
+    attach_cpu = server_cpu - before_attach
     server_cpu = server.process.cpu() - server_cpu
     worker_cpu = worker.cpu() - worker_cpu
     machine_busy = machine_cpu()[0] - machine_busy
@@ -375,6 +377,7 @@ async def viewers_round(
         complete=complete,
         result=result,
         server_cpu_s=server_cpu,
+        attach_server_cpu_s=attach_cpu,
         worker_cpu_s=worker_cpu,
         machine_busy_s=machine_busy,
         latency=histogram_summary(result.latency_ms),

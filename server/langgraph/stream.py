@@ -108,6 +108,15 @@ _TYPED_ERROR = re.compile(r"([A-Za-z_][\w.]*): (.*)", re.DOTALL)
 
 
 _SHARED_TOKEN = "langgraph:messages-tuple"  # key of a token's frame in a live event's cache
+# A token's `AIMessageChunk` around its text and id, as msgspec encodes the dict (key order
+# kept); tests/test_langgraph_wire.py (TestMessages) checks what it decodes to.
+_CHUNK_START = b'[{"content":'
+_CHUNK_ID = (
+    b',"additional_kwargs":{},"response_metadata":{},"type":"AIMessageChunk","name":null,"id":'
+)
+_CHUNK_END = (
+    b',"tool_calls":[],"invalid_tool_calls":[],"usage_metadata":null,"tool_call_chunks":[]},'
+)
 
 
 def _frame(event: str, data: bytes, event_id: str | None) -> bytes:
@@ -151,6 +160,7 @@ class LangGraphStream:
         self._announced: set[str] = set()  # ids that had their `messages/metadata` (plain mode)
         self._texts: dict[str, str] = {}  # text so far of the messages streaming (plain mode)
         self._partly_sent: tuple[str, int] | None = None  # (event id, its frames the client has)
+        self._meta_json: dict[tuple[int, str | None], bytes] = {}  # by attempt and node
 
     def resume_within(self, event_id: str, frames_sent: int) -> None:
         """The client has the first `frames_sent` frames of stored event `event_id` (it resumed
@@ -290,19 +300,17 @@ class LangGraphStream:
         if self._resending:
             return []
         if self._tuples:
-            chunk: dict[str, Any] = {
-                "content": token.text,
-                "additional_kwargs": {},
-                "response_metadata": {},
-                "type": "AIMessageChunk",
-                "name": None,
-                "id": token.message_id,
-                "tool_calls": [],
-                "invalid_tool_calls": [],
-                "usage_metadata": None,
-                "tool_call_chunks": [],
-            }
-            return [("messages", _encode([chunk, self._meta(attempt, token.node)]))]
+            # `[AIMessageChunk, metadata]` as msgspec encodes the two dicts, put together from
+            # constant parts and the run's metadata encoded once (most events are tokens)
+            meta = self._meta_json.get((attempt, token.node))
+            if meta is None:
+                meta = self._meta_json[(attempt, token.node)] = _encode(
+                    self._meta(attempt, token.node)
+                )
+            chunk = b"".join(
+                (_CHUNK_START, _encode(token.text), _CHUNK_ID, _encode(token.message_id))
+            )
+            return [("messages", chunk + _CHUNK_END + meta + b"]")]
         if not self._messages:
             return []
         frames = self._announce(token.message_id, attempt, token.node)

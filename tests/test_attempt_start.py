@@ -1,0 +1,125 @@
+"""An attempt starts in one script call (`EventLog.claim`: lease, cancel check and `running`),
+and a worker's batches reach Redis in one round trip: each keeps the guarantee the separate
+calls had (issue 12). A repair waits for the attempt that holds the lease."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from stream_store import log
+from stream_store.errors import Fenced
+from stream_store.events import RunStatus
+from stream_store.keys import KeySpace
+from stream_store.lifecycle import RetryPlan
+from stream_store.log import Claimed, EventLog, TakeOver
+from stream_store.records import NewRun, RunRecord
+from stream_store.services import open_services
+from stream_store.settings import Settings
+
+RUNNING = b'{"status":"running","attempt":1}'
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Redis]:
+    client = Redis.from_url(settings.redis_url or "")
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
+    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
+    yield event_log
+    await event_log.aclose()
+
+
+async def _queued(events: EventLog, attempt: int = 1) -> str:
+    run_id = str(uuid.uuid4())
+    data = b'{"status":"queued","attempt":%d}' % attempt
+    await events.open(run_id, owner="o", thread_id="t", attempt=attempt, event="run", data=data)
+    return run_id
+
+
+async def test_claim_takes_the_lease_and_says_running(events: EventLog) -> None:
+    run_id = await _queued(events)
+    assert await events.claim(run_id, 1, 5.0, RUNNING, "worker-1") is Claimed.RUNNING
+    record = await events.live_record(run_id)
+    assert record is not None
+    assert record.status is RunStatus.RUNNING and record.lease_until is not None
+    stored = await events.read_range(run_id, "0-0")
+    assert [(e.event, e.data) for e in stored][-1] == ("run", RUNNING)
+    assert record.last_event_id == stored[-1].id
+
+
+async def test_claim_after_a_cancel_request_writes_nothing(events: EventLog) -> None:
+    run_id = await _queued(events)
+    await events.request_cancel(run_id)
+    assert await events.claim(run_id, 1, 5.0, RUNNING, "worker-1") is Claimed.CANCELLED
+    assert [e.event for e in await events.read_range(run_id, "0-0")] == ["run"]  # queued only
+    record = await events.live_record(run_id)
+    assert record is not None and record.lease_until is not None  # the cancel is ours to write
+
+
+async def test_claim_of_a_retry_leaves_running_to_its_announcement(events: EventLog) -> None:
+    run_id = await _queued(events, attempt=2)  # re-queued, its `retry` not written
+    assert await events.claim(run_id, 2, 5.0, RUNNING) is Claimed.RETRY
+    assert len(await events.read_range(run_id, "0-0")) == 1
+
+
+async def test_claim_by_an_older_attempt_is_fenced(events: EventLog) -> None:
+    run_id = await _queued(events, attempt=2)
+    with pytest.raises(Fenced):
+        await events.claim(run_id, 1, 5.0, RUNNING)
+    assert len(await events.read_range(run_id, "0-0")) == 1
+
+
+async def test_batches_load_the_script_redis_lacks_and_append_once(
+    redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis that lost the scripts (restart, SCRIPT FLUSH) answers NOSCRIPT, which ran nothing:
+    the batch is sent again after loading, and each event is in the stream once."""
+    unloaded = f"{log._APPEND_BATCH}\n-- {uuid.uuid4()}"  # a script Redis has never seen
+    monkeypatch.setattr(log, "_APPEND_BATCH", unloaded)
+    events = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
+    try:
+        run_id = await _queued(events)
+        await events.claim(run_id, 1, 5.0, RUNNING)
+        batch = [("token", b'{"i":%d}' % i) for i in range(3)]
+        last = await events.append_batch(run_id, 1, batch)
+        stored = await events.read_range(run_id, "0-0")
+        assert [(e.event, e.data) for e in stored[2:]] == batch
+        assert stored[-1].id == last
+    finally:
+        await events.aclose()
+
+
+async def test_repair_leaves_the_outcome_to_the_attempt_holding_the_lease(
+    settings: Settings,
+) -> None:
+    """A reaper that read a run before it was handed to a new attempt must not write the
+    outcome that attempt is writing (found by the chaos test once starts got faster); once
+    the lease is gone, the repair does write it."""
+
+    async def no_retry(run: RunRecord) -> RetryPlan:
+        raise AssertionError("a first attempt has no retry")
+
+    async with open_services(settings) as services:
+        lifecycle, events = services.lifecycle, services.events
+        new = NewRun(owner="o", graph="chat", input={"messages": []})
+        run_id = (await lifecycle.submit(new)).run.run_id
+        run = await lifecycle.claim(run_id)
+        assert run is not None
+        assert await lifecycle.start(run, no_retry, lease_s=5.0)
+        # the attempt recorded its outcome in Postgres and is about to tell the stream
+        assert await services.records.finish_run(run_id, 1, RunStatus.SUCCEEDED) is not None
+        await lifecycle.repair(run_id)
+        last = await events.last_event(run_id)
+        assert last is not None and last.event == "run"  # left to the attempt
+        assert await events.take_over(run_id, 1, force=True) is TakeOver.TAKEN  # it died
+        await lifecycle.repair(run_id)
+        last = await events.last_event(run_id)
+        assert last is not None and last.event == "done"

@@ -45,15 +45,15 @@ _RUN_COLUMNS = (
     " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs, traceparent,"
     " attempt_traceparent"
 )
-_THREAD_STATUS = """
-    CASE
+# Both dialects' thread statuses begin alike: busy while a run is queued or running, then
+# interrupted while one waits at its interrupt.
+_BUSY_OR_INTERRUPTED = """
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
                    AND r.status IN ('queued', 'running')) THEN 'busy'
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
                    AND r.status = 'interrupted') THEN 'interrupted'
-      ELSE 'idle'
-    END
 """
+_THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
 _THREAD_COLUMNS = (
     "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
     f" {_THREAD_STATUS} AS status"
@@ -63,12 +63,8 @@ _THREAD_COLUMNS = (
 # while a run is queued or running, otherwise from the latest run that started: `error` if it
 # failed, `interrupted` if it stopped at an interrupt or was cancelled mid-step (LangGraph:
 # the checkpoint still has a next step), else `idle`.
-_LANGGRAPH_THREAD_STATUS = """
-    CASE
-      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
-                   AND r.status IN ('queued', 'running')) THEN 'busy'
-      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
-                   AND r.status = 'interrupted') THEN 'interrupted'
+_LANGGRAPH_THREAD_STATUS = f"""
+    CASE {_BUSY_OR_INTERRUPTED}
       ELSE COALESCE((SELECT CASE r.status WHEN 'failed' THEN 'error'
                                           WHEN 'cancelled' THEN 'interrupted' ELSE 'idle' END
                      FROM runstream_runs r WHERE r.thread_id = t.thread_id

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import httpx
 
@@ -18,15 +17,8 @@ from runner.scheduling import WINDOW_MIN, ReadyJob, fair_order, window_size
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.test_bad_input import started
+from tests.test_caller_limits import ALICE, API_KEYS, BOB, NO_LIMITS
 
-API_KEYS = {"key-a": "alice", "key-b": "bob"}
-ALICE, BOB = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
-NO_LIMITS: dict[str, Any] = {
-    "max_submits_per_minute": 0,
-    "max_active_runs": 0,
-    "max_sse_connections": 0,
-    "max_sse_connections_per_token": 0,
-}
 SLOTS = 2
 BACKLOG = 20
 TOKEN_DELAY_MS = 40

@@ -6,22 +6,13 @@ async with AsyncClient("http://127.0.0.1:8000") as client:
         ...
 """
 
+from . import _errors
 from ._client import AsyncClient
-from ._errors import (
-    Conflict,
-    NotFound,
-    RunstreamError,
-    StreamGone,
-    TooManyRequests,
-    Unavailable,
-)
+from ._errors import Conflict as Conflict
+from ._errors import NotFound as NotFound
+from ._errors import RunstreamError as RunstreamError
+from ._errors import StreamGone as StreamGone
+from ._errors import TooManyRequests as TooManyRequests
+from ._errors import Unavailable as Unavailable
 
-__all__ = [
-    "AsyncClient",
-    "Conflict",
-    "NotFound",
-    "RunstreamError",
-    "StreamGone",
-    "TooManyRequests",
-    "Unavailable",
-]
+__all__ = ["AsyncClient", *_errors.__all__]  # the exceptions are listed once, in _errors.py

@@ -13,7 +13,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
@@ -36,6 +36,8 @@ from stream_store.schemas import RunList, RunOut, ThreadDetail, ThreadList, Thre
 from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
 
 __all__ = ["AsyncClient"]
+
+T = TypeVar("T")
 
 _DATA_TYPES: dict[str, type[Any]] = {
     "run": RunStatusData,
@@ -114,6 +116,11 @@ class AsyncClient:
                 raise_for_error(response)
         return response
 
+    async def _answer(self, answer: type[T], method: str, path: str, **kwargs: Any) -> T:
+        """One request's answer, decoded as `answer`."""
+        response = await self._call(method, path, **kwargs)
+        return msgspec.json.decode(response.content, type=answer)
+
     # -- runs ---------------------------------------------------------------------------------
 
     async def submit(
@@ -139,20 +146,18 @@ class AsyncClient:
         if thread_id:
             body["thread_id"] = thread_id
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        response = await self._call("POST", "/v1/runs", json=body, headers=headers)
-        return msgspec.json.decode(response.content, type=RunOut)
+        return await self._answer(RunOut, "POST", "/v1/runs", json=body, headers=headers)
 
     async def get(self, run_id: str) -> RunOut:
-        response = await self._call("GET", f"/v1/runs/{run_id}")
-        return msgspec.json.decode(response.content, type=RunOut)
+        return await self._answer(RunOut, "GET", f"/v1/runs/{run_id}")
 
     async def cancel(self, run_id: str) -> RunOut:
-        response = await self._call("POST", f"/v1/runs/{run_id}/cancel")
-        return msgspec.json.decode(response.content, type=RunOut)
+        return await self._answer(RunOut, "POST", f"/v1/runs/{run_id}/cancel")
 
     async def resume(self, run_id: str, value: Any) -> RunOut:
-        response = await self._call("POST", f"/v1/runs/{run_id}/resume", json={"resume": value})
-        return msgspec.json.decode(response.content, type=RunOut)
+        return await self._answer(
+            RunOut, "POST", f"/v1/runs/{run_id}/resume", json={"resume": value}
+        )
 
     async def stream(
         self, run_id: str, *, last_event_id: str | None = None
@@ -210,24 +215,22 @@ class AsyncClient:
     # -- threads ------------------------------------------------------------------------------
 
     async def create_thread(self, metadata: dict[str, Any] | None = None) -> ThreadOut:
-        response = await self._call("POST", "/v1/threads", json={"metadata": metadata or {}})
-        return msgspec.json.decode(response.content, type=ThreadOut)
+        return await self._answer(
+            ThreadOut, "POST", "/v1/threads", json={"metadata": metadata or {}}
+        )
 
     async def list_threads(self, limit: int = 20, cursor: str | None = None) -> ThreadList:
         params: dict[str, Any] = {"limit": limit}
         if cursor:
             params["cursor"] = cursor
-        response = await self._call("GET", "/v1/threads", params=params)
-        return msgspec.json.decode(response.content, type=ThreadList)
+        return await self._answer(ThreadList, "GET", "/v1/threads", params=params)
 
     async def get_thread(self, thread_id: str) -> ThreadDetail:
-        response = await self._call("GET", f"/v1/threads/{thread_id}")
-        return msgspec.json.decode(response.content, type=ThreadDetail)
+        return await self._answer(ThreadDetail, "GET", f"/v1/threads/{thread_id}")
 
     async def thread_runs(self, thread_id: str) -> RunList:
         """The thread's runs, oldest first."""
-        response = await self._call("GET", f"/v1/threads/{thread_id}/runs")
-        return msgspec.json.decode(response.content, type=RunList)
+        return await self._answer(RunList, "GET", f"/v1/threads/{thread_id}/runs")
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._call("DELETE", f"/v1/threads/{thread_id}")

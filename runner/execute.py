@@ -18,19 +18,19 @@ import psycopg
 import structlog
 from langchain_core.messages import AIMessage
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Durability, Send, StreamMode
+from langgraph.types import Durability, StreamMode
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
 from stream_store.checkpoints import attempt_fence
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
-from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage, encode_data
-from stream_store.log import EventLog
-from stream_store.messages import input_messages, state_to_json, to_wire_message
-from stream_store.metrics import WorkerMetrics
-from stream_store.records import RunRecord
+from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage
+from stream_store.messages import state_to_json, to_wire_message
+from stream_store.run_records import RunRecord
 from stream_store.services import Services
+from stream_store.settings import Settings
+from stream_store.store import OwnerStore
 from stream_store.tracing import (
     context_of,
     record_outcome,
@@ -39,7 +39,9 @@ from stream_store.tracing import (
     traceparent_of,
 )
 
-from .attempt_spans import AppendSpan, graph_callbacks
+from .attempt_spans import graph_callbacks
+from .attempt_writer import AttemptWriter
+from .graph_input import graph_input
 from .graphs import RunContext
 from .models import make_chat_model
 from .recovery import hand_back, retry_planner
@@ -59,80 +61,9 @@ STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]  # + "values"
 # ledger).
 DURABILITY: Durability = "async"
 
-MAX_BATCH_EVENTS = 512  # events per append_batch call
-MAX_PENDING_EVENTS = 4096  # events a run may have waiting for Redis before the graph waits
-
 # Failures of the services rather than of the graph: the attempt is abandoned, its lease runs
 # out, and the reaper gives the run to a new attempt.
 INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError)
-
-
-class _Writer:
-    """Appends events for one attempt of one run.
-
-    Plain events (tokens, messages, custom) are batched without waiting: the first goes out at
-    once, and those the graph produces while a batch is in flight go together in the next one.
-    A fast model then costs one Redis round trip per batch rather than per token, and a slow one
-    no added delay. Before a status change the attempt waits for every earlier event (`drain`),
-    and a write's failure (`Fenced`, `StreamGone`, `StreamTooLarge`, a Redis error) is raised
-    once, by the next `emit` or `drain`; nothing emitted after it is written.
-    """
-
-    def __init__(
-        self, events: EventLog, run: RunRecord, metrics: WorkerMetrics, tracer: Tracer
-    ) -> None:
-        self.events = events
-        self.run = run
-        self.appends = AppendSpan(tracer)  # one span of all the attempt's batches (traces on)
-        self.metrics = metrics  # the attempt's figures: bytes, first token, outcome
-        # submit -> first token is timed for a run's first attempt, not for resumes or retries
-        self._first_token_due = run.attempt == 1 and run.resume is None
-        self._pending: list[tuple[str, bytes]] = []
-        self._flushing: asyncio.Task[None] | None = None
-
-    async def emit(self, event: str, data: Any) -> None:
-        self._raise_failure()
-        self._pending.append((event, encode_data(data)))
-        if self._flushing is None:
-            self._flushing = asyncio.create_task(self._flush())
-        elif len(self._pending) >= MAX_PENDING_EVENTS:
-            await self.drain()  # Redis is slower than the model: wait rather than pile up
-
-    async def drain(self) -> None:
-        """Wait until every event emitted so far is written."""
-        if self._flushing is not None:
-            # Not cancelled with the caller: a cancelled run still writes what it emitted
-            # before its outcome. `wait` does not raise the flush's failure: `_raise_failure`
-            # does, once, so the outcome's own `drain` after it passes.
-            await asyncio.wait([self._flushing])
-        self._raise_failure()
-
-    def abandon(self) -> None:
-        """The attempt is over: stop writing (anything still unwritten is fenced out anyway)."""
-        self.appends.end()
-        task, self._flushing = self._flushing, None
-        if task is not None and not task.done():
-            task.cancel()
-        elif task is not None and not task.cancelled():
-            task.exception()  # retrieved: already reported through `drain` or not needed
-
-    async def _flush(self) -> None:
-        while self._pending:
-            batch = self._pending[:MAX_BATCH_EVENTS]
-            del self._pending[:MAX_BATCH_EVENTS]
-            with self.appends.batch(len(batch)):
-                await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
-            self.metrics.appended(batch)
-            if self._first_token_due and any(event == "token" for event, _ in batch):
-                self._first_token_due = False
-                self.metrics.first_token(self.run.graph, self.run.created_at)
-
-    def _raise_failure(self) -> None:
-        task = self._flushing
-        if task is not None and task.done():
-            self._flushing = None
-            if not task.cancelled():
-                task.result()
 
 
 async def _keep_lease(services: Services, run: RunRecord, attempt: Attempt) -> None:
@@ -185,14 +116,12 @@ async def execute_run(ctx: dict[str, Any], run_id: str, traceparent: str | None 
 async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     """Run the claimed attempt to an outcome; True when the run finished (terminal)."""
     services = state.services
-    run_id = run.run_id
     task = asyncio.current_task()
     assert task is not None
-    attempt = state.attempts[run_id] = Attempt(run_id, task)
+    attempt = state.attempts[run.run_id] = Attempt(run.run_id, task)
     keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
-    writer = _Writer(services.events, run, state.metrics, services.tracer)
-    finished = False
+    writer = AttemptWriter(services.events, run, state.metrics, services.tracer)
     try:
         # The lease is taken after the attempt is in `state.attempts`: a cancel published from
         # here on reaches it, and one requested earlier is seen by `start`.
@@ -205,26 +134,15 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         if not started:
             raise asyncio.CancelledError
         logger.info("run started", graph=run.graph, attempt=run.attempt)
-        finished = await _stream_graph(state, attempt, run, writer)
+        return await _stream_graph(state, attempt, run, writer)
     except asyncio.CancelledError:
         task.uncancel()
         keeper.cancel()
-        if attempt.phase is AttemptPhase.LOST:
-            logger.warning("attempt abandoned: lease lost")
-            record_outcome("lease_lost")
-        elif attempt.phase is AttemptPhase.CANCELLING or await services.events.cancel_requested(
-            run_id
-        ):
-            finished = await _finish(services, attempt, run, writer, RunStatus.CANCELLED)
-        else:
-            logger.info("worker stopping; handing the run back")
-            record_outcome("handed_back")
-            await hand_back(services, run)
-            state.metrics.retried("worker_shutdown")
+        return await _stop(state, attempt, run, writer)
     except StreamTooLarge as exc:
         logger.warning("run failed: its stream reached a bound", error=exc.message)
         error = {"code": exc.code, "message": exc.message}
-        finished = await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
+        return await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     except (Fenced, StreamGone) as exc:
         logger.warning("attempt fenced out; stopping without writing", error=str(exc))
         record_outcome("fenced")
@@ -234,80 +152,55 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     except Exception as exc:
         logger.exception("run failed")
         trace.get_current_span().record_exception(exc)
-        message = f"{type(exc).__name__}: {exc}"
-        secret = services.settings.openai_api_key
-        if secret:  # an upstream may echo the key back in its error text
-            message = message.replace(secret, "***")
-        error = {"code": "graph_error", "message": message[:1000]}
-        finished = await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
+        error = {"code": "graph_error", "message": _graph_error(exc, services.settings)}
+        return await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     finally:
         keeper.cancel()
         writer.abandon()
         attempt_fence.reset(fence)
-        del state.attempts[run_id]
-    return finished
+        del state.attempts[run.run_id]
+    return False
 
 
-def _steering_command(run: RunRecord) -> Command[Any] | None:
-    """The LangGraph API's `command` with `update` and/or `goto` (checked at submit by
-    server/langgraph/command.py: known state keys and nodes, messages with ids); it is the
-    graph's input, with the run's resume value if it has one."""
-    command = (run.kwargs or {}).get("command") or {}
-    if command.get("update") is None and not command.get("goto"):
-        return None
-    update = command.get("update")
-    if isinstance(update, list):
-        update = [(key, value) for key, value in update]
-    goto = [
-        Send(g["node"], g.get("input")) if isinstance(g, dict) else g
-        for g in command.get("goto") or []
-    ]
-    resume = run.resume.get("value") if run.resume is not None else None
-    return Command(update=update, goto=goto, resume=resume)
+async def _stop(
+    state: WorkerState, attempt: Attempt, run: RunRecord, writer: AttemptWriter
+) -> bool:
+    """The attempt's task was cancelled: its lease was lost, the run was cancelled, or the
+    worker is stopping (then the run goes back to the queue). True when the run finished."""
+    services = state.services
+    if attempt.phase is AttemptPhase.LOST:
+        logger.warning("attempt abandoned: lease lost")
+        record_outcome("lease_lost")
+        return False
+    if attempt.phase is AttemptPhase.CANCELLING or await services.events.cancel_requested(
+        run.run_id
+    ):
+        return await _finish(services, attempt, run, writer, RunStatus.CANCELLED)
+    logger.info("worker stopping; handing the run back")
+    record_outcome("handed_back")
+    await hand_back(services, run)
+    state.metrics.retried("worker_shutdown")
+    return False
 
 
-async def _graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
-    """What to invoke the graph with, given what the checkpoint says this run already did.
-
-    Returns `...` when the graph already ran to its end in an earlier attempt.
-    """
-    steering = _steering_command(run)
-    if run.attempt == 1 and run.resume is None and steering is None:
-        # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
-        # skipping the read saves a checkpoint query on the way to the first token.
-        return {"messages": input_messages(run)}
-    state = await graph.aget_state(config)  # type: ignore[arg-type]
-    started = (state.metadata or {}).get("run_id") == run.run_id
-    if run.attempt > 1 or run.resume is not None:
-        logger.info(
-            "continuing run",
-            attempt=run.attempt,
-            checkpoint_of_this_run=started,
-            next=list(state.next),
-            interrupts=len(state.interrupts),
-            checkpoint_metadata=state.metadata,
-        )
-    if steering is not None and not started:
-        return steering
-    if run.resume is not None and state.interrupts:
-        return Command(resume=run.resume.get("value"))
-    if started and state.next:
-        return None  # continue from the last checkpoint (a retried attempt)
-    if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
-        return ...  # an earlier attempt ran the graph to its end
-    if steering is not None:
-        return ...  # an earlier attempt ran the command to the graph's end
-    # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
-    # given at submit, so the checkpointer's reducer replaces rather than repeats them.
-    return {"messages": input_messages(run)}
+def _graph_error(exc: Exception, settings: Settings) -> str:
+    """The error message a failed run records: the exception, without the API key that an
+    upstream may echo back in its error text, cut to 1000 characters."""
+    message = f"{type(exc).__name__}: {exc}"
+    if settings.openai_api_key:
+        message = message.replace(settings.openai_api_key, "***")
+    return message[:1000]
 
 
 async def _stream_graph(
-    state: WorkerState, attempt: Attempt, run: RunRecord, writer: _Writer
+    state: WorkerState, attempt: Attempt, run: RunRecord, writer: AttemptWriter
 ) -> bool:
     """Run the graph; True when the run finished (False when it is now interrupted)."""
     services = state.services
-    graph = state.graphs.get(run.graph, services.checkpointer)
+    # `get_store()` in a node is LangGraph's store as the run's owner sees it (~10 us a copy)
+    graph = state.graphs.get(run.graph, services.checkpointer).copy(
+        update={"store": OwnerStore(services.store, run.owner)}
+    )
     configurable = state.graphs.caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
         "configurable": {**configurable, "thread_id": run.thread_id},
@@ -323,27 +216,39 @@ async def _stream_graph(
         chat_model=make_chat_model(services.settings, configurable),
         ledger=state.ledger,
     )
-    graph_input = await _graph_input(graph, run, config)
-    if isinstance(graph_input, dict) and run.attempt == 1:
+    invoke_with = await graph_input(graph, run, config)
+    if isinstance(invoke_with, dict) and run.attempt == 1:
         # A later attempt's `retry` announcement already sent whatever of the run's messages
         # (its input among them) the stream did not have whole.
-        for message in graph_input["messages"]:
+        for message in invoke_with["messages"]:
             await writer.emit("message", MessageData(message=to_wire_message(message)))
     with_values = "values" in run.stream_modes
     if with_values and run.attempt > 1:
         # A LangGraph client holds text of the attempt that died: a fresh snapshot replaces it.
         saved = await graph.aget_state(config)  # type: ignore[arg-type]
         await writer.emit("values", ValuesData(values=state_to_json(saved.values)))
-    if graph_input is not ...:
+    if invoke_with is not ...:
         translator = StreamTranslator(record_updates="updates" in run.stream_modes)
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
         stream = graph.astream(  # type: ignore[call-overload]
-            graph_input, config, context=context, stream_mode=modes, durability=DURABILITY
+            invoke_with, config, context=context, stream_mode=modes, durability=DURABILITY
         )
         async for mode, chunk in stream:
             for event, data in translator.translate(mode, chunk):
                 await writer.emit(event, data)
+    return await _settle(services, attempt, run, writer, graph, config)
 
+
+async def _settle(
+    services: Services,
+    attempt: Attempt,
+    run: RunRecord,
+    writer: AttemptWriter,
+    graph: Pregel,
+    config: dict[str, Any],
+) -> bool:
+    """Record what the graph's stream ended in: an interrupt (False), or the run's outcome
+    (True): cancelled if a cancel came while it stopped at an interrupt, else succeeded."""
     snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
     if snapshot.interrupts and await services.events.cancel_requested(run.run_id):
         # cancelled while it ran
@@ -366,7 +271,7 @@ async def _finish(
     services: Services,
     attempt: Attempt,
     run: RunRecord,
-    writer: _Writer,
+    writer: AttemptWriter,
     status: RunStatus,
     *,
     output: WireMessage | None = None,

@@ -25,9 +25,9 @@ from redis.exceptions import RedisError
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.events import RunStatus
 from stream_store.lifecycle import PlanRetry, RetryPlan
-from stream_store.log import TakeOver
+from stream_store.live_record import TakeOver
 from stream_store.messages import input_messages, thread_messages
-from stream_store.records import RunRecord
+from stream_store.run_records import RunRecord
 from stream_store.services import Services
 from stream_store.threads import delete_thread
 from stream_store.tracing import context_of, run_attributes
@@ -113,7 +113,7 @@ async def take_over_from_gone_workers(state: WorkerState, registry: WorkerRegist
     if not gone:
         return
     logger.warning("worker processes gone; taking over their runs", workers=gone)
-    for run in await services.records.running_claimed_before(0):
+    for run in await services.run_records.running_claimed_before(0):
         if run.run_id in state.attempts:
             continue
         verdict = await services.events.take_over(run.run_id, run.attempt, gone_workers=gone)
@@ -128,10 +128,10 @@ async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
     """One pass: runs of gone workers, expired leases, queued runs without a job, runs whose
     stream Redis lost."""
     services = state.services
-    records, events, settings = services.records, services.events, services.settings
+    run_records, events, settings = services.run_records, services.events, services.settings
     lifecycle = services.lifecycle
     await take_over_from_gone_workers(state, registry)
-    for run in await records.running_claimed_before(settings.lease_s):
+    for run in await run_records.running_claimed_before(settings.lease_s):
         if run.run_id in state.attempts:
             continue  # executing here; its heartbeat holds the lease
         verdict = await events.take_over(run.run_id, run.attempt)
@@ -140,7 +140,7 @@ async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
             state.metrics.retried("lease_expired")
         elif verdict == TakeOver.MISSING:
             await lifecycle.restore_stream(run)
-    for run in await records.unsettled(settings.lease_s):
+    for run in await run_records.unsettled(settings.lease_s):
         if run.run_id in state.attempts:
             continue
         verdict = await events.take_over(run.run_id, run.attempt, force=True)
@@ -148,14 +148,14 @@ async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
             if run.status == RunStatus.INTERRUPTED:
                 await lifecycle.restore_stream(run)
             else:
-                await records.set_last_event_id(run.run_id, "0-0")
+                await run_records.set_last_event_id(run.run_id, "0-0")
         else:
             await lifecycle.repair(run.run_id)
     stuck_after_s = max(5.0, 3 * settings.lease_s)
-    for run in await records.queued_heads():
+    for run in await run_records.queued_heads():
         if not await events.exists(run.run_id):
             await lifecycle.restore_stream(run)
-        fresh = await records.redispatch_if_stuck(run.run_id, run.dispatch, stuck_after_s)
+        fresh = await run_records.redispatch_if_stuck(run.run_id, run.dispatch, stuck_after_s)
         await services.queue.enqueue(fresh or run)
 
 
@@ -164,9 +164,9 @@ async def expire_idle_threads(services: Services) -> None:
     retention_s = services.settings.thread_retention_s
     if not retention_s:
         return
-    for thread_id, owner in await services.records.idle_threads(retention_s):
+    for thread_id, owner in await services.thread_records.idle_threads(retention_s):
         try:
-            await delete_thread(services.records, services.events, thread_id, owner)
+            await delete_thread(services.thread_records, services.events, thread_id, owner)
         except (NotFound, Conflict):
             continue  # deleted or used meanwhile
         logger.info("thread expired", thread_id=thread_id, retention_s=retention_s)
@@ -174,7 +174,7 @@ async def expire_idle_threads(services: Services) -> None:
 
 async def restore_interrupted(services: Services) -> None:
     """At start-up: interrupted runs whose stream Redis lost get it back (resume needs it)."""
-    for run in await services.records.active_runs():
+    for run in await services.run_records.active_runs():
         if run.status == RunStatus.INTERRUPTED and not await services.events.exists(run.run_id):
             await services.lifecycle.restore_stream(run)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import structlog
@@ -76,11 +77,11 @@ def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
     return [config.middleware]
 
 
-def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = None) -> Litestar:
-    """An app whose connections open when it starts and close when it stops.
-
-    `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
-    """
+def _lifespan(
+    settings: Settings, tracer_provider: TracerProvider | None
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    """Open the app's connections (`Resources`, `CallerQuotas`) when it starts, close them when
+    it stops; the providers below read them from `app.state`."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -97,15 +98,26 @@ def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = N
             )
             yield
 
-    def provide_resources(request: Request[Any, Any, Any]) -> Resources:
-        return request.app.state.resources
+    return lifespan
 
-    def provide_caller(request: Request[Any, Any, Any]) -> Caller:
-        return caller_from_request(request, request.app.state.resources.settings)
 
-    def provide_quotas(request: Request[Any, Any, Any]) -> CallerQuotas:
-        return request.app.state.quotas
+def _provide_resources(request: Request[Any, Any, Any]) -> Resources:
+    return request.app.state.resources
 
+
+def _provide_caller(request: Request[Any, Any, Any]) -> Caller:
+    return caller_from_request(request, request.app.state.resources.settings)
+
+
+def _provide_quotas(request: Request[Any, Any, Any]) -> CallerQuotas:
+    return request.app.state.quotas
+
+
+def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = None) -> Litestar:
+    """An app whose connections open when it starts and close when it stops.
+
+    `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
+    """
     prometheus = PrometheusConfig(app_name="runstream", group_path=True)
     app = Litestar(
         route_handlers=[
@@ -119,12 +131,12 @@ def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = N
             page_assets(),
         ],
         dependencies={
-            "resources": Provide(provide_resources, sync_to_thread=False),
-            "caller": Provide(provide_caller, sync_to_thread=False),
-            "quotas": Provide(provide_quotas, sync_to_thread=False),
+            "resources": Provide(_provide_resources, sync_to_thread=False),
+            "caller": Provide(_provide_caller, sync_to_thread=False),
+            "quotas": Provide(_provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        lifespan=[lifespan],
+        lifespan=[_lifespan(settings, tracer_provider)],
         before_request=bind_request_id,  # a fresh log context, with the request id
         before_send=[add_security_headers, add_request_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding

@@ -10,8 +10,9 @@ import structlog
 
 from stream_store.errors import StreamGone
 from stream_store.events import parse_event_id
-from stream_store.log import EventLog, LiveRecord
-from stream_store.records import RunRecord
+from stream_store.live_record import LiveRecord
+from stream_store.log import EventLog
+from stream_store.run_records import RunRecord
 
 from .errors import ApiError
 from .fanout import Frame, StreamFollower, Viewer, sse_frame
@@ -78,12 +79,12 @@ def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) ->
 
 
 class Attachment:
-    """One viewer's SSE response: a replay from Redis, then live frames from the follower, until
-    the terminal event.
+    """One viewer's SSE response: a replay (from Redis, or from the feed's buffer when it holds
+    every event the viewer lacks), then live frames from the follower, until the terminal event.
 
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
-    live feed replays from Redis again, the same way, without leaving the connection. Every
+    live feed replays again, the same way, without leaving the connection. Every
     write is marked (`Viewer.write_started`), so the follower can cut off a client that stopped
     reading.
     """
@@ -114,7 +115,7 @@ class Attachment:
         viewer = await self.follower.subscribe(self.run_id, self.ping_interval_s)
         try:
             while not self.ended:
-                for phase in (self._replay(), self._live(viewer)):
+                for phase in (self._replay(viewer), self._live(viewer)):
                     async for data in phase:
                         viewer.write_started()
                         yield data
@@ -127,26 +128,41 @@ class Attachment:
         finally:
             self.follower.unsubscribe(self.run_id, viewer)
 
-    async def _replay(self) -> AsyncIterator[bytes]:
-        """Everything after `last_id` that Redis has now, a page per write."""
+    async def _replay(self, viewer: Viewer) -> AsyncIterator[bytes]:
+        """Everything after `last_id` up to where the viewer's live frames begin, a page per
+        write: from the feed's memory when it holds all of it, else from Redis."""
+        held = viewer.feed.history(self.last, self.first_id, viewer.position)
+        if held is not None:
+            frames, newest_held = held
+            for start in range(0, len(frames), REPLAY_PAGE):
+                chunk = self._render(frames[start : start + REPLAY_PAGE])
+                if chunk:
+                    yield chunk
+                if self.ended:
+                    return
+            if not frames and self.dialect.ends_after(newest_held):
+                self.ended = self.complete = True  # the client has the last event already
+            return
+        # A replay from the stream's start hands the feed what it read, up to where the feed's
+        # own frames begin, for the viewers after it (`RunFeed.add_history`).
+        history: list[Frame] | None = [] if self.last_id == "0-0" else None
         read = False
         while True:
             page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
             read = read or bool(page)
-            chunk = bytearray()
-            for event in page:
-                frame = sse_frame(event)
-                chunk += self.dialect.render(frame)
-                self.last_id, self.last = frame.id, frame.position
-                if self.dialect.ends_after(frame):
-                    self.ended = self.complete = True
-                    break
+            frames = [sse_frame(event) for event in page]
+            if history is not None:
+                floor = viewer.feed.floor
+                history += [frame for frame in frames if frame.position <= floor]
+                if len(history) > viewer.feed.size:
+                    history = None
+            chunk = self._render(frames)
             if chunk:
-                yield bytes(chunk)
-            if self.ended:
-                return
-            if len(page) < REPLAY_PAGE:
+                yield chunk
+            if self.ended or len(page) < REPLAY_PAGE:
                 break
+        if history:
+            viewer.feed.add_history(history)
         if read:
             return  # had the newest event been the end, and sent, this replay would have read it
         newest = await self.events.last_event(self.run_id)
@@ -157,6 +173,17 @@ class Attachment:
         ):
             # the client already has the last event: nothing follows it
             self.ended = self.complete = True
+
+    def _render(self, frames: list[Frame]) -> bytes:
+        """`frames` as one write, up to the dialect's last event; the viewer's place moves on."""
+        chunk = bytearray()
+        for frame in frames:
+            chunk += self.dialect.render(frame)
+            self.last_id, self.last = frame.id, frame.position
+            if self.dialect.ends_after(frame):
+                self.ended = self.complete = True
+                break
+        return bytes(chunk)
 
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Live frames, whatever the feed holds past the viewer per write (a burst), until the

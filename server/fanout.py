@@ -10,7 +10,9 @@ at once.
 The seam rule (no gap, no duplicate): `subscribe` returns only after the run's feed has a
 cursor, and places the viewer at the feed's head, so it reads every event after that cursor.
 A viewer subscribes first, then replays from Redis; replay covers everything up to the cursor,
-the feed everything after, and the viewer drops what it has already sent by id.
+the feed everything after, and the viewer drops what it has already sent by id. When the feed's
+buffer holds every event after the viewer's last one up to its place, the replay is read from
+the buffer instead (`RunFeed.history`): the same events, without a read of the stream.
 
 Waiting is cheap too: a viewer with nothing to read parks one future on its feed, and the
 follower resolves the feed's futures once per batch read (for a run with many viewers, once
@@ -94,13 +96,30 @@ class RunFeed:
     Positions count frames since the feed began; `base` is the position of `frames[0]`. The
     buffer keeps at least the newest `size` frames (it is trimmed to `size` when it reaches
     twice that), which is as far as a viewer may fall behind before it catches up from Redis.
+
+    The buffer holds every event after `floor` (an event id, parsed) up to the head, so it can
+    also serve a new viewer's replay from memory when the viewer resumes after `floor`. A
+    viewer that replays the stream from its start through `floor` from Redis hands the feed
+    what it read (`add_history`), and the viewers after it replay from memory instead of
+    each reading the stream again.
     """
 
-    __slots__ = ("_timer", "base", "cursor", "frames", "ready", "size", "viewers", "waiters")
+    __slots__ = (
+        "_timer",
+        "base",
+        "cursor",
+        "floor",
+        "frames",
+        "ready",
+        "size",
+        "viewers",
+        "waiters",
+    )
 
     def __init__(self, size: int) -> None:
         self.size = max(1, size)
         self.cursor = ""  # the id of the newest event read into the feed
+        self.floor = (0, 0)  # set with the first cursor: the buffer starts after it
         self.ready = asyncio.Event()
         self.viewers: set[Viewer] = set()
         self.frames: list[Frame] = []
@@ -112,13 +131,55 @@ class RunFeed:
     def head(self) -> int:
         return self.base + len(self.frames)
 
+    def start_at(self, cursor: str) -> None:
+        """Begin after `cursor`, the newest event when the feed opened ("0-0": none)."""
+        self.cursor = cursor
+        self.floor = parse_event_id(cursor)
+
     def append(self, frame: Frame) -> None:
         self.cursor = frame.id
         self.frames.append(frame)
         if len(self.frames) >= 2 * self.size:
             dropped = len(self.frames) - self.size
+            self.floor = self.frames[dropped - 1].position
             del self.frames[:dropped]
             self.base += dropped
+
+    def add_history(self, frames: list[Frame]) -> None:
+        """Take `frames`, read from Redis, as the events before the buffer: the stream from its
+        first event through `floor`. Refused (nothing changes) unless they end exactly at
+        `floor` and fit the buffer's bound."""
+        if (
+            not frames
+            or self.floor == (0, 0)
+            or frames[-1].position != self.floor
+            or len(frames) + len(self.frames) >= 2 * self.size
+        ):
+            return
+        self.frames[:0] = frames
+        self.base -= len(frames)
+        self.floor = (0, 0)
+
+    def history(
+        self, after: tuple[int, int], first_id: str, position: int
+    ) -> tuple[list[Frame], Frame] | None:
+        """The events after `after` up to feed position `position` (a viewer's, where its live
+        frames begin), from memory, and the newest of the events up to there; None when the
+        buffer does not hold them all.
+
+        `first_id` is the stream's first event as the viewer was told: a buffer that holds the
+        stream from its start serves only a viewer of the same stream (Redis may have lost it
+        and the workers started it again).
+        """
+        if after < self.floor or position < self.base:
+            return None
+        held = self.frames[: position - self.base]
+        if not held or (self.floor == (0, 0) and held[0].id != first_id):
+            return None
+        start = len(held)
+        while start > 0 and held[start - 1].position > after:
+            start -= 1
+        return held[start:], held[-1]
 
     def frames_arrived(self) -> None:
         """Wake the viewers for new frames: at once, or for a run with many viewers, at the end
@@ -143,12 +204,12 @@ class Viewer:
     """One attached client: its position in the run's feed.
 
     A viewer more than the feed's size behind its head is `lagging`: `take` gives it `None`,
-    and it catches up by reading the stream from Redis after the last event it sent (see
-    `server.attach`), so a client that reads slower than the run writes falls back to paged
-    reads instead of holding frames in memory. A client that stops reading altogether is cut
-    off: the follower cancels a viewer's task when one write has been waiting on the client for
-    the cut-off time (`RUNSTREAM_VIEWER_CUT_OFF_MS`), which closes the connection. The run and
-    the other viewers never wait for it.
+    and it catches up by replaying after the last event it sent (see `server.attach`; from
+    Redis unless the feed's buffer still holds it all), so a client that reads slower than the
+    run writes falls back to paged reads instead of holding frames in memory. A client that
+    stops reading altogether is cut off: the follower cancels a viewer's task when one write
+    has been waiting on the client for the cut-off time (`RUNSTREAM_VIEWER_CUT_OFF_MS`), which
+    closes the connection. The run and the other viewers never wait for it.
     """
 
     __slots__ = (
@@ -270,6 +331,11 @@ class StreamFollower:
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
+    def closing(self) -> bool:
+        """The server is shutting down: every response that follows runs must end now."""
+        return self._closing
+
+    @property
     def viewer_count(self) -> int:
         return sum(len(feed.viewers) for feed in self._feeds.values())
 
@@ -308,7 +374,7 @@ class StreamFollower:
             feed = self._feeds[run_id] = RunFeed(self._queue_size)
             try:
                 newest = await self._events.last_event(run_id)
-                feed.cursor = newest.id if newest else "0-0"
+                feed.start_at(newest.id if newest else "0-0")
             except BaseException:
                 del self._feeds[run_id]
                 feed.ready.set()

@@ -85,7 +85,8 @@ def add_commands(commands: Any) -> None:
 
 
 def _status(settings: Settings, as_json: bool, out: TextIO) -> int:
-    from .status import gather_status, render_status  # Redis and Postgres drivers: only here
+    from .status import gather_status  # Redis and Postgres drivers: only here
+    from .status_report import render_status
 
     status = asyncio.run(gather_status(settings))
     if as_json:

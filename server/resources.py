@@ -19,6 +19,7 @@ from stream_store.settings import Settings
 
 from .auth import StreamTokens
 from .fanout import StreamFollower
+from .run_reads import RunReads
 
 __all__ = ["Resources", "open_resources"]
 
@@ -30,6 +31,7 @@ class Resources(Services):
     tokens: StreamTokens
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
+    run_reads: RunReads  # the requests' reads of a run by id, batched
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
 
@@ -67,6 +69,7 @@ async def open_resources(
                 tokens=tokens,
                 metrics=metrics,
                 deployment=deployment,
+                run_reads=RunReads(services.run_records),
             )
         finally:
             await follower.stop()

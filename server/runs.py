@@ -14,7 +14,8 @@ from litestar.response import Stream
 
 from stream_store.errors import NotFound
 from stream_store.quotas import CallerQuotas
-from stream_store.records import TITLE_CHARS, NewRun, RunRecord
+from stream_store.run_records import RunRecord
+from stream_store.run_submit import TITLE_CHARS, Created, NewRun
 from stream_store.schemas import ResumeRequest, RunCreate, RunOut
 from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
@@ -24,7 +25,7 @@ from .auth import Caller, caller_from_request
 from .errors import ApiError
 from .resources import Resources
 
-__all__ = ["RunsController", "owned_run", "run_out", "submit_run"]
+__all__ = ["RunsController", "owned_run", "record_run", "run_out", "submit_run"]
 
 logger = structlog.get_logger()
 
@@ -111,22 +112,33 @@ async def submit_run(
         title=first_user[:TITLE_CHARS] if first_user else None,
         max_active_runs=resources.settings.max_active_runs,
     )
-    # The run's trace: this span (a child of the request's, which continues the client's
-    # `traceparent`) is stored with the run, and every attempt of the run is its child.
+    created = await record_run(resources, quotas, new)
+    return Response(run_out(resources, created.run), status_code=202 if created.created else 200)
+
+
+async def record_run(
+    resources: Resources, quotas: CallerQuotas, new: NewRun, **log_fields: str
+) -> Created:
+    """Take a submit from the owner's budget and record `new` in the run's trace (both
+    dialects): this span (a child of the request's, which continues the client's
+    `traceparent`) is stored with the run, and every attempt of the run is its child."""
     with resources.tracer.start_as_current_span("submit run") as span:
         new.traceparent = traceparent_of(span)
-        await quotas.take_submit(caller.owner)
+        await quotas.take_submit(new.owner)
         created = await resources.lifecycle.submit(new)
         run = created.run
         span.set_attributes(run_attributes(run))
         structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-        logger.info("run submitted" if created.created else "run replayed by idempotency key")
-    return Response(run_out(resources, run), status_code=202 if created.created else 200)
+        replayed = not created.created
+        logger.info(
+            "run replayed by idempotency key" if replayed else "run submitted", **log_fields
+        )
+    return created
 
 
 async def owned_run(resources: Resources, run_id: str, caller: Caller) -> RunRecord:
     """The caller's run (404 for an unknown id or another owner's), bound to the log context."""
-    run = await resources.records.get_run(inputs.object_id(run_id, "run"), caller.owner)
+    run = await resources.run_reads.owned_run(inputs.object_id(run_id, "run"), caller.owner)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)

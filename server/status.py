@@ -26,14 +26,19 @@ from psycopg.errors import UndefinedTable
 from psycopg.rows import DictRow
 from redis.asyncio import Redis
 
-from clients.tables import ago, duration, table
 from stream_store.connections import connect_pg, open_redis
 from stream_store.keys import KeySpace
 from stream_store.log import EventLog
 from stream_store.settings import Settings
 from stream_store.workers import WorkerBeat, WorkerRegistry
 
-__all__ = ["DeploymentStatus", "gather_status", "render_status"]
+__all__ = [
+    "DeploymentStatus",
+    "QueueState",
+    "ServiceHealth",
+    "StuckRun",
+    "gather_status",
+]
 
 _TIMEOUT_S = 3.0
 T = TypeVar("T")
@@ -221,89 +226,3 @@ async def gather_status(settings: Settings) -> DeploymentStatus:
         queue=queue,
         stuck=stuck,
     )
-
-
-def _service_line(name: str, health: ServiceHealth) -> list[object]:
-    if health.ok:
-        return [name, "ok", health.url, f"{health.rtt_ms:.1f} ms"]
-    return [name, "DOWN", health.url, health.error]
-
-
-def render_status(status: DeploymentStatus) -> str:
-    """The report as plain text: services, workers, queue, stuck runs, and what to look at."""
-    now = status.checked_at
-    out = [
-        f"runstream status  (redis prefix {status.redis_prefix},"
-        f" schema {status.database_schema}, lease {status.lease_s:g} s)",
-        "",
-        table(
-            ["SERVICE", "STATE", "URL", "ROUND TRIP / ERROR"],
-            [_service_line("redis", status.redis), _service_line("postgres", status.postgres)],
-        ),
-        "",
-    ]
-    if status.workers is None:
-        out.append("workers: unknown (Redis did not answer)")
-    else:
-        out.append(f"workers: {len(status.workers)} alive")
-        if status.workers:
-            rows = [
-                [
-                    beat.worker_id,
-                    beat.host,
-                    beat.pid,
-                    f"{len(beat.run_ids)}/{beat.concurrency}",
-                    duration((now - beat.started_at).total_seconds()),
-                    ago(beat.beat_at, now),
-                ]
-                for beat in status.workers
-            ]
-            out.append(table(["WORKER", "HOST", "PID", "RUNS", "UP", "LAST BEAT"], rows))
-            running = [(run_id, b.worker_id) for b in status.workers for run_id in b.run_ids]
-            if running:
-                out += ["", f"running on workers ({len(running)}):"]
-                out.append(table(["RUN", "WORKER"], running))
-    out.append("")
-    queue = status.queue
-    if queue is None:
-        out.append("runs: unknown (Postgres did not answer)")
-    else:
-        jobs = "unknown" if queue.jobs is None else str(queue.jobs)
-        out.append(
-            f"runs: {queue.queued} queued ({queue.waiting_on_thread} behind another run of"
-            f" their thread), {queue.running} running, {queue.interrupted} interrupted"
-        )
-        out.append(f"arq queue: {jobs} job(s), waiting or in progress")
-        oldest = queue.oldest_queued
-        if oldest is not None:
-            out.append(
-                f"oldest queued: run {oldest.run_id} (owner {oldest.owner}, attempt"
-                f" {oldest.attempt}), queued {ago(oldest.queued_at, now)}"
-            )
-    if status.stuck:
-        out += ["", f"stuck past their lease ({len(status.stuck)}):"]
-        rows = [
-            [
-                run.run_id,
-                run.owner,
-                run.attempt,
-                ago(run.claimed_at, now),
-                run.reason
-                + (f" {duration(run.lease_expired_s)} ago" if run.lease_expired_s else ""),
-            ]
-            for run in status.stuck
-        ]
-        out.append(table(["RUN", "OWNER", "ATTEMPT", "CLAIMED", "WHY"], rows))
-    warnings = []
-    services = (("Redis", status.redis), ("Postgres", status.postgres))
-    down = [name for name, health in services if not health.ok]
-    if down:
-        verb = "is" if len(down) == 1 else "are"
-        warnings.append(f"{' and '.join(down)} {verb} down: servers answer 503, workers wait")
-    if status.workers == [] and queue is not None and queue.queued:
-        warnings.append("no worker is alive: queued runs wait (start `runstream worker`)")
-    if status.stuck and status.workers == []:
-        warnings.append("stuck runs are retried by any live worker's reaper: none is alive")
-    if warnings:
-        out += ["", *(f"! {warning}" for warning in warnings)]
-    return "\n".join(out)

@@ -12,7 +12,6 @@ from litestar.params import Body, Parameter
 from stream_store.errors import NotFound
 from stream_store.messages import thread_messages, to_wire_message
 from stream_store.quotas import CallerQuotas
-from stream_store.records import ThreadRecord
 from stream_store.schemas import (
     RunCreate,
     RunList,
@@ -22,6 +21,7 @@ from stream_store.schemas import (
     ThreadList,
     ThreadOut,
 )
+from stream_store.thread_records import ThreadRecord
 from stream_store.threads import delete_thread
 
 from . import inputs
@@ -47,7 +47,9 @@ def thread_out(thread: ThreadRecord) -> ThreadOut:
 
 async def owned_thread(resources: Resources, thread_id: str, caller: Caller) -> ThreadRecord:
     """The caller's thread (404 for an unknown id or another owner's), bound to the log context."""
-    thread = await resources.records.get_thread(inputs.object_id(thread_id, "thread"), caller.owner)
+    thread = await resources.thread_records.get_thread(
+        inputs.object_id(thread_id, "thread"), caller.owner
+    )
     if thread is None:
         raise NotFound(f"thread {thread_id} not found")
     structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
@@ -69,7 +71,7 @@ class ThreadsController(Controller):
         metadata = data.metadata if data else {}
         inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)  # the same budget as runs
-        thread = await resources.records.create_thread(caller.owner, metadata)
+        thread = await resources.thread_records.create_thread(caller.owner, metadata)
         assert thread is not None  # a fresh id is never taken
         logger.info("thread created", thread_id=thread.thread_id)
         return thread_out(thread)
@@ -83,7 +85,7 @@ class ThreadsController(Controller):
         cursor: Annotated[str | None, Parameter(required=False)] = None,
     ) -> ThreadList:
         before = inputs.decode_cursor(cursor) if cursor else None
-        threads = await resources.records.list_threads(caller.owner, limit + 1, before)
+        threads = await resources.thread_records.list_threads(caller.owner, limit + 1, before)
         page, more = threads[:limit], len(threads) > limit
         last = page[-1] if page else None
         next_cursor = (
@@ -101,7 +103,7 @@ class ThreadsController(Controller):
     @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")
     async def runs(self, thread_id: str, resources: Resources, caller: Caller) -> RunList:
         thread = await owned_thread(resources, thread_id, caller)
-        runs = await resources.records.thread_runs(thread.thread_id, caller.owner)
+        runs = await resources.run_records.thread_runs(thread.thread_id, caller.owner)
         return RunList(runs=[run_out(resources, run) for run in runs])
 
     @post("/{thread_id:str}/runs", status_code=202, summary="Start a run on the thread")
@@ -126,5 +128,5 @@ class ThreadsController(Controller):
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         tid = inputs.object_id(thread_id, "thread")
-        await delete_thread(resources.records, resources.events, tid, caller.owner)
+        await delete_thread(resources.thread_records, resources.events, tid, caller.owner)
         logger.info("thread deleted", thread_id=tid)

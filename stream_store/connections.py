@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextvars
+import select
+import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,14 +42,43 @@ class NestedCheckout(RuntimeError):
     """A task asked its pool for a second connection while holding one."""
 
 
+# A pooled connection idle this long is checked with a round trip before it is lent again.
+CHECK_IDLE_AFTER_S = 5.0
+
+
 class PgPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
-    """A connection pool that refuses to hand one task two connections at once.
+    """A connection pool that refuses to hand one task two connections at once, and checks a
+    connection before lending it only when it may have died.
 
     A request that holds a connection (and perhaps row locks) while it waits for a second one
     deadlocks as soon as as many such requests run at once as the pool has connections; it
     passes every test that runs one request at a time. Refusing the second checkout makes the
     mistake fail on its first run instead: pass the held connection down instead.
+
+    psycopg_pool's `check_connection` is an empty query, a round trip per checkout, and there
+    are several checkouts between a submit and its first token. `check_if_doubtful` sends it
+    only for a connection that may be dead: one never lent before, one idle for
+    `CHECK_IDLE_AFTER_S`, or one the server has written to while it sat idle (a server that
+    closes a connection, or a proxy that drops it, leaves the socket readable). A connection
+    that dies unseen in the moment before it is used fails its statement, which
+    `stream_store.errors.postgres_errors` turns into a 503, and the pool replaces it on its
+    return.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._returned_at: weakref.WeakKeyDictionary[AsyncConnection[DictRow], float] = (
+            weakref.WeakKeyDictionary()
+        )
+        super().__init__(*args, check=self.check_if_doubtful, **kwargs)
+
+    async def check_if_doubtful(self, conn: AsyncConnection[DictRow]) -> None:
+        returned_at = self._returned_at.get(conn)
+        if (
+            returned_at is None
+            or time.monotonic() - returned_at > CHECK_IDLE_AFTER_S
+            or _has_input(conn)
+        ):
+            await self.check_connection(conn)
 
     @asynccontextmanager
     async def connection(
@@ -61,9 +93,22 @@ class PgPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
         _held.set(held | {id(self)})
         try:
             async with super().connection(timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    self._returned_at[conn] = time.monotonic()
         finally:
             _held.set(held)
+
+
+def _has_input(conn: AsyncConnection[Any]) -> bool:
+    """Whether an idle connection's socket is readable, closed or in error: the server (or a
+    proxy) said something unasked, which on an idle connection means it is going away."""
+    if conn.closed:
+        return True
+    poller = select.poll()  # not select.select: a server's descriptors pass 1024
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def open_redis(settings: Settings) -> ArqRedis:
@@ -132,7 +177,6 @@ async def open_pg_pool(settings: Settings, max_size: int = 10, *, direct: bool =
         # 0, 1, 3, 7 s) frees it, and the next request opens a fresh one at once.
         reconnect_timeout=8,
         kwargs=kwargs,
-        check=AsyncConnectionPool.check_connection,
     )
     await pool.open(wait=True, timeout=10)
     return pool

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -57,6 +57,51 @@ class DeploymentSnapshot:
     workers_busy: int = 0
     redis_used_bytes: int = 0
     redis_max_bytes: int = 0
+
+
+# The snapshot's single-valued gauges: name, help text, and how each is read from a snapshot.
+_SNAPSHOT_GAUGES: tuple[tuple[str, str, Callable[[DeploymentSnapshot], float]], ...] = (
+    (
+        "runstream_queue_jobs",
+        "Jobs in the arq queue, including those a worker runs now",
+        lambda snapshot: snapshot.queue_jobs,
+    ),
+    (
+        "runstream_queue_waiting",
+        "Jobs in the arq queue that no worker has picked yet",
+        lambda snapshot: snapshot.queue_waiting,
+    ),
+    (
+        "runstream_queue_oldest_waiting_seconds",
+        "Age of the oldest job no worker has picked yet (0 when none waits)",
+        lambda snapshot: snapshot.queue_oldest_waiting_s,
+    ),
+    (
+        "runstream_workers_alive",
+        "Workers whose heartbeat is current",
+        lambda snapshot: snapshot.workers_alive,
+    ),
+    (
+        "runstream_workers_capacity",
+        "Attempts the live workers execute at once at most (sum of their concurrency)",
+        lambda snapshot: snapshot.workers_capacity,
+    ),
+    (
+        "runstream_workers_busy",
+        "Attempts the live workers execute now, by their heartbeats",
+        lambda snapshot: snapshot.workers_busy,
+    ),
+    (
+        "runstream_redis_memory_used_bytes",
+        "Redis used_memory: run streams and records are nearly all of it",
+        lambda snapshot: snapshot.redis_used_bytes,
+    ),
+    (
+        "runstream_redis_memory_max_bytes",
+        "Redis maxmemory (0: no limit set)",
+        lambda snapshot: snapshot.redis_max_bytes,
+    ),
+)
 
 
 class DeploymentGauges(Collector):
@@ -144,6 +189,7 @@ class DeploymentGauges(Collector):
         snapshot.queue_oldest_waiting_s = (now_ms - min(due)) / 1000 if due else 0.0
 
     def collect(self) -> Iterable[Metric]:
+        """The gauges of the last read (prometheus_client calls this, synchronously)."""
         snapshot = self._snapshot
         yield GaugeMetricFamily(
             "runstream_storage_read_success",
@@ -165,46 +211,5 @@ class DeploymentGauges(Collector):
         for (graph, status), count in sorted(snapshot.runs.items()):
             runs.add_metric([graph, status], count)
         yield runs
-        for name, text, value in (
-            (
-                "runstream_queue_jobs",
-                "Jobs in the arq queue, including those a worker runs now",
-                snapshot.queue_jobs,
-            ),
-            (
-                "runstream_queue_waiting",
-                "Jobs in the arq queue that no worker has picked yet",
-                snapshot.queue_waiting,
-            ),
-            (
-                "runstream_queue_oldest_waiting_seconds",
-                "Age of the oldest job no worker has picked yet (0 when none waits)",
-                snapshot.queue_oldest_waiting_s,
-            ),
-            (
-                "runstream_workers_alive",
-                "Workers whose heartbeat is current",
-                snapshot.workers_alive,
-            ),
-            (
-                "runstream_workers_capacity",
-                "Attempts the live workers execute at once at most (sum of their concurrency)",
-                snapshot.workers_capacity,
-            ),
-            (
-                "runstream_workers_busy",
-                "Attempts the live workers execute now, by their heartbeats",
-                snapshot.workers_busy,
-            ),
-            (
-                "runstream_redis_memory_used_bytes",
-                "Redis used_memory: run streams and records are nearly all of it",
-                snapshot.redis_used_bytes,
-            ),
-            (
-                "runstream_redis_memory_max_bytes",
-                "Redis maxmemory (0: no limit set)",
-                snapshot.redis_max_bytes,
-            ),
-        ):
-            yield GaugeMetricFamily(name, text, value=value)
+        for name, text, value in _SNAPSHOT_GAUGES:
+            yield GaugeMetricFamily(name, text, value=value(snapshot))

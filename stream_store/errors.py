@@ -14,14 +14,17 @@ Redis errors are translated in one place, `redis_errors` (`from_redis` for an er
 returns instead of raising): the stream scripts' `FENCED`, `GONE` and `TOO_LARGE` replies become
 `Fenced`, `StreamGone` and `StreamTooLarge`, any other `RedisError` `StoreUnavailable`: Redis's
 `OOM` too (at `maxmemory` with `noeviction`), so a write it refused is retried, never taken as
-the run's fault.
+the run's fault. Postgres errors are translated in `postgres_errors`: the ones of a server or
+connection that failed become `StoreUnavailable`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import psycopg
+from psycopg_pool import PoolTimeout
 from redis.exceptions import RedisError, ResponseError
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "StreamGone",
     "StreamTooLarge",
     "from_redis",
+    "postgres_errors",
     "redis_errors",
 ]
 
@@ -144,3 +148,13 @@ def redis_errors(run_id: str | None = None) -> Iterator[None]:
         yield
     except RedisError as exc:
         raise from_redis(exc, run_id) from exc
+
+
+@contextlib.asynccontextmanager
+async def postgres_errors() -> AsyncIterator[None]:
+    """Raise `StoreUnavailable` for psycopg's `OperationalError` (the server gone, the
+    connection lost, a statement cancelled) or a pool timeout inside; other errors pass."""
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailable(f"postgres: {exc}") from exc

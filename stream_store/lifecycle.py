@@ -41,9 +41,11 @@ from .events import (
     decode_data,
     encode_data,
 )
-from .log import Claimed, EventLog
+from .live_record import Claimed
+from .log import EventLog
 from .queue import RunQueue
-from .records import Created, NewRun, Records, RunRecord
+from .run_records import RunRecord, RunRecords
+from .run_submit import Created, NewRun, RunSubmitter
 
 __all__ = ["RetryPlan", "RunLifecycle"]
 
@@ -66,14 +68,16 @@ class RunLifecycle:
 
     def __init__(
         self,
-        records: Records,
+        run_records: RunRecords,
+        submitter: RunSubmitter,
         events: EventLog,
         queue: RunQueue,
         *,
         lease_s: float,
         max_attempts: int,
     ) -> None:
-        self.records = records
+        self.run_records = run_records
+        self.submitter = submitter
         self.events = events
         self.queue = queue
         self.max_attempts = max_attempts
@@ -116,7 +120,7 @@ class RunLifecycle:
                 raise  # the worker's own stream: it was fenced out
             # An interrupted run's stream expired (RUNSTREAM_INTERRUPTED_TTL) before it was
             # cancelled or superseded: nobody to tell, as when the reaper sweeps an outcome.
-            await self.records.set_last_event_id(run.run_id, "0-0")
+            await self.run_records.set_last_event_id(run.run_id, "0-0")
             return
         if run.status == RunStatus.FAILED:
             error = run.error or {}
@@ -129,7 +133,7 @@ class RunLifecycle:
             output = msgspec.convert(run.output, WireMessage) if run.output else None
             done = DoneData(status=run.status, output=output)  # type: ignore[arg-type]
             last = await self._event(run, attempt, "done", done, settled=settled)
-        await self.records.set_last_event_id(run.run_id, last)
+        await self.run_records.set_last_event_id(run.run_id, last)
 
     async def _pending(
         self,
@@ -143,7 +147,7 @@ class RunLifecycle:
         pending = PendingData(interrupt=run.interrupt, interrupt_id=interrupt_id)
         await self._event(run, attempt, "pending", pending, settled=settled)
         last = await self._status(run, attempt, RunStatus.INTERRUPTED, settled=settled)
-        await self.records.set_last_event_id(run.run_id, last)
+        await self.run_records.set_last_event_id(run.run_id, last)
 
     # -- server ------------------------------------------------------------------------------
 
@@ -165,7 +169,7 @@ class RunLifecycle:
                 data=encode_data(queued),
             )
 
-        created = await self.records.create_run(new, before_commit=open_stream)
+        created = await self.submitter.create_run(new, before_commit=open_stream)
         for ended in created.superseded:
             await self._outcome(ended, ended.attempt)
             logger.info("interrupted run ended by a new run", run_id=ended.run_id)
@@ -185,7 +189,7 @@ class RunLifecycle:
     async def _cancel_others(self, run: RunRecord, *, rollback: bool) -> None:
         """Multitask `interrupt` and `rollback`: cancel the thread's other active runs (and
         with `rollback`, remove them and what they wrote); `run` starts after."""
-        for other in await self.records.thread_runs(run.thread_id, run.owner):
+        for other in await self.run_records.thread_runs(run.thread_id, run.owner):
             if other.run_id != run.run_id and other.status.active:
                 with contextlib.suppress(Conflict):  # it finished meanwhile
                     await self.cancel(other, rollback=rollback)
@@ -194,7 +198,7 @@ class RunLifecycle:
         """A cancelled run whose canceller asked for LangGraph's rollback goes, with the
         checkpoints it wrote. Its stream stays until its TTL: viewers still see it end."""
         if run.status == RunStatus.CANCELLED and run.kwargs.get("rollback"):
-            await self.records.roll_back_run(run.run_id, run.thread_id)
+            await self.run_records.roll_back_run(run.run_id, run.thread_id)
             logger.info("run rolled back", run_id=run.run_id)
 
     async def cancel(self, run: RunRecord, *, rollback: bool = False) -> RunRecord:
@@ -212,7 +216,7 @@ class RunLifecycle:
             raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
         marked = rollback and not run.kwargs.get("rollback")
         if marked:
-            await self.records.ask_rollback(run.run_id)
+            await self.run_records.ask_rollback(run.run_id)
         told = False
 
         async def tell(cancelled: RunRecord) -> None:
@@ -222,7 +226,7 @@ class RunLifecycle:
                 told = True
 
         try:
-            cancelled = await self.records.cancel_idle_run(
+            cancelled = await self.run_records.cancel_idle_run(
                 run.run_id, run.owner, before_commit=tell
             )
             if cancelled is None:
@@ -232,11 +236,11 @@ class RunLifecycle:
         except StoreUnavailable:
             if marked:
                 with contextlib.suppress(StoreUnavailable):
-                    await self.records.ask_rollback(run.run_id, wanted=False)
+                    await self.run_records.ask_rollback(run.run_id, wanted=False)
             raise
         if cancelled is None:
             logger.info("cancel requested from the worker")
-            return await self.records.get_run(run.run_id, run.owner) or run
+            return await self.run_records.get_run(run.run_id, run.owner) or run
         try:
             await self._outcome(cancelled, cancelled.attempt, told=told)
         except StoreUnavailable as exc:
@@ -268,7 +272,9 @@ class RunLifecycle:
             except StreamGone:  # RUNSTREAM_INTERRUPTED_TTL passed (or Redis lost it): a new one
                 await self.restore_stream(resumed)
 
-        resumed = await self.records.resume_run(run.run_id, run.owner, value, before_commit=tell)
+        resumed = await self.run_records.resume_run(
+            run.run_id, run.owner, value, before_commit=tell
+        )
         if resumed is None:
             raise Conflict(
                 f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
@@ -286,9 +292,9 @@ class RunLifecycle:
         """queued -> running in Postgres for the worker that got the job; None if not ours.
         `start` then takes the attempt's lease and says `running`.
 
-        The run's `attempt_traceparent` is then the previous attempt's (`Records.claim_run`).
+        The run's `attempt_traceparent` is then the previous attempt's (`RunRecords.claim_run`).
         """
-        run = await self.records.claim_run(run_id, attempt_traceparent)
+        run = await self.run_records.claim_run(run_id, attempt_traceparent)
         if run is None:
             logger.info("run not claimable, skipping", run_id=run_id)
         return run
@@ -317,7 +323,7 @@ class RunLifecycle:
 
     async def interrupt(self, run: RunRecord, value: Any, interrupt_id: str | None = None) -> bool:
         """running -> interrupted; False when the attempt no longer held the run."""
-        interrupted = await self.records.interrupt_run(run.run_id, run.attempt, value)
+        interrupted = await self.run_records.interrupt_run(run.run_id, run.attempt, value)
         if interrupted is None:
             logger.warning("run changed hands before it paused; writing nothing")
             return False
@@ -338,7 +344,7 @@ class RunLifecycle:
         The caller has written every event the attempt emitted before this: the outcome's
         events are the stream's last.
         """
-        done = await self.records.finish_run(
+        done = await self.run_records.finish_run(
             run.run_id,
             run.attempt,
             status,
@@ -372,7 +378,7 @@ class RunLifecycle:
                 "code": "attempts_exhausted",
                 "message": f"gave up after {run.attempt} attempts; the last one ended: {reason}",
             }
-            failed = await self.records.fail_attempts_exhausted(run.run_id, run.attempt, error)
+            failed = await self.run_records.fail_attempts_exhausted(run.run_id, run.attempt, error)
             if failed is None:
                 await self.repair(run.run_id)
                 return
@@ -380,7 +386,7 @@ class RunLifecycle:
             await self.queue.dispatch_next(run.thread_id)
             log.warning("run failed: attempts exhausted", reason=reason)
             return
-        queued = await self.records.requeue_attempt(run.run_id, run.attempt)
+        queued = await self.run_records.requeue_attempt(run.run_id, run.attempt)
         if queued is None:
             await self.repair(run.run_id)
             return
@@ -407,26 +413,26 @@ class RunLifecycle:
             return
         if not await self.events.lock_repair(run_id, self.repair_lock_s):
             return
-        run = await self.records.get_run(run_id)
+        run = await self.run_records.get_run(run_id)
         record = await self.events.live_record(run_id)
         if run is None or record is None:
             return
         last = await self.events.last_event(run_id)
         if run.status.terminal:
             if last is not None and last.terminal:
-                await self.records.set_last_event_id(run_id, last.id)
+                await self.run_records.set_last_event_id(run_id, last.id)
                 return
             await self._outcome(run, record.attempt)
             await self.queue.dispatch_next(run.thread_id)
         elif run.status == RunStatus.INTERRUPTED:
-            await self.records.set_attempt(run_id, record.attempt)
+            await self.run_records.set_attempt(run_id, record.attempt)
             said_interrupted = (
                 last is not None
                 and last.event == "run"
                 and decode_data(last.data).get("status") == RunStatus.INTERRUPTED
             )
             if said_interrupted and last is not None:
-                await self.records.set_last_event_id(run_id, last.id)
+                await self.run_records.set_last_event_id(run_id, last.id)
             else:
                 await self._pending(run, record.attempt)
         else:
@@ -452,7 +458,7 @@ class RunLifecycle:
         )
         logger.warning("run stream restored after redis lost it", run_id=run.run_id)
         if running:
-            queued = await self.records.requeue_attempt(run.run_id, run.attempt)
+            queued = await self.run_records.requeue_attempt(run.run_id, run.attempt)
             if queued is None:
                 await self.repair(run.run_id)
                 return

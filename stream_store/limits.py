@@ -8,7 +8,7 @@ records anything (`server.inputs`); the worker applies again the ones it acts on
 model's delay). docs/protocol.md section 3.5 lists them all.
 
 The per-caller limits (submits per minute, active runs, open SSE connections) are kept in
-Redis by `stream_store.quotas` and, for active runs, in Postgres by `Records.create_run`; a
+Redis by `stream_store.quotas` and, for active runs, in Postgres by `RunSubmitter.create_run`; a
 value of 0 turns one off. docs/security.md, "Per-caller limits", gives the reasons.
 
 The per-run bounds on a run's event stream (events, bytes) are kept by the append scripts in
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACTIVE_RUNS_RETRY_AFTER_S",
+    "BATCH_MAX_RUNS",
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
     "DEFAULT_MAX_MESSAGE_CHARS",
@@ -53,6 +54,8 @@ JSON_MAX_DEPTH = 64
 # `config.configurable.fake_token_delay_ms`: between two chunks of the fake model, so a run of n
 # chunks holds its worker slot for at most n seconds.
 MAX_FAKE_TOKEN_DELAY_MS = 1000
+# Runs in one `POST /runs/batch` (LangGraph API): each is a submit, counted as one.
+BATCH_MAX_RUNS = 100
 # The window `RUNSTREAM_MAX_SUBMITS_PER_MINUTE` counts over: any 60 s, not calendar minutes.
 SUBMIT_WINDOW_S = 60
 # `Retry-After` of a 429 for active runs or SSE connections: when one frees is not known (a run

@@ -1,29 +1,27 @@
-"""The per-run event log on Redis streams, and the live run record beside it.
+"""The per-run event log on Redis streams, and the live run record beside it (`LiveRecord`).
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
 terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
 batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`; `read_range`
-is one XRANGE per page; `read_live` is one XREAD over any number of runs. Appends are fenced: the
-script refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
-stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
-(`StreamTooLarge` past either).
+is one XRANGE per page (the server's live reads are its own XREAD, `server/fanout.py`). Appends
+are fenced: the script refuses a write whose attempt is not the record's. `append_batch` is also
+bounded: a run's stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes
+of names and data (`StreamTooLarge` past either). It is the one class that calls the stream
+scripts and reads a run's stream and record, which is why it is longer than most modules here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from importlib.resources import files
 from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
 
-from .errors import StoreUnavailable, from_redis, redis_errors
+from .batch_sender import BatchSender
+from .errors import redis_errors
 from .events import TERMINAL_EVENTS, RunStatus
 from .keys import KeySpace
 from .limits import (
@@ -31,8 +29,9 @@ from .limits import (
     DEFAULT_MAX_RUN_EVENTS,
     DEFAULT_MAX_RUN_STREAM_BYTES,
 )
+from .live_record import Claimed, LiveRecord, TakeOver
 
-__all__ = ["Claimed", "EventLog", "LiveRecord", "StoredEvent", "TakeOver"]
+__all__ = ["EventLog", "StoredEvent"]
 
 # The Lua lives in .lua files in `scripts/`, each with its KEYS, ARGV and rules on top. The
 # clock and the append fence are Lua functions in `_fence.lua`, composed in front of the
@@ -53,54 +52,6 @@ _OPEN = _script("open.lua")
 _CLAIM = _script("claim.lua", fenced=True)
 _RENEW = _script("renew.lua", fenced=True)
 _TAKE_OVER = _script("take_over.lua", fenced=True)
-
-
-class Claimed(StrEnum):
-    """What `EventLog.claim` did after taking the lease."""
-
-    RUNNING = "running"  # the `running` event is written
-    CANCELLED = "cancelled"  # a cancel was requested: nothing written
-    RETRY = "retry"  # the attempt's `retry` announcement comes first: nothing written
-
-
-class TakeOver(StrEnum):
-    """What `EventLog.take_over` found."""
-
-    TAKEN = "taken"  # attempt + 1 now owns the run (also when an earlier take-over did it)
-    ALIVE = "alive"  # the attempt's lease still runs: leave it alone
-    MISSING = "missing"  # the record is gone: expired, deleted, or lost by Redis
-    STALE = "stale"  # the record is at another attempt: the run already moved on
-
-
-@dataclass(frozen=True, slots=True)
-class LiveRecord:
-    """The hash beside a run's stream: who may read it, which attempt may write it, how far
-    it got. Written only by the scripts above."""
-
-    owner: str
-    thread_id: str
-    status: RunStatus
-    attempt: int  # the attempt that may write; bumped by a take-over
-    first_id: str  # the stream's first event (a stream rebuilt after Redis lost it starts anew)
-    last_event_id: str
-    retry_attempt: int  # the last attempt whose `retry` event was written
-    ended: bool  # the terminal event is written: nothing more ever is
-    lease_until: int | None  # Redis time (ms) the running attempt's lease ends; None: no lease
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[bytes, bytes]) -> LiveRecord:
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
-        return cls(
-            owner=fields.get("owner", ""),
-            thread_id=fields.get("thread_id", ""),
-            status=RunStatus(fields.get("status", RunStatus.QUEUED)),
-            attempt=int(fields.get("attempt", 0)),
-            first_id=fields.get("first_id", "0-0"),
-            last_event_id=fields.get("last_event_id", "0-0"),
-            retry_attempt=int(fields.get("retry_attempt", 0)),
-            ended=fields.get("ended") == "1",
-            lease_until=int(fields["lease_until"]) if "lease_until" in fields else None,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,29 +99,22 @@ class EventLog:
         self.max_run_events = max_run_events
         self.max_run_stream_bytes = max_run_stream_bytes
         self._append = redis.register_script(_APPEND)
-        self._append_batch = redis.register_script(_APPEND_BATCH)
+        # Every run's batches go out together (`append_batch`).
+        self._batches = BatchSender(redis, redis.register_script(_APPEND_BATCH))
         self._open = redis.register_script(_OPEN)
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
         self._take_over = redis.register_script(_TAKE_OVER)
-        # Batches of all runs waiting for the next pipeline (see `append_batch`).
-        self._outbox: list[tuple[str, list[str], list[Any], asyncio.Future[str]]] = []
-        self._sender: asyncio.Task[None] | None = None
 
-    async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> Any:
+    async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> str:
+        """Run one of the stream scripts; its reply as text (an event id or a verdict)."""
         with redis_errors(run_id):
-            return await script(keys=keys, args=args)
+            reply = await script(keys=keys, args=args)
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     async def aclose(self) -> None:
         """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
-        if self._sender is not None:
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
-        for *_, future in self._outbox:
-            if not future.done():
-                future.set_exception(StoreUnavailable("the event log is closed"))
-        self._outbox.clear()
+        await self._batches.aclose()
 
     async def open(
         self,
@@ -186,8 +130,7 @@ class EventLog:
         """Create the run record and write the stream's first event; a no-op if it exists."""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         args: list[str | bytes | int] = [owner, thread_id, attempt, event, data, status]
-        result = await self._call(self._open, run_id, keys, args)
-        return result.decode() if isinstance(result, bytes) else str(result)
+        return await self._call(self._open, run_id, keys, args)
 
     async def append(
         self,
@@ -220,19 +163,19 @@ class EventLog:
         elif status in (RunStatus.QUEUED, RunStatus.RUNNING):
             ttl = "-1"  # a resumed run's stream lives until its end, even if `queued` was lost
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        result = await self._call(
+        return await self._call(
             self._append,
             run_id,
             keys,
             [attempt, event, data, status or "", ttl, "1" if settled else ""],
         )
-        return result.decode() if isinstance(result, bytes) else str(result)
 
     async def append_batch(
         self, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
     ) -> str:
         """Append several non-terminal events that change no status, in order; returns the
-        last id. Fenced like `append` (never `settled`).
+        last id. Fenced like `append` (never `settled`). Sent in one pipeline with the batches
+        of other runs waiting at the same time (`BatchSender`).
 
         Raises:
             StreamTooLarge: the run's stream is at one of its bounds; the events of the batch
@@ -244,56 +187,7 @@ class EventLog:
         args: list[Any] = [attempt, self.max_run_events, self.max_run_stream_bytes]
         for event, data in events:
             args += [event, data]
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._outbox.append((run_id, keys, args, future))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send_outbox())
-        return await future
-
-    async def _send_outbox(self) -> None:
-        """Send every waiting batch, of any run, in one pipeline per round trip.
-
-        A worker with hundreds of runs would otherwise make one round trip per token per run;
-        a pipeline costs the client a fraction of that per command. Each run has at most one
-        batch in flight (its writer waits for it), so a run's events stay in order.
-        """
-        while self._outbox:
-            batch, self._outbox = self._outbox, []
-            try:
-                results = await self._pipeline_batches([(keys, args) for _, keys, args, _ in batch])
-            except RedisError as exc:
-                results = [exc] * len(batch)
-            for (run_id, _, _, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue  # its writer gave up waiting (cancelled)
-                if isinstance(result, RedisError):
-                    future.set_exception(from_redis(result, run_id))
-                else:
-                    future.set_result(result.decode() if isinstance(result, bytes) else str(result))
-
-    async def _pipeline_batches(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """One `append_batch` EVALSHA per call, in one pipeline: a round trip for all of them.
-
-        Called through `Script` with a pipeline, redis-py would first ask `SCRIPT EXISTS` for the
-        script, a second round trip per batch. Here the script is loaded only when Redis says
-        it lacks it (restarted, or `SCRIPT FLUSH`): a NOSCRIPT reply means nothing ran.
-        """
-        sha = self._append_batch.sha
-        results: list[Any] = [NoScriptError()] * len(calls)
-        for retry in (False, True):
-            missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if not missing:
-                break
-            if retry:
-                await self.redis.script_load(_APPEND_BATCH)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for i in missing:
-                    keys, args = calls[i]
-                    pipe.evalsha(sha, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
-            for i, reply in zip(missing, replies, strict=True):
-                results[i] = reply
-        return results
+        return await self._batches.send(run_id, keys, args)
 
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same
@@ -317,8 +211,7 @@ class EventLog:
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         keys.append(self.keys.run_cancel(run_id))
         args = [attempt, int(lease_s * 1000), worker, running]
-        result = await self._call(self._claim, run_id, keys, args)
-        reply = result.decode() if isinstance(result, bytes) else str(result)
+        reply = await self._call(self._claim, run_id, keys, args)
         if reply in (Claimed.CANCELLED, Claimed.RETRY):
             return Claimed(reply)
         return Claimed.RUNNING
@@ -340,8 +233,7 @@ class EventLog:
         (or, `force`, anyway)."""
         keys = [self.keys.run_record(run_id)]
         args = [attempt, "1" if force else "", *gone_workers]
-        result = await self._call(self._take_over, run_id, keys, args)
-        return TakeOver(result.decode() if isinstance(result, bytes) else str(result))
+        return TakeOver(await self._call(self._take_over, run_id, keys, args))
 
     async def message_ids(self, run_id: str) -> tuple[list[str], set[str]]:
         """Ids of the messages the stream has tokens or `message` events for, in order, and

@@ -22,7 +22,7 @@ from langgraph.graph.message import add_messages
 from pydantic import BaseModel
 
 from .events import WireMessage
-from .records import RunRecord
+from .run_records import RunRecord
 
 __all__ = [
     "input_messages",

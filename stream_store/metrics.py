@@ -76,6 +76,54 @@ class GraphLabels:
         return (*self.names, OTHER_GRAPH)
 
 
+# The pool's figures: metric family, name, help text, and its key in `get_stats()` (the one in
+# milliseconds is reported in seconds).
+_POOL_FIGURES: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, str], ...] = (
+    (
+        GaugeMetricFamily,
+        "runstream_pg_pool_connections",
+        "Connections the Postgres pool holds now",
+        "pool_size",
+    ),
+    (
+        GaugeMetricFamily,
+        "runstream_pg_pool_connections_max",
+        "The Postgres pool's size limit",
+        "pool_max",
+    ),
+    (
+        GaugeMetricFamily,
+        "runstream_pg_pool_connections_idle",
+        "Connections in the Postgres pool that no task holds",
+        "pool_available",
+    ),
+    (
+        GaugeMetricFamily,
+        "runstream_pg_pool_requests_waiting",
+        "Tasks waiting for a Postgres connection now",
+        "requests_waiting",
+    ),
+    (
+        CounterMetricFamily,
+        "runstream_pg_pool_waits",
+        "Connection requests that had to wait for a free connection",
+        "requests_queued",
+    ),
+    (
+        CounterMetricFamily,
+        "runstream_pg_pool_wait_seconds",
+        "Time connection requests spent waiting for a free connection",
+        "requests_wait_ms",
+    ),
+    (
+        CounterMetricFamily,
+        "runstream_pg_pool_request_errors",
+        "Connection requests that failed while waiting: timed out (10 s) or were cancelled",
+        "requests_errors",
+    ),
+)
+
+
 class PoolCollector(Collector):
     """A Postgres pool's figures, read from `get_stats()` at scrape time.
 
@@ -88,41 +136,9 @@ class PoolCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         stats = self.pool.get_stats()
-        yield GaugeMetricFamily(
-            "runstream_pg_pool_connections",
-            "Connections the Postgres pool holds now",
-            value=stats.get("pool_size", 0),
-        )
-        yield GaugeMetricFamily(
-            "runstream_pg_pool_connections_max",
-            "The Postgres pool's size limit",
-            value=stats.get("pool_max", 0),
-        )
-        yield GaugeMetricFamily(
-            "runstream_pg_pool_connections_idle",
-            "Connections in the Postgres pool that no task holds",
-            value=stats.get("pool_available", 0),
-        )
-        yield GaugeMetricFamily(
-            "runstream_pg_pool_requests_waiting",
-            "Tasks waiting for a Postgres connection now",
-            value=stats.get("requests_waiting", 0),
-        )
-        yield CounterMetricFamily(
-            "runstream_pg_pool_waits",
-            "Connection requests that had to wait for a free connection",
-            value=stats.get("requests_queued", 0),
-        )
-        yield CounterMetricFamily(
-            "runstream_pg_pool_wait_seconds",
-            "Time connection requests spent waiting for a free connection",
-            value=stats.get("requests_wait_ms", 0) / 1000,
-        )
-        yield CounterMetricFamily(
-            "runstream_pg_pool_request_errors",
-            "Connection requests that failed while waiting: timed out (10 s) or were cancelled",
-            value=stats.get("requests_errors", 0),
-        )
+        for family, name, text, key in _POOL_FIGURES:
+            value = stats.get(key, 0)
+            yield family(name, text, value=value / 1000 if key.endswith("_ms") else value)
 
 
 class FanoutMetrics:

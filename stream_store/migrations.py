@@ -1,8 +1,8 @@
 """Postgres schema for runstream's own tables; `runstream migrate` applies it.
 
 Migrations are append-only and applied under an advisory lock, so servers and workers that
-start together can all call `migrate` safely. The LangGraph checkpointer's tables are created
-by its own `setup()`, in the same schema.
+start together can all call `migrate` safely. The tables of the LangGraph checkpointer and of
+LangGraph's store (stream_store/store.py) are created by their own `setup()`, in the same schema.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from psycopg import sql
 
 from .checkpoints import setup_checkpoints
 from .connections import PgPool
+from .store import setup_store
 
 __all__ = ["migrate"]
 
@@ -109,9 +110,10 @@ MIGRATIONS: list[str] = [
 
 
 async def migrate(pool: PgPool, schema: str) -> int:
-    """Create the schema, apply pending migrations and the checkpointer's; returns how many.
+    """Create the schema, apply pending migrations and the checkpointer's and the store's;
+    returns how many of runstream's own were applied.
 
-    One session-level advisory lock covers both, so concurrent start-ups queue behind it.
+    One session-level advisory lock covers them all, so concurrent start-ups queue behind it.
     """
     applied = 0
     async with pool.connection() as conn:
@@ -148,6 +150,7 @@ async def migrate(pool: PgPool, schema: str) -> int:
                     )
                 applied += 1
             await setup_checkpoints(conn)  # on this connection: it holds the lock
+            await setup_store(conn)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied

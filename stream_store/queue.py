@@ -19,7 +19,7 @@ from arq.utils import timestamp_ms
 
 from .errors import redis_errors
 from .keys import KeySpace
-from .records import Records, RunRecord
+from .run_records import RunRecord, RunRecords
 
 __all__ = ["EXECUTE_RUN", "RunQueue"]
 
@@ -29,9 +29,9 @@ _ENQUEUE_JOB = (files("stream_store") / "scripts" / "enqueue_job.lua").read_text
 
 
 class RunQueue:
-    def __init__(self, redis: ArqRedis, keys: KeySpace, records: Records) -> None:
+    def __init__(self, redis: ArqRedis, keys: KeySpace, run_records: RunRecords) -> None:
         self.redis = redis
-        self.records = records
+        self.run_records = run_records
         self.queue_name = keys.queue()
         self.wake_channel = keys.wake_channel()
         self._enqueue = redis.register_script(_ENQUEUE_JOB)
@@ -61,6 +61,6 @@ class RunQueue:
 
     async def dispatch_next(self, thread_id: str) -> None:
         """Hand the thread's next queued run (multitask `enqueue`) to the workers, if it may go."""
-        following = await self.records.next_queued(thread_id)
+        following = await self.run_records.next_queued(thread_id)
         if following is not None:
             await self.enqueue(following)

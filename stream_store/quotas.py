@@ -12,7 +12,7 @@ Two of the three per-caller limits live here (docs/security.md, "Per-caller limi
   lapse `SLOT_TTL_PINGS` ping intervals later and the next attach prunes them.
 
 The third, queued and running runs, is counted in Postgres inside the submit's transaction
-(`Records.create_run`): Postgres holds run status, so that count cannot drift.
+(`RunSubmitter.create_run`): Postgres holds run status, so that count cannot drift.
 
 No library: Litestar's `RateLimitMiddleware` is not atomic across processes (get, then set,
 under an in-process lock) and `limits` brings its own Redis pool and key names; neither counts

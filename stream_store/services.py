@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from arq.connections import ArqRedis
+from langgraph.store.postgres.aio import AsyncPostgresStore
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from .checkpoints import FencedPostgresSaver
@@ -21,8 +22,11 @@ from .lifecycle import RunLifecycle
 from .log import EventLog
 from .migrations import migrate
 from .queue import RunQueue
-from .records import Records
+from .run_records import RunRecords
+from .run_submit import RunSubmitter
 from .settings import Settings
+from .store import open_store
+from .thread_records import ThreadRecords
 
 __all__ = ["Services", "open_services"]
 
@@ -34,7 +38,9 @@ class Services:
     redis: ArqRedis  # a redis-py client that can also enqueue arq jobs
     pool: PgPool
     checkpointer: FencedPostgresSaver  # fenced only inside a run (`attempt_fence`)
-    records: Records
+    store: AsyncPostgresStore  # LangGraph's store; each owner's view is `store.OwnerStore`
+    run_records: RunRecords
+    thread_records: ThreadRecords
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
@@ -61,7 +67,7 @@ async def open_services(
         async with session_pool(settings, pool) as migrating:
             await migrate(migrating, settings.database_schema)
         await check_search_path(settings, pool)
-        records = Records(pool)
+        run_records = RunRecords(pool)
         events = EventLog(
             redis,
             keys,
@@ -71,18 +77,24 @@ async def open_services(
             max_run_stream_bytes=settings.max_run_stream_bytes,
         )
         stack.push_async_callback(events.aclose)
-        queue = RunQueue(redis, keys, records)
+        queue = RunQueue(redis, keys, run_records)
+        store = open_store(pool)
+        await store.start_ttl_sweeper()
+        stack.push_async_callback(store.stop_ttl_sweeper)
         yield Services(
             settings=settings,
             keys=keys,
             redis=redis,
             pool=pool,
             checkpointer=FencedPostgresSaver(pool),
-            records=records,
+            store=store,
+            run_records=run_records,
+            thread_records=ThreadRecords(pool),
             events=events,
             queue=queue,
             lifecycle=RunLifecycle(
-                records,
+                run_records,
+                RunSubmitter(pool),
                 events,
                 queue,
                 lease_s=settings.lease_s,

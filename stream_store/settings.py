@@ -1,7 +1,8 @@
 """Process settings: read once from the environment (and `.env`) at the entry point.
 
 Nothing else in runstream reads `os.environ`; the `Settings` built here is passed down to
-every component. It is frozen: a value cannot change after it was read.
+every component. It is frozen: a value cannot change after it was read. Its length is the
+number of settings (a field and a line of `from_env` each), not the length of any one rule.
 """
 
 from __future__ import annotations

@@ -6,14 +6,16 @@ import structlog
 
 from .errors import StoreUnavailable
 from .log import EventLog
-from .records import Records
+from .thread_records import ThreadRecords
 
 __all__ = ["delete_thread"]
 
 logger = structlog.get_logger()
 
 
-async def delete_thread(records: Records, events: EventLog, thread_id: str, owner: str) -> None:
+async def delete_thread(
+    thread_records: ThreadRecords, events: EventLog, thread_id: str, owner: str
+) -> None:
     """Delete the thread with its runs and checkpoints, then its runs' streams.
 
     Postgres goes first and alone decides the outcome: its transaction removes the rows and the
@@ -24,7 +26,7 @@ async def delete_thread(records: Records, events: EventLog, thread_id: str, owne
         NotFound: unknown or not the owner's.
         Conflict: a run of the thread is queued, running or interrupted.
     """
-    run_ids = await records.delete_thread(thread_id, owner)
+    run_ids = await thread_records.delete_thread(thread_id, owner)
     try:
         await events.delete(run_ids)
     except StoreUnavailable as exc:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from .records import RunRecord
+    from .run_records import RunRecord
 
 __all__ = [
     "TRACER_NAME",

@@ -79,3 +79,20 @@ declares_reserved = persona  # registered under an attribute that declares a res
 
 # The configurable keys each graph of this module takes, by attribute (runner.graphs).
 CONFIGURABLE_KEYS = {"persona": {"persona"}, "declares_reserved": {"persona", "checkpoint_id"}}
+
+
+# A graph with long-term memory in LangGraph's store: it answers with what it remembered (every
+# item under ("memories",), as the run's owner sees the store) and then remembers the message.
+async def recall(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    store = runtime.store
+    assert store is not None
+    remembered = await store.asearch(("memories",), limit=100)
+    text = str(state["messages"][-1].content)
+    await store.aput(("memories",), f"m{len(remembered)}", {"text": text})
+    known = ", ".join(sorted(str(item.value["text"]) for item in remembered))
+    reply = AIMessage(content=f"I remember: {known}", id=f"recall-{runtime.context.run_id}")
+    return {"messages": [reply]}
+
+
+remembers = StateGraph(MessagesState, context_schema=RunContext).add_node("recall", recall)
+remembers.add_edge(START, "recall").add_edge("recall", END)

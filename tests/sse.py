@@ -26,19 +26,26 @@ async def iter_events(
 ) -> AsyncIterator[Received]:
     """Yield events until the server ends the response."""
     async with client.stream("GET", url, headers=headers, params=params) as response:
-        assert response.status_code == 200, (response.status_code, await response.aread())
-        assert response.headers["content-type"].startswith("text/event-stream")
-        fields: dict[str, str] = {}
-        async for line in response.aiter_lines():
-            if line == "":
-                if "event" in fields:
-                    yield Received(fields["id"], fields["event"], json.loads(fields["data"]))
-                fields = {}
-            elif line.startswith(":"):
-                continue
-            else:
-                name, _, value = line.partition(":")
-                fields[name] = value[1:] if value.startswith(" ") else value
+        async for event in events_of(response):
+            yield event
+
+
+async def events_of(response: httpx.Response) -> AsyncIterator[Received]:
+    """The events of an open SSE response, until the server ends it (an event without an
+    `id:` has the id "")."""
+    assert response.status_code == 200, (response.status_code, await response.aread())
+    assert response.headers["content-type"].startswith("text/event-stream")
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if "event" in fields:
+                yield Received(fields.get("id", ""), fields["event"], json.loads(fields["data"]))
+            fields = {}
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
 
 
 async def read_events(

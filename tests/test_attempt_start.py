@@ -15,8 +15,10 @@ from stream_store.errors import Fenced
 from stream_store.events import RunStatus
 from stream_store.keys import KeySpace
 from stream_store.lifecycle import RetryPlan
-from stream_store.log import Claimed, EventLog, TakeOver
-from stream_store.records import NewRun, RunRecord
+from stream_store.live_record import Claimed, TakeOver
+from stream_store.log import EventLog
+from stream_store.run_records import RunRecord
+from stream_store.run_submit import NewRun
 from stream_store.services import open_services
 from stream_store.settings import Settings
 
@@ -115,7 +117,7 @@ async def test_repair_leaves_the_outcome_to_the_attempt_holding_the_lease(
         assert run is not None
         assert await lifecycle.start(run, no_retry, lease_s=5.0)
         # the attempt recorded its outcome in Postgres and is about to tell the stream
-        assert await services.records.finish_run(run_id, 1, RunStatus.SUCCEEDED) is not None
+        assert await services.run_records.finish_run(run_id, 1, RunStatus.SUCCEEDED) is not None
         await lifecycle.repair(run_id)
         last = await events.last_event(run_id)
         assert last is not None and last.event == "run"  # left to the attempt

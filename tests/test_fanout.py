@@ -8,7 +8,7 @@ import time
 import httpx
 from arq.worker import Worker
 
-from server.fanout import RunFeed, Viewer, sse_frame
+from server.fanout import Frame, RunFeed, Viewer, sse_frame
 from stream_store.log import StoredEvent
 from tests.conftest import ServerHandle, StartServer
 from tests.sse import Received, read_events
@@ -148,3 +148,54 @@ class TestRunFeed:
         feed.wake()
         await asyncio.wait_for(waiting, 1)
         assert cancelled.cancelled()
+
+
+def frame(n: int) -> Frame:
+    return sse_frame(StoredEvent(f"1-{n}", "token", b"{}", 1))
+
+
+class TestReplayFromTheFeed:
+    """A viewer's replay comes from the feed's buffer only when it holds every event the
+    viewer lacks up to its place, and only for the stream the viewer was told of."""
+
+    async def test_a_viewer_after_the_floor_replays_from_memory_one_before_it_does_not(
+        self,
+    ) -> None:
+        feed = RunFeed(8)
+        feed.start_at("1-2")  # the stream had 1-0..1-2 when the feed opened
+        for n in (3, 4, 5):
+            feed.append(frame(n))
+        viewer = Viewer(feed)
+        feed.append(frame(6))  # live for the viewer: not part of its replay
+        held = feed.history((1, 3), "1-0", viewer.position)
+        assert held is not None
+        assert [f.id for f in held[0]] == ["1-4", "1-5"] and held[1].id == "1-5"
+        assert feed.history((1, 1), "1-0", viewer.position) is None  # 1-2 is not held
+
+    async def test_a_replay_from_the_start_joins_the_buffer_only_at_its_floor(self) -> None:
+        feed = RunFeed(8)
+        feed.start_at("1-2")
+        feed.append(frame(3))
+        viewer = Viewer(feed)
+        feed.add_history([frame(0), frame(1)])  # does not reach the floor: a gap
+        assert feed.history((0, 0), "1-0", viewer.position) is None
+        feed.add_history([frame(0), frame(1), frame(2)])
+        held = feed.history((0, 0), "1-0", viewer.position)
+        assert held is not None and [f.id for f in held[0]] == ["1-0", "1-1", "1-2", "1-3"]
+        assert feed.history((0, 0), "2-0", viewer.position) is None  # another stream
+        feed.append(frame(4))
+        assert [f.id for f in viewer.take() or []] == ["1-4"]  # its place is unchanged
+
+    async def test_history_past_the_bound_is_refused_and_trimming_raises_the_floor(
+        self,
+    ) -> None:
+        feed = RunFeed(2)
+        feed.start_at("1-2")
+        feed.append(frame(3))
+        feed.add_history([frame(0), frame(1), frame(2)])  # 4 frames: twice the size
+        assert feed.history((0, 0), "1-0", feed.head) is None
+        for n in (4, 5, 6):
+            feed.append(frame(n))  # trimmed to the newest 2 (1-5, 1-6) at 4 frames
+        assert feed.history((1, 3), "1-0", feed.head) is None  # 1-4 was dropped
+        held = feed.history((1, 4), "1-0", feed.head)
+        assert held is not None and [f.id for f in held[0]] == ["1-5", "1-6"]

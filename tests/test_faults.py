@@ -14,7 +14,7 @@ import socket
 import statistics
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,6 +79,40 @@ async def follow(url: str, run_id: str, into: list[Received], stamps: list[float
                 await asyncio.sleep(0.1)
 
 
+@dataclass
+class WatchedRun:
+    """A run just submitted, followed by a viewer (`follow`) in the background."""
+
+    run: dict[str, Any]
+    events: list[Received]
+    stamps: list[float]  # when each event arrived (monotonic)
+    viewer: asyncio.Task[None]
+
+    @classmethod
+    async def submit(cls, http: httpx.AsyncClient, url: str, request: dict[str, Any]) -> WatchedRun:
+        run = (await http.post("/v1/runs", json=request)).json()
+        events: list[Received] = []
+        stamps: list[float] = []
+        viewer = asyncio.create_task(follow(url, run["run_id"], events, stamps))
+        return cls(run, events, stamps, viewer)
+
+    async def tokens(self, count: int) -> None:
+        """Until the viewer has `count` tokens."""
+        await wait_for(
+            lambda: sum(e.event == "token" for e in self.events) >= count, what=f"{count} tokens"
+        )
+
+    async def end(self) -> list[Received]:
+        """Until the viewer saw the terminal event; its events."""
+        await asyncio.wait_for(self.viewer, 60)
+        return self.events
+
+    def first_token_after_retry(self) -> int:
+        names = [e.event for e in self.events]
+        retry = names.index("retry")
+        return next(i for i in range(retry, len(names)) if names[i] == "token")
+
+
 async def wait_for(predicate: Any, timeout_s: float = 30, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -119,22 +153,20 @@ class TestWorkerKilled:
         first = await cluster.ready_worker()
         text = words(250)  # long enough to outlast the second worker's start on a busy machine
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            stamps: list[float] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, stamps))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run, events, stamps = watched.run, watched.events, watched.stamps
+            await watched.tokens(10)
             second = await cluster.ready_worker()
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 15, what="tokens")
+            await watched.tokens(15)
             killed_at = time.monotonic()
             first.kill()
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
             check_stream(events)
             names = [e.event for e in events]
             retry = names.index("retry")
             assert events[retry].data["attempt"] == 2
             assert events[retry].data["discard"]  # the half-streamed reply is dropped
-            first_token = next(i for i in range(retry, len(events)) if names[i] == "token")
+            first_token = watched.first_token_after_retry()
             RECOVERY_TIMES.setdefault("sigkill", []).append(stamps[first_token] - killed_at)
             final = await final_message(http, run["thread_id"])
             assert final["content"] == text
@@ -154,20 +186,16 @@ class TestWorkerKilled:
         first = await cluster.ready_worker(**env)
         text = words(250)
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            stamps: list[float] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, stamps))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run, events, stamps = watched.run, watched.events, watched.stamps
+            await watched.tokens(10)
             await cluster.ready_worker(**env)
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 15, what="tokens")
+            await watched.tokens(15)
             killed_at = time.monotonic()
             first.kill()
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
             check_stream(events)
-            names = [e.event for e in events]
-            retry = names.index("retry")
-            first_token = next(i for i in range(retry, len(events)) if names[i] == "token")
+            first_token = watched.first_token_after_retry()
             recovered_s = stamps[first_token] - killed_at
             RECOVERY_TIMES.setdefault("sigkill, 30 s lease", []).append(recovered_s)
             assert recovered_s < 5  # a worker alive but silent would keep the run for 30 s
@@ -185,15 +213,14 @@ class TestLiveWorkerKeepsItsRun:
         paused = await cluster.ready_worker(**env)
         text = words(200)
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run, events = watched.run, watched.events
+            await watched.tokens(10)
             await cluster.ready_worker(**env)
             paused.pause()
             await asyncio.sleep(2.5)  # under the 4 s the lease has left at least
             paused.resume()
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
             assert "retry" not in [e.event for e in events]
             polled = (await http.get(f"/v1/runs/{run['run_id']}")).json()
             assert polled["status"] == "succeeded" and polled["attempt"] == 1
@@ -211,20 +238,19 @@ class TestLiveWorkerKeepsItsRun:
         text = words(200)
         redis = Redis.from_url(str(fault_settings.redis_url))
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run, events = watched.run, watched.events
+            await watched.tokens(10)
             record = KeySpace(fault_settings.redis_prefix).run_record(run["run_id"])
             name = f"runstream-worker:{(await redis.hget(record, 'worker')).decode()}"
             cuts = 0
-            while not viewer.done():
+            while not watched.viewer.done():
                 for client in await redis.client_list(_type="normal"):
                     if client["name"] == name:
                         await redis.client_kill_filter(_id=client["id"])
                         cuts += 1
                 await asyncio.sleep(0.3)
-            await viewer
+            await watched.viewer
             present = [c["name"] for c in await redis.client_list(_type="normal")]
             await redis.aclose()
             assert cuts >= 5 and name in present
@@ -243,13 +269,12 @@ class TestPausedWorker:
         paused = await cluster.ready_worker()
         text = words(80)
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run = watched.run
+            await watched.tokens(10)
             paused.signal(signal.SIGSTOP)
             await cluster.ready_worker()
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
             finished = (await http.get(f"/v1/runs/{run['run_id']}")).json()
             assert finished["status"] == "succeeded" and finished["attempt"] == 2
             before = await stream_entries(fault_settings, run["run_id"])
@@ -349,13 +374,12 @@ class TestWriteToolOnce:
         _, url = await cluster.server()
         first = await cluster.ready_worker()
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            run = (await http.post("/v1/runs", json=body("note", graph="slow_writer"))).json()
-            events: list[Received] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, []))
+            watched = await WatchedRun.submit(http, url, body("note", graph="slow_writer"))
+            run, events = watched.run, watched.events
             await wait_for(lambda: any(e.event == "custom" for e in events), what="the write")
             first.kill()
             await cluster.ready_worker(RUNSTREAM_TEST_LINGER_S="0")
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
         writes = [e.data for e in events if e.event == "custom"]
         assert writes == [{"wrote": True, "replayed": False}, {"wrote": True, "replayed": True}]
         assert events[-1].event == "done"
@@ -507,15 +531,13 @@ class TestShutdown:
         stopping = await cluster.ready_worker(**env)
         text = words(200)
         async with httpx.AsyncClient(base_url=url) as http:
-            run = (await http.post("/v1/runs", json=body(text))).json()
-            events: list[Received] = []
-            stamps: list[float] = []
-            viewer = asyncio.create_task(follow(url, run["run_id"], events, stamps))
-            await wait_for(lambda: sum(e.event == "token" for e in events) >= 10, what="tokens")
+            watched = await WatchedRun.submit(http, url, body(text))
+            run, events, stamps = watched.run, watched.events, watched.stamps
+            await watched.tokens(10)
             await cluster.ready_worker(**env)
             stopping.signal(signal.SIGTERM)
             sent_at = time.monotonic()
-            await asyncio.wait_for(viewer, 60)
+            await watched.end()
             retry = [e.event for e in events].index("retry")
             assert stamps[retry] - sent_at < 10  # far sooner than the 30 s lease
             RECOVERY_TIMES.setdefault("sigterm hand-back", []).append(stamps[retry] - sent_at)

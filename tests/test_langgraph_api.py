@@ -3,7 +3,7 @@
 Each test is a promise runstream makes to a LangGraph client: what `get_client(url=...)`
 gets from `runs.*` and `threads.*` against runstream's server and workers, including when a
 stream is cut and rejoined, watched twice, served by another server process, or outlives a
-killed worker. Wire details: /work/notes/langgraph-wire.md.
+killed worker. Wire details: docs/langgraph.md.
 """
 
 from __future__ import annotations
@@ -936,10 +936,6 @@ async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGra
     assert len(messages_of((await sdk.threads.get_state(tid))["values"])) == 2
 
 
-async def _joined_thread_stream(sdk: LangGraphClient, tid: str) -> list[StreamPart]:
-    return await collect(await sdk.threads.join_stream(tid))
-
-
 async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
@@ -948,15 +944,11 @@ async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphCl
         "crons.create_for_thread": lambda: sdk.crons.create_for_thread(
             tid, "chat", schedule="* * * * *"
         ),
-        "store.put_item": lambda: sdk.store.put_item(["a"], "k", {"v": 1}),
-        "store.search_items": lambda: sdk.store.search_items(["a"]),
         "assistants.create": lambda: sdk.assistants.create("chat"),
         "assistants.update": lambda: sdk.assistants.update("chat", metadata={"x": 1}),
         "assistants.delete": lambda: sdk.assistants.delete("chat"),
         "assistants.get_versions": lambda: sdk.assistants.get_versions("chat"),
         "assistants.get_subgraphs": lambda: sdk.assistants.get_subgraphs("chat"),
-        "threads.join_stream": lambda: _joined_thread_stream(sdk, tid),
-        "threads.prune": lambda: sdk.threads.prune([tid]),
     }
     for name, call in calls.items():
         with pytest.raises(httpx.HTTPStatusError) as refused:
@@ -971,6 +963,10 @@ async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphCl
 
 
 # -- isolation ---------------------------------------------------------------------------------
+
+
+async def _joined_thread_stream(client: LangGraphClient, tid: str) -> list[StreamPart]:
+    return await collect(await client.threads.join_stream(tid, last_event_id="-"))
 
 
 async def test_another_key_gets_404_on_every_route_and_no_key_gets_401(
@@ -1004,6 +1000,7 @@ async def test_another_key_gets_404_on_every_route_and_no_key_gets_401(
         "runs.get": lambda c: c.runs.get(tid, rid),
         "runs.join": lambda c: c.runs.join(tid, rid),
         "runs.join_stream": lambda c: collect(c.runs.join_stream(tid, rid, last_event_id="-1")),
+        "threads.join_stream": lambda c: _joined_thread_stream(c, tid),
         "runs.cancel": lambda c: c.runs.cancel(tid, rid),
         "runs.cancel_many": lambda c: c.runs.cancel_many(thread_id=tid, run_ids=[rid]),
         "runs.delete": lambda c: c.runs.delete(tid, rid),

@@ -3,9 +3,14 @@
 `tests/js/stream_run.mjs` streams a run with `client.runs.stream` through a TCP proxy that cuts
 every connection after a few kilobytes, so the SDK has to reconnect by itself, several times
 while the run is still going: to the `Location` of the first response, with `Last-Event-ID`.
-Every part must then arrive exactly once. The test needs node; `scripts/test` installs the SDK
-(`npm ci` in tests/js) when npm is there, and this test does it too when tests/js/node_modules
-is missing.
+Every part must then arrive exactly once.
+
+`tests/js/use_stream.mjs` renders the SDK's React hook `useStream`, which chat UIs such as
+agent-chat-ui are built on (react-test-renderer, no browser): a chat, a page reload mid-run
+that must rejoin the run by itself, and an interrupt resumed with a `Command`.
+
+The tests need node; `scripts/test` installs the SDK (`npm ci` in tests/js) when npm is there,
+and these tests do it too when tests/js/node_modules is missing.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tests.processes import TcpProxy
 
 JS = Path(__file__).parent / "js"
 SCRIPT = JS / "stream_run.mjs"
+USE_STREAM = JS / "use_stream.mjs"
 
 # The fake model echoes the last user message, one whitespace-split word per `messages` part,
 # `TOKEN_DELAY_MS` apart: about 8 s of run and some 90 KB of stream. Numbered words make any
@@ -48,7 +54,7 @@ def node() -> str:
     binary = shutil.which("node")
     if binary is None:
         pytest.skip("node is not on PATH: the JS SDK test needs node and npm")
-    if not (JS / "node_modules" / "@langchain" / "langgraph-sdk").is_dir():
+    if not (JS / "node_modules" / "react-test-renderer").is_dir():
         npm = shutil.which("npm")
         assert npm is not None, "node is on PATH but npm is not: cannot install tests/js"
         done = subprocess.run(
@@ -66,16 +72,19 @@ def node() -> str:
 
 
 async def run_node(
-    node: str, *args: str, on_created: Callable[[dict[str, Any]], None]
+    node: str,
+    *args: str,
+    on_created: Callable[[dict[str, Any]], None] = lambda created: None,
+    script: Path = SCRIPT,
 ) -> tuple[int, list[dict[str, Any]], str]:
-    """Run `node stream_run.mjs *args`: (exit code, its JSON lines, stderr).
+    """Run `node <script> *args`: (exit code, its JSON lines, stderr).
 
     `on_created` gets the first line (run and thread ids) as soon as node prints it. Node is
     killed, and the test failed, after `NODE_TIMEOUT_S`.
     """
     proc = await asyncio.create_subprocess_exec(
         node,
-        str(SCRIPT),
+        str(script),
         *args,
         cwd=JS,
         stdout=asyncio.subprocess.PIPE,
@@ -187,3 +196,53 @@ async def test_runs_stream_reconnects_through_a_proxy_cutting_every_few_kilobyte
     texts = text_by_message(parts)
     assert texts == {answer["id"]: TEXT}, {k: (len(v), v[:80], v[-80:]) for k, v in texts.items()}
     assert events.count("messages") == WORDS
+
+
+async def use_stream(node: str, url: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines of `node use_stream.mjs <url> <key> *args`, which must exit 0."""
+    code, lines, err = await run_node(node, url, "any-key", *args, script=USE_STREAM)
+    assert code == 0, f"node exited with {code}\nstderr: {err}\nlines: {lines}"
+    return lines
+
+
+def assert_answered_once(messages: list[dict[str, Any]], question: str, answer: str) -> None:
+    """The hook shows the question, then the answer, each once and whole."""
+    assert [(m["type"], m["content"]) for m in messages] == [("human", question), ("ai", answer)]
+    assert messages[1]["id"], "the answer has no id: the hook could not merge its chunks"
+
+
+async def test_use_stream_shows_the_streamed_answer_once(
+    node: str, server: ServerHandle, worker: Worker
+) -> None:
+    question = " ".join(f"w{i}" for i in range(30))
+    [seen] = await use_stream(node, server.url, "chat", question, "5")
+    assert_answered_once(seen["messages"], question, question)
+
+
+async def test_use_stream_rejoins_a_running_run_after_a_reload(
+    node: str, server: ServerHandle, worker: Worker
+) -> None:
+    """The first page goes away mid-answer; the reloaded page finds the run id in its storage,
+    joins the run's stream from the start and shows the whole answer once."""
+    lines = await use_stream(node, server.url, "reload", TEXT, str(TOKEN_DELAY_MS), "20")
+    first, reloaded = lines
+    partial = first["before"][1]["content"]
+    assert len(partial.split(" ")) < WORDS, "the run ended before the first page went away"
+    assert TEXT.startswith(partial)
+    assert_answered_once(reloaded["after"], TEXT, TEXT)
+    # it joined the run the first page started rather than starting another
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as direct:
+        runs = (await direct.get(f"/threads/{first['thread_id']}/runs")).json()
+    assert [r["run_id"] for r in runs] == [first["run_id"]]
+    assert runs[0]["status"] == "success"
+
+
+async def test_use_stream_shows_an_interrupt_and_resumes_it(
+    node: str, server: ServerHandle, worker: Worker
+) -> None:
+    paused, done = await use_stream(node, server.url, "interrupt", "note this")
+    assert paused["interrupt"]["question"] == "Run save_note?"
+    assert [m["type"] for m in paused["messages"]] == ["human", "ai"]
+    # the approved call ran, and the graph answered after it
+    assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
+    assert done["messages"][2]["content"].startswith("saved note")

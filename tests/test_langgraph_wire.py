@@ -1,6 +1,6 @@
 """The LangGraph dialect's pure parts: wire types and conversions (`server.langgraph.wire`) and
 the translation of stored runstream events into LangGraph SSE frames
-(`server.langgraph.stream`). Shapes follow /work/notes/langgraph-wire.md; frames are checked
+(`server.langgraph.stream`). Shapes follow docs/langgraph.md and the SDKs; frames are checked
 with the Python SDK's own SSE parser.
 """
 
@@ -17,9 +17,16 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph_sdk.schema import StreamPart
 from langgraph_sdk.sse import BytesLineDecoder, SSEDecoder
 
+from server.langgraph.conversions import (
+    STREAM_MODES,
+    assistant_id_for,
+    engine_messages,
+    run_status,
+    stream_modes,
+    to_langchain_dict,
+)
 from server.langgraph.stream import LangGraphStream, split_frame_id
 from server.langgraph.wire import (
-    STREAM_MODES,
     AssistantSearch,
     Checkpoint,
     HistoryRequest,
@@ -28,11 +35,6 @@ from server.langgraph.wire import (
     Thread,
     ThreadCreate,
     ThreadSearch,
-    assistant_id_for,
-    engine_messages,
-    run_status,
-    stream_modes,
-    to_langchain_dict,
 )
 from stream_store.events import encode_data
 from stream_store.log import StoredEvent

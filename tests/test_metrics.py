@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 from redis.asyncio import Redis
 
 from bench.launcher import free_port
-from server.cli import worker as run_worker
+from server.commands import worker as run_worker
 from server.fanout import StreamFollower
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import FanoutMetrics, GraphLabels

@@ -331,6 +331,26 @@ class TestRedisOutOfMemory:
         row_dict = dict(zip([c.name for c in cur.description], row, strict=True))
         return {**row_dict, "jobs": queued}, stream, record
 
+    async def refused_while_full(
+        self,
+        settings: Settings,
+        url: str,
+        client: httpx.AsyncClient,
+        run_id: str,
+        action: str,
+        json: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        """POST the run's `action` while Redis is full: 503 and the run's row, stream and record
+        unchanged. Then again with room: that answer."""
+        before = await self.snapshot(settings, url, run_id)
+        await self.full(url)
+        answer = await client.post(f"/v1/runs/{run_id}/{action}", json=json)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "unavailable"
+        assert await self.snapshot(settings, url, run_id) == before
+        await self.full(url, full=False)
+        return await client.post(f"/v1/runs/{run_id}/{action}", json=json)
+
     async def interrupted_run(
         self,
         private_redis: PrivateRedis,
@@ -363,15 +383,10 @@ class TestRedisOutOfMemory:
             private_redis, start_server, start_worker, settings
         )
         async with contextlib.aclosing(client):
-            before = await self.snapshot(settings, private_redis.url, run_id)
-            await self.full(private_redis.url)
             resume = {"resume": {"approve": True}}
-            answer = await client.post(f"/v1/runs/{run_id}/resume", json=resume)
-            assert answer.status_code == 503, answer.text
-            assert answer.json()["error"]["code"] == "unavailable"
-            assert await self.snapshot(settings, private_redis.url, run_id) == before
-            await self.full(private_redis.url, full=False)
-            answer = await client.post(f"/v1/runs/{run_id}/resume", json=resume)
+            answer = await self.refused_while_full(
+                settings, private_redis.url, client, run_id, "resume", resume
+            )
             assert answer.status_code == 202, answer.text
             events = await read_events(client, f"/v1/runs/{run_id}/events")
         statuses = [e.data["status"] for e in events if e.event == "run"]
@@ -388,13 +403,10 @@ class TestRedisOutOfMemory:
             private_redis, start_server, start_worker, settings
         )
         async with contextlib.aclosing(client):
-            before = await self.snapshot(settings, private_redis.url, run_id)
-            await self.full(private_redis.url)
-            answer = await client.post(f"/v1/runs/{run_id}/cancel")
-            assert answer.status_code == 503, answer.text
-            assert await self.snapshot(settings, private_redis.url, run_id) == before
-            await self.full(private_redis.url, full=False)
-            assert (await client.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+            answer = await self.refused_while_full(
+                settings, private_redis.url, client, run_id, "cancel"
+            )
+            assert answer.status_code == 202, answer.text
             events = await read_events(client, f"/v1/runs/{run_id}/events")
         assert [e.data["status"] for e in events if e.event == "run"][-2:] == [
             "interrupted",

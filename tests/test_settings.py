@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from server.cli import serve, up
+from server.commands import serve, up
 from stream_store.settings import Settings, SettingsError
 
 

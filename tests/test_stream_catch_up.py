@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from stream_store.log import EventLog
-from stream_store.records import Records
+from stream_store.run_records import RunRecords
 from tests.conftest import StartServer, StartWorker
 from tests.sse import read_events, reassemble
 from tests.test_runs import run_body
@@ -29,7 +29,7 @@ TEXT = "the answer every attempt must stream in full"
 async def test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks(
     start_server: StartServer, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    append_batch, finish_run = EventLog.append_batch, Records.finish_run
+    append_batch, finish_run = EventLog.append_batch, RunRecords.finish_run
     dropped: list[str] = []
 
     async def first_attempt_loses_its_batches(
@@ -41,14 +41,14 @@ async def test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks(
         return await append_batch(self, run_id, attempt, events)
 
     async def first_attempt_cannot_finish(
-        self: Records, run_id: str, attempt: int, *args: Any, **kwargs: Any
+        self: RunRecords, run_id: str, attempt: int, *args: Any, **kwargs: Any
     ) -> Any:
         if attempt == 1:
             raise psycopg.OperationalError("injected: postgres went away")
         return await finish_run(self, run_id, attempt, *args, **kwargs)
 
     monkeypatch.setattr(EventLog, "append_batch", first_attempt_loses_its_batches)
-    monkeypatch.setattr(Records, "finish_run", first_attempt_cannot_finish)
+    monkeypatch.setattr(RunRecords, "finish_run", first_attempt_cannot_finish)
     server = await start_server()
     await start_worker(lease_s=0.5, reaper_interval_s=0.1)
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:

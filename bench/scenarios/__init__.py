@@ -25,6 +25,7 @@ MODULES = {
     "soak": "soak",
     "scale_out": "scale_out",
     "worker_kill": "worker_kill",
+    "capacity": "capacity",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -13,9 +13,12 @@ import msgspec
 from litestar import Request, Response, Router
 
 from ..errors import EXCEPTION_HANDLERS
+from .assistants import AssistantsController, info, ok
+from .bulk_cancel import BulkCancelController
 from .not_served import not_served_router
-from .runs import BulkCancelController, RunsController, StatelessRunsController
-from .threads import AssistantsController, ThreadsController, info, ok
+from .runs import RunsController, StatelessRunsController
+from .store import StoreController
+from .threads import ThreadsController
 
 __all__ = ["langgraph_router"]
 
@@ -57,6 +60,7 @@ def langgraph_router() -> Router:
             RunsController,
             BulkCancelController,
             StatelessRunsController,
+            StoreController,
             info,
             ok,
             not_served_router(),

@@ -29,18 +29,17 @@ _ANY: list[HttpMethod] = [
 
 _WHY = {
     "crons": "crons are not served by runstream: schedule runs with your own scheduler",
-    "store": "the LangGraph store is not served by runstream",
     "assistants": (
         "creating, changing, versioning and deleting assistants is not served: runstream"
         " serves one assistant per registered graph (RUNSTREAM_GRAPHS)"
     ),
     "subgraphs": "subgraphs are not served: runstream records no subgraph events",
     "thread_stream": (
-        "the thread-level stream is not served: join a run's stream"
-        " (GET /threads/{thread_id}/runs/{run_id}/stream)"
+        "LangGraph's thread streaming protocol (POST /threads/{thread_id}/commands,"
+        " /threads/{thread_id}/stream/...) is not served: follow the thread with"
+        " GET /threads/{thread_id}/stream, or a run with"
+        " GET /threads/{thread_id}/runs/{run_id}/stream"
     ),
-    "batch": "/runs/batch is not served: create runs one by one",
-    "prune": "thread pruning is not served: delete threads (DELETE /threads/{thread_id})",
     "bulk_state": "bulk state updates are not served: use POST /threads/{thread_id}/state",
 }
 
@@ -61,7 +60,6 @@ def not_served_router() -> Router:
     handlers = [
         _handler(["/runs/crons", "/runs/crons/{rest:path}"], "crons", _ANY),
         _handler("/threads/{thread_id:str}/runs/crons", "crons", [HttpMethod.POST]),
-        _handler(["/store", "/store/{rest:path}"], "store", _ANY),
         _handler("/assistants", "assistants", [HttpMethod.POST]),
         _handler(
             "/assistants/{assistant_id:str}",
@@ -82,13 +80,11 @@ def not_served_router() -> Router:
             [HttpMethod.GET],
         ),
         _handler(
-            ["/threads/{thread_id:str}/stream", "/threads/{thread_id:str}/stream/{rest:path}"],
+            "/threads/{thread_id:str}/stream/{rest:path}",
             "thread_stream",
             [HttpMethod.GET],
         ),
         _handler("/threads/{thread_id:str}/commands", "thread_stream", [HttpMethod.POST]),
         _handler("/threads/{thread_id:str}/state/bulk", "bulk_state", [HttpMethod.POST]),
-        _handler("/runs/batch", "batch", [HttpMethod.POST]),
-        _handler("/threads/prune", "prune", [HttpMethod.POST]),
     ]
     return Router(path="/", route_handlers=handlers)

@@ -16,7 +16,7 @@ from langgraph.errors import InvalidUpdateError
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.events import RunStatus
-from stream_store.records import ThreadRecord
+from stream_store.thread_records import ThreadRecord
 
 from ..errors import ApiError
 from ..resources import Resources
@@ -47,7 +47,7 @@ async def update_state(
         NotFound: `body.checkpoint` names no checkpoint of the thread.
         ApiError: 422 for values, a node or a checkpoint id the graph cannot take.
     """
-    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     if any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs):
         raise Conflict(
             f"thread {thread.thread_id} has a run queued or running; update its state after",
@@ -84,7 +84,7 @@ async def update_state(
         )
     except (InvalidUpdateError, ValueError) as exc:  # e.g. an ambiguous node, a reducer's no
         raise ApiError(422, "invalid_request", str(exc).splitlines()[0][:300]) from None
-    await resources.records.update_thread_metadata(thread.thread_id, thread.owner, {})
+    await resources.thread_records.update_thread_metadata(thread.thread_id, thread.owner, {})
     logger.info("thread state updated", thread_id=thread.thread_id, as_node=body.as_node)
     checkpoint = written["configurable"]
     return {
@@ -100,10 +100,10 @@ async def update_state(
 async def copy_thread(resources: Resources, thread: ThreadRecord) -> ThreadRecord:
     """A new thread of the same owner with `thread`'s metadata and checkpoints; its metadata
     names the graph (`graph_id`), since no run of the copy does yet."""
-    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     name = graph_name(thread, runs[-1] if runs else None)
     metadata = {**thread.metadata, **({"graph_id": name} if name else {})}
-    copied = await resources.records.copy_thread(thread.thread_id, thread.owner, metadata)
+    copied = await resources.thread_records.copy_thread(thread.thread_id, thread.owner, metadata)
     if copied is None:
         raise NotFound(f"thread {thread.thread_id} not found")
     logger.info("thread copied", thread_id=thread.thread_id, copy=copied.thread_id)

@@ -1,7 +1,7 @@
 """A run's stored runstream events as LangGraph SSE frames, for one viewer.
 
 runstream stores its own events (docs/protocol.md section 4); a LangGraph client wants
-LangGraph's (notes: /work/notes/langgraph-wire.md, section C). `LangGraphStream` translates
+LangGraph's (docs/langgraph.md, "Streams"). `LangGraphStream` translates
 one stored event at a time, so it serves a replay and live events alike. Its rules:
 
 - Frames are framed as LangGraph's server frames them: CRLF line ends, one line of JSON.
@@ -21,20 +21,23 @@ one stored event at a time, so it serves a replay and live events alike. Its rul
   did not already carry it since the last `run` event.
 - Nothing follows `end` or `error`, though a run's stored events can go on after the
   interrupt that ended its LangGraph stream.
+
+Over 300 lines, kept whole: these rules are one viewer's state, which every event kind reads
+and changes; split by event kind, no module would show what a frame depends on.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
 from stream_store.log import StoredEvent
 from stream_store.messages import message_text
 
-from .wire import assistant_id_for, run_status, to_langchain_dict
+from .conversions import assistant_id_for, run_status, to_langchain_dict
 
 __all__ = ["FRAME_ID_SEPARATOR", "LangGraphStream", "split_frame_id"]
 
@@ -142,8 +145,13 @@ class LangGraphStream:
         graph: str,
         modes: Sequence[str],
         metadata: Mapping[str, Any],
+        *,
+        id_prefix: str = "",
+        thread_mode: Literal["run_modes", "lifecycle"] | None = None,
     ) -> None:
         self.run_id = run_id
+        self._id_prefix = id_prefix  # before every frame id (the thread stream's run id)
+        self._thread_mode = thread_mode  # in the thread stream: how the run's end is told
         self._modes = frozenset(modes)
         self._tuples = "messages-tuple" in self._modes
         self._messages = "messages" in self._modes and not self._tuples
@@ -162,14 +170,22 @@ class LangGraphStream:
         self._partly_sent: tuple[str, int] | None = None  # (event id, its frames the client has)
         self._meta_json: dict[tuple[int, str | None], bytes] = {}  # by attempt and node
 
+    @property
+    def ended(self) -> bool:
+        """The LangGraph stream is over: its `end` or `error` went out (or was skipped)."""
+        return self._ended
+
     def resume_within(self, event_id: str, frames_sent: int) -> None:
         """The client has the first `frames_sent` frames of stored event `event_id` (it resumed
         with a frame id): render only the rest of that event's frames."""
         self._partly_sent = (event_id, frames_sent)
 
     def opening(self, attempt: int = 1) -> bytes:
-        """The `metadata` frame LangGraph sends first; it moves no client's cursor."""
-        return _frame("metadata", _encode({"run_id": self.run_id, "attempt": attempt}), None)
+        """The `metadata` frame LangGraph sends first. In a run's stream it moves no client's
+        cursor; in the thread stream (ids with a prefix) its id is `<prefix>0-0`, the point
+        after it and before the run's first event."""
+        opening_id = f"{self._id_prefix}0-0" if self._id_prefix else None
+        return _frame("metadata", _encode({"run_id": self.run_id, "attempt": attempt}), opening_id)
 
     def render(self, event: StoredEvent, shared: dict[str, bytes] | None = None) -> bytes:
         """The frames for one stored event, possibly none.
@@ -184,9 +200,10 @@ class LangGraphStream:
             and self._tuples
             and not (self._resending or self._ended)
         ):
-            frame = shared.get(_SHARED_TOKEN)
+            cached = _SHARED_TOKEN + self._id_prefix
+            frame = shared.get(cached)
             if frame is None:
-                frame = shared[_SHARED_TOKEN] = self._render(event)
+                frame = shared[cached] = self._render(event)
             return frame
         return self._render(event)
 
@@ -205,7 +222,8 @@ class LangGraphStream:
     def _frame_id(self, event_id: str, place: int, last: int) -> str | None:
         if self._resending:
             return None
-        return event_id if place == last else f"{event_id}{FRAME_ID_SEPARATOR}{place}"
+        frame_id = event_id if place == last else f"{event_id}{FRAME_ID_SEPARATOR}{place}"
+        return self._id_prefix + frame_id
 
     def skip(self, event: StoredEvent) -> None:
         """Take in an event the client already has, as `render` would, writing nothing: a
@@ -287,14 +305,23 @@ class LangGraphStream:
                 self._resending = False
                 self._interrupt_sent = False
                 if _status.decode(event.data).status == "interrupted":
-                    return [self._end("interrupted")]
+                    return self._closing(self._end("interrupted"))
                 return []
             case "done":
-                return [self._end(_status.decode(event.data).status)]
+                return self._closing(self._end(_status.decode(event.data).status))
             case "error":
                 self._ended = True
-                return [("error", self._error(_error.decode(event.data)))]
+                return self._closing(("error", self._error(_error.decode(event.data))))
         return []
+
+    def _closing(self, last: tuple[str, bytes]) -> list[tuple[str, bytes]]:
+        """The frames that end the LangGraph stream: `last` (`end` or `error`), and in the thread
+        stream LangGraph's `metadata` `{"status": "run_done"}` after it; in its `lifecycle`
+        mode that alone (the mode gives only `metadata` events)."""
+        if self._thread_mode is None:
+            return [last]
+        done = ("metadata", _encode({"status": "run_done", "run_id": self.run_id}))
+        return [done] if self._thread_mode == "lifecycle" else [last, done]
 
     def _token(self, token: _Token, attempt: int) -> list[tuple[str, bytes]]:
         if self._resending:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Annotated, Any
 
 import structlog
-from litestar import Controller, delete, get, patch, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.params import Body, Parameter
+from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.quotas import CallerQuotas
@@ -19,9 +19,8 @@ from ..errors import ApiError
 from ..resources import Resources
 from ..threads import owned_thread
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
+from .thread_stream import thread_stream_response
 from .views import (
-    assistant,
-    graph_of_assistant,
     state_at,
     state_history,
     thread_state,
@@ -29,9 +28,6 @@ from .views import (
 )
 from .wire import (
     MAX_PAGE,
-    Assistant,
-    AssistantCount,
-    AssistantSearch,
     HistoryRequest,
     StateCheckpointRequest,
     StateUpdate,
@@ -39,13 +35,23 @@ from .wire import (
     ThreadCount,
     ThreadCreate,
     ThreadPatch,
+    ThreadPrune,
     ThreadSearch,
     ThreadState,
 )
 
-__all__ = ["AssistantsController", "ThreadsController", "info", "ok"]
+__all__ = ["ThreadsController"]
 
 logger = structlog.get_logger()
+
+
+async def _delete(resources: Resources, thread_id: str, owner: str) -> None:
+    """LangGraph's thread delete: its interrupted run is over (runstream's would wait for a
+    resume), so it is cancelled first; then the thread goes with its runs and state."""
+    for run in await resources.run_records.thread_runs(thread_id, owner):
+        if run.status == "interrupted":
+            await resources.lifecycle.cancel(run)
+    await delete_thread(resources.thread_records, resources.events, thread_id, owner)
 
 
 class ThreadsController(Controller):
@@ -65,9 +71,9 @@ class ThreadsController(Controller):
         inputs.metadata(metadata, resources.settings)
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
         await quotas.take_submit(caller.owner)
-        thread = await resources.records.create_thread(caller.owner, metadata, thread_id)
+        thread = await resources.thread_records.create_thread(caller.owner, metadata, thread_id)
         if thread is None:
-            existing = await resources.records.get_thread(str(thread_id), caller.owner)
+            existing = await resources.thread_records.get_thread(str(thread_id), caller.owner)
             if body.if_exists == "do_nothing" and existing is not None:
                 return await thread_view(resources, existing)
             raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
@@ -82,7 +88,7 @@ class ThreadsController(Controller):
         data: Annotated[ThreadSearch | None, Body()] = None,
     ) -> list[Thread]:
         body = data or ThreadSearch()
-        threads = await resources.records.search_threads(
+        threads = await resources.thread_records.search_threads(
             caller.owner,
             metadata=body.metadata or {},
             status=body.status,
@@ -102,9 +108,41 @@ class ThreadsController(Controller):
         body = data or ThreadCount()
         if body.values:
             raise ApiError(422, "invalid_request", "counting threads by values is not supported")
-        return await resources.records.count_threads(
+        return await resources.thread_records.count_threads(
             caller.owner, metadata=body.metadata or {}, status=body.status
         )
+
+    @post(
+        "/prune", status_code=200, summary="Delete threads, or all their checkpoints but the latest"
+    )
+    async def prune(
+        self, data: ThreadPrune, resources: Resources, caller: Caller
+    ) -> dict[str, int]:
+        """`delete`: as `DELETE /threads/{id}`, for each. `keep_latest`: each thread keeps only
+        its current state (LangGraph's checkpointer prunes the rest; history then shows one
+        state). Ids that are unknown or another caller's are skipped and not counted, as a
+        missing thread is. A thread with a queued or running run refuses the whole prune
+        (409) before anything changes."""
+        ids = list(dict.fromkeys(inputs.object_id(i, "thread") for i in data.thread_ids))
+        threads = [
+            thread
+            for thread_id in ids
+            if (thread := await resources.thread_records.get_thread(thread_id, caller.owner))
+        ]
+        if busy := [t.thread_id for t in threads if t.langgraph_status == "busy"]:
+            raise Conflict(
+                f"threads with a queued or running run cannot be pruned: {', '.join(busy)}",
+                code="thread_busy",
+            )
+        if data.strategy == "keep_latest":
+            await resources.checkpointer.aprune(
+                [t.thread_id for t in threads], strategy="keep_latest"
+            )
+        else:
+            for thread in threads:
+                await _delete(resources, thread.thread_id, caller.owner)
+        logger.info("threads pruned", count=len(threads), strategy=data.strategy)
+        return {"pruned_count": len(threads)}
 
     @get("/{thread_id:str}", summary="A thread, with its current values")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
@@ -117,7 +155,7 @@ class ThreadsController(Controller):
         thread = await owned_thread(resources, thread_id, caller)
         metadata = {**thread.metadata, **(data.metadata or {})}
         inputs.metadata(metadata, resources.settings)
-        updated = await resources.records.update_thread_metadata(
+        updated = await resources.thread_records.update_thread_metadata(
             thread.thread_id, caller.owner, data.metadata or {}
         )
         if updated is None:
@@ -127,11 +165,32 @@ class ThreadsController(Controller):
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         thread = await owned_thread(resources, thread_id, caller)
-        # LangGraph's interrupted run is over; runstream's waits for a resume: end it first.
-        for run in await resources.records.thread_runs(thread.thread_id, caller.owner):
-            if run.status == "interrupted":
-                await resources.lifecycle.cancel(run)
-        await delete_thread(resources.records, resources.events, thread.thread_id, caller.owner)
+        await _delete(resources, thread.thread_id, caller.owner)
+
+    @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
+    async def join_stream(
+        self,
+        request: Request[Any, Any, Any],
+        thread_id: str,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        stream_mode: Annotated[
+            list[str] | None, Parameter(query="stream_mode", required=False)
+        ] = None,
+        stream_modes: Annotated[  # the name LangGraph's API reference gives it
+            list[str] | None, Parameter(query="stream_modes", required=False)
+        ] = None,
+    ) -> Stream:
+        thread = await owned_thread(resources, thread_id, caller)
+        return await thread_stream_response(
+            resources,
+            quotas,
+            caller,
+            thread,
+            modes=[*(stream_mode or []), *(stream_modes or [])],
+            last_event_id=request.headers.get("last-event-id"),
+        )
 
     @get("/{thread_id:str}/state", summary="The thread's current state")
     async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
@@ -194,94 +253,3 @@ class ThreadsController(Controller):
         before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
         thread = await owned_thread(resources, thread_id, caller)
         return await state_history(resources, thread, body.limit, before)
-
-
-def _assistants(resources: Resources, query: AssistantSearch | AssistantCount) -> list[Assistant]:
-    """The assistants (one per graph) that match a search's graph id, name and metadata."""
-    found = [assistant(name, resources.started_at) for name in resources.graphs.names()]
-    return [
-        a
-        for a in found
-        if query.graph_id in (None, a.graph_id)
-        and query.name in (None, a.name)
-        and (query.metadata or {}).items() <= a.metadata.items()
-    ]
-
-
-class AssistantsController(Controller):
-    """Each registered graph is an assistant, with LangGraph's id for it."""
-
-    path = "/assistants"
-    tags = ["langgraph"]
-
-    @post("/search", status_code=200, summary="The assistants (one per graph)")
-    async def search(
-        self,
-        resources: Resources,
-        caller: Caller,
-        data: Annotated[AssistantSearch | None, Body()] = None,
-    ) -> list[Assistant]:
-        body = data or AssistantSearch()
-        return _assistants(resources, body)[body.offset : body.offset + body.limit]
-
-    @post("/count", status_code=200, summary="How many assistants match")
-    async def count(
-        self,
-        resources: Resources,
-        caller: Caller,
-        data: Annotated[AssistantCount | None, Body()] = None,
-    ) -> int:
-        return len(_assistants(resources, data or AssistantCount()))
-
-    @get("/{assistant_id:str}/graph", summary="The assistant's graph: nodes and edges")
-    async def graph(
-        self,
-        assistant_id: str,
-        resources: Resources,
-        caller: Caller,
-        xray: Annotated[str | None, Parameter(required=False)] = None,
-    ) -> dict[str, Any]:
-        name = graph_of_assistant(resources, assistant_id)
-        depth: bool | int = False
-        if xray is not None:
-            if xray.lower() in ("true", "false"):
-                depth = xray.lower() == "true"
-            elif xray.isdigit():
-                depth = int(xray)
-            else:
-                raise ApiError(422, "invalid_request", "xray must be true, false or a number")
-        drawable = await resources.graphs.get(name, resources.checkpointer).aget_graph(xray=depth)
-        return drawable.to_json()
-
-    @get("/{assistant_id:str}", summary="An assistant, by its id or its graph's name")
-    async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:
-        return assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
-
-    @get("/{assistant_id:str}/schemas", summary="The assistant's graph's JSON schemas")
-    async def schemas(
-        self, assistant_id: str, resources: Resources, caller: Caller
-    ) -> dict[str, Any]:
-        name = graph_of_assistant(resources, assistant_id)
-        graph = resources.graphs.get(name, resources.checkpointer)
-        return {
-            "graph_id": name,
-            "input_schema": graph.get_input_jsonschema(),
-            "output_schema": graph.get_output_jsonschema(),
-            "state_schema": graph.get_input_jsonschema(),
-            "config_schema": None,
-            "context_schema": None,
-        }
-
-
-@get("/ok", tags=["langgraph"], summary="LangGraph's liveness answer")
-async def ok() -> dict[str, bool]:
-    return {"ok": True}
-
-
-@get("/info", tags=["langgraph"], summary="Server information, as LangGraph gives it")
-async def info() -> dict[str, Any]:
-    return {
-        "version": version("runstream"),
-        "flags": {"assistants": True, "crons": False, "langsmith": False},
-        "host": {"kind": "runstream", "project_id": None, "revision_id": None},
-    }

@@ -13,11 +13,12 @@ from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 
 from stream_store.errors import NotFound
-from stream_store.events import RunStatus
 from stream_store.messages import state_to_json
-from stream_store.records import RunRecord, ThreadRecord
+from stream_store.run_records import RunRecord
+from stream_store.thread_records import ThreadRecord
 
 from ..resources import Resources
+from .conversions import assistant_id_for, run_status
 from .wire import (
     Assistant,
     Checkpoint,
@@ -26,8 +27,6 @@ from .wire import (
     Thread,
     ThreadState,
     ThreadStatus,
-    assistant_id_for,
-    run_status,
 )
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "state_at",
     "state_history",
     "thread_state",
-    "thread_status",
     "thread_view",
 ]
 
@@ -85,7 +83,7 @@ def run_view(run: RunRecord) -> Run:
 
 
 async def _latest_run(resources: Resources, thread: ThreadRecord) -> RunRecord | None:
-    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
+    runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     return runs[-1] if runs else None
 
 
@@ -220,42 +218,20 @@ async def state_history(
     return [_state(snapshot, thread.thread_id) async for snapshot in history]
 
 
-def thread_status(runs: list[RunRecord]) -> ThreadStatus:
-    """LangGraph's status for a thread with `runs` (oldest first), as its server sets it when a
-    run ends: `busy` while one is queued or running; otherwise from the latest run that
-    started, `error` if it failed, `interrupted` if it stopped at an interrupt or was cancelled
-    mid-step (the checkpoint still has a next step), `idle` if it finished. A run cancelled
-    before it started changes nothing. The same rule filters `threads.search` (in SQL:
-    `_LANGGRAPH_THREAD_STATUS`, stream_store/records.py)."""
-    if any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs):
-        return "busy"
-    if any(r.status == RunStatus.INTERRUPTED for r in runs):
-        return "interrupted"
-    started = [r for r in runs if r.started_at is not None]
-    if not started:
-        return "idle"
-    latest = max(started, key=lambda r: r.created_at)
-    if latest.status == RunStatus.FAILED:
-        return "error"
-    return "interrupted" if latest.status == RunStatus.CANCELLED else "idle"
-
-
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
-    runs = await resources.records.thread_runs(thread.thread_id, thread.owner)
-    latest = runs[-1] if runs else None
+    latest = await _latest_run(resources, thread)
     state = await _current_state(thread, _graph_of(resources, thread, latest))
     interrupts: dict[str, list[dict[str, Any]]] = {}
     for task in state.tasks:
         if task["interrupts"]:
             interrupts[task["id"]] = task["interrupts"]
-    status = thread_status(runs)
     return Thread(
         thread_id=thread.thread_id,
         created_at=thread.created_at,
         updated_at=thread.updated_at,
         state_updated_at=thread.updated_at,
         metadata=thread.metadata,
-        status=status,
+        status=cast(ThreadStatus, thread.langgraph_status),
         config={},
         values=state.values if state.checkpoint else None,
         interrupts=interrupts,

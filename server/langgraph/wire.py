@@ -1,26 +1,21 @@
-"""LangGraph Agent Server wire types, and the pure conversions between them and runstream's.
+"""LangGraph Agent Server wire types (the conversions to and from runstream's: `conversions.py`).
 
 The shapes follow what the official SDKs (`langgraph_sdk`, `@langchain/langgraph-sdk`) send
-and expect (notes: /work/notes/langgraph-wire.md, sections A and B). Request bodies accept and
+and expect (docs/langgraph.md). Request bodies accept and
 ignore fields they don't name: SDKs and servers skew by version (`strict_resume` is sent by
 both SDKs and read by no server), and a stock server takes unknown keys too.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
-from stream_store.events import RunStatus
-
 __all__ = [
     "MAX_PAGE",
-    "STREAM_MODES",
     "Assistant",
     "AssistantCount",
     "AssistantSearch",
@@ -32,27 +27,23 @@ __all__ = [
     "RunStatusName",
     "StateCheckpointRequest",
     "StateUpdate",
+    "StoreDelete",
+    "StoreListNamespaces",
+    "StorePut",
+    "StoreSearch",
     "Thread",
     "ThreadCount",
     "ThreadCreate",
     "ThreadPatch",
+    "ThreadPrune",
     "ThreadSearch",
     "ThreadState",
     "ThreadStatus",
-    "assistant_id_for",
-    "engine_messages",
-    "run_status",
-    "stream_modes",
-    "to_langchain_dict",
 ]
 
 RunStatusName = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
-
-# The stream modes runstream's events can serve; `events`, `debug`, `tasks`, `checkpoints`,
-# `tools` and `lifecycle` need graph internals the worker does not store.
-STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tuple", "custom")
 
 MAX_PAGE = 1000  # the most items one search, list or history answer holds
 Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
@@ -113,6 +104,11 @@ class ThreadCount(Request):
     status: ThreadStatus | None = None
 
 
+class ThreadPrune(Request):
+    thread_ids: Annotated[list[str], Meta(max_length=MAX_PAGE)]
+    strategy: Literal["delete", "keep_latest"] = "delete"
+
+
 class AssistantCount(Request):
     graph_id: str | None = None
     name: str | None = None
@@ -162,6 +158,44 @@ class BulkCancel(Request):
     thread_id: str | None = None
     run_ids: list[str] | None = None
     status: Literal["pending", "running", "all"] | None = None
+
+
+class StorePut(Request):
+    """Body of `PUT /store/items` (`store.put_item`)."""
+
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    index: Literal[False] | list[str] | None = None  # no search index: accepted, ignored
+    ttl: Annotated[float, Meta(gt=0)] | None = None  # minutes
+
+
+class StoreDelete(Request):
+    """Body of `DELETE /store/items` (`store.delete_item`)."""
+
+    key: str
+    namespace: list[str] = []
+
+
+class StoreSearch(Request):
+    """Body of `POST /store/items/search` (`store.search_items`)."""
+
+    namespace_prefix: list[str] = []
+    filter: dict[str, Any] | None = None
+    limit: Limit = 10
+    offset: Offset = 0
+    query: str | None = None  # no search index: ignored
+    refresh_ttl: bool | None = None
+
+
+class StoreListNamespaces(Request):
+    """Body of `POST /store/namespaces` (`store.list_namespaces`)."""
+
+    prefix: list[str] | None = None  # a label may be `*`, matching any one label
+    suffix: list[str] | None = None
+    max_depth: Annotated[int, Meta(ge=1)] | None = None
+    limit: Limit = 100
+    offset: Offset = 0
 
 
 class Response(msgspec.Struct, kw_only=True):
@@ -234,137 +268,3 @@ class Run(Response):
     langsmith_session_name: str | None = None
     metadata: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
-
-
-_ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
-
-
-def assistant_id_for(graph: str) -> str:
-    """The id LangGraph gives a graph's system assistant, so ids match a stock server's."""
-    return str(uuid.uuid5(_ASSISTANT_NAMESPACE, graph))
-
-
-# An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a
-# thread left `interrupted`; LangGraph's `interrupted` run is one cancelled on request.
-_RUN_STATUSES: dict[str, RunStatusName] = {
-    RunStatus.QUEUED: "pending",
-    RunStatus.RUNNING: "running",
-    RunStatus.INTERRUPTED: "success",
-    RunStatus.SUCCEEDED: "success",
-    RunStatus.FAILED: "error",
-    RunStatus.CANCELLED: "interrupted",
-}
-
-
-def run_status(engine_status: str) -> RunStatusName:
-    """LangGraph's status for a run in runstream's `engine_status`.
-
-    Raises:
-        ValueError: not a runstream run status.
-    """
-    try:
-        return _RUN_STATUSES[engine_status]
-    except KeyError:
-        raise ValueError(f"unknown run status {engine_status!r}") from None
-
-
-def stream_modes(value: str | list[str] | None) -> list[str]:
-    """The requested stream modes, in order, without repeats; none means `["values"]`.
-
-    Empty strings are dropped (Python's SDK sends `stream_mode=` for "no mode").
-
-    Raises:
-        ValueError: a mode runstream cannot serve; the message names it and the supported ones.
-    """
-    requested = [value] if isinstance(value, str) else list(value or [])
-    modes: list[str] = []
-    for mode in requested:
-        if not mode or mode in modes:
-            continue
-        if mode not in STREAM_MODES:
-            supported = ", ".join(STREAM_MODES)
-            raise ValueError(f"stream mode {mode!r} is not supported; use one of: {supported}")
-        modes.append(mode)
-    return modes or ["values"]
-
-
-_INPUT_ROLES = {
-    "human": "user",
-    "user": "user",
-    "ai": "assistant",
-    "assistant": "assistant",
-    "system": "system",
-}
-
-
-def engine_messages(messages: Any) -> list[dict[str, Any]]:
-    """runstream input messages (`{"role", "content", "id"?}`) from `input["messages"]` of a
-    LangGraph run: one message or a list of them.
-
-    A message is in a LangChain shape: `{"type": "human", "content": ...}`, `{"role": "user",
-    ...}` (role, as in LangChain, wins over type), or a bare string (a human message); content
-    is a string or a list of content blocks.
-
-    Raises:
-        ValueError: any other shape or role, naming the message at fault.
-    """
-    if messages is None:
-        return []
-    items = messages if isinstance(messages, list) else [messages]
-    return [_engine_message(message, f"input.messages[{i}]") for i, message in enumerate(items)]
-
-
-def _engine_message(message: Any, where: str) -> dict[str, Any]:
-    if isinstance(message, str):
-        return {"role": "user", "content": message}
-    if not isinstance(message, dict):
-        raise ValueError(f"{where} must be a message object or a string")
-    kind = message.get("role", message.get("type"))
-    if kind == "tool":
-        raise ValueError(f"{where}: tool messages are not accepted as input")
-    if not isinstance(kind, str) or kind not in _INPUT_ROLES:
-        roles = ", ".join(_INPUT_ROLES)
-        raise ValueError(f"{where} needs a role (or type) among {roles}, got {kind!r}")
-    if message.get("tool_calls"):
-        raise ValueError(f"{where}: messages with tool calls are not accepted as input")
-    content = message.get("content")
-    if not isinstance(content, str) and not (
-        isinstance(content, list) and all(isinstance(block, str | dict) for block in content)
-    ):
-        raise ValueError(f"{where}.content must be a string or a list of content blocks")
-    converted = {"role": _INPUT_ROLES[kind], "content": content}
-    message_id = message.get("id")
-    if message_id is not None:
-        if not isinstance(message_id, str) or not message_id:
-            raise ValueError(f"{where}.id must be a non-empty string")
-        converted["id"] = message_id
-    return converted
-
-
-_LANGCHAIN_TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
-
-
-def to_langchain_dict(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A runstream wire message (`stream_store.events.WireMessage` as a dict) as LangGraph
-    serialises a LangChain message, key order included."""
-    kind = _LANGCHAIN_TYPES.get(message["role"], message["role"])
-    converted: dict[str, Any] = {
-        "content": message["content"],
-        "additional_kwargs": {},
-        "response_metadata": {},
-        "type": kind,
-        "name": None,
-        "id": message["id"],
-    }
-    if kind == "ai":
-        converted["tool_calls"] = [
-            {**call, "type": call.get("type", "tool_call")}
-            for call in message.get("tool_calls") or []
-        ]
-        converted["invalid_tool_calls"] = []
-        converted["usage_metadata"] = None
-    elif kind == "tool":
-        converted["tool_call_id"] = message.get("tool_call_id")
-        converted["artifact"] = None
-        converted["status"] = "success"
-    return converted

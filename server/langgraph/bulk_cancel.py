@@ -1,0 +1,69 @@
+"""`POST /runs/cancel`: LangGraph's cancel of many runs, by id or by status."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated
+
+import structlog
+from litestar import Controller, post
+from litestar.params import Parameter
+
+from stream_store.errors import Conflict, NotFound
+from stream_store.events import RunStatus
+from stream_store.run_records import RunRecord
+
+from .. import inputs
+from ..auth import Caller
+from ..resources import Resources
+from ..runs import owned_run
+from .submit import unprocessable
+from .wire import BulkCancel
+
+__all__ = ["BulkCancelController"]
+
+logger = structlog.get_logger()
+
+_BULK_STATUSES = {"pending": ["queued"], "running": ["running"], "all": ["queued", "running"]}
+
+
+async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) -> list[RunRecord]:
+    """The runs a bulk cancel names: all of them the caller's (404 naming the first that is
+    not, and then nothing is cancelled), by id or by status."""
+    thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+    if body.status is not None:
+        if body.run_ids:
+            raise unprocessable("give run_ids or status, not both")
+        runs = await resources.run_records.working_runs(caller.owner, _BULK_STATUSES[body.status])
+        return [r for r in runs if thread_id in (None, r.thread_id)]
+    if not body.run_ids:
+        raise unprocessable("give thread_id and run_ids, or status")
+    runs = []
+    for run_id in body.run_ids:
+        run = await owned_run(resources, run_id, caller)
+        if thread_id not in (None, run.thread_id):
+            raise NotFound(f"run {run_id} not found")
+        runs.append(run)
+    return runs
+
+
+class BulkCancelController(Controller):
+    path = "/runs/cancel"
+    tags = ["langgraph"]
+
+    @post("/", status_code=204, summary="Cancel runs by id or by status")
+    async def cancel_many(
+        self,
+        data: BulkCancel,
+        resources: Resources,
+        caller: Caller,
+        action: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> None:
+        if action not in (None, "interrupt", "rollback"):
+            raise unprocessable("action must be interrupt or rollback")
+        for run in await _bulk_targets(resources, caller, data):
+            if not run.status.active or run.status == RunStatus.INTERRUPTED:
+                continue  # over already (to LangGraph, an interrupted run is over too)
+            with contextlib.suppress(Conflict):  # it ended meanwhile
+                await resources.lifecycle.cancel(run, rollback=action == "rollback")
+        logger.info("runs cancelled in bulk", thread_id=data.thread_id, status=data.status)

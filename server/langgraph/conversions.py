@@ -1,0 +1,159 @@
+"""Pure conversions between LangGraph's wire values and runstream's: assistant ids, run
+statuses, stream modes and messages (docs/langgraph.md).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from stream_store.events import RunStatus
+
+from .wire import RunStatusName
+
+__all__ = [
+    "STREAM_MODES",
+    "assistant_id_for",
+    "engine_messages",
+    "run_status",
+    "stream_modes",
+    "to_langchain_dict",
+]
+
+# The stream modes runstream's events can serve; `events`, `debug`, `tasks`, `checkpoints`,
+# `tools` and `lifecycle` need graph internals the worker does not store.
+STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tuple", "custom")
+
+_ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
+
+
+def assistant_id_for(graph: str) -> str:
+    """The id LangGraph gives a graph's system assistant, so ids match a stock server's."""
+    return str(uuid.uuid5(_ASSISTANT_NAMESPACE, graph))
+
+
+# An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a
+# thread left `interrupted`; LangGraph's `interrupted` run is one cancelled on request.
+_RUN_STATUSES: dict[str, RunStatusName] = {
+    RunStatus.QUEUED: "pending",
+    RunStatus.RUNNING: "running",
+    RunStatus.INTERRUPTED: "success",
+    RunStatus.SUCCEEDED: "success",
+    RunStatus.FAILED: "error",
+    RunStatus.CANCELLED: "interrupted",
+}
+
+
+def run_status(engine_status: str) -> RunStatusName:
+    """LangGraph's status for a run in runstream's `engine_status`.
+
+    Raises:
+        ValueError: not a runstream run status.
+    """
+    try:
+        return _RUN_STATUSES[engine_status]
+    except KeyError:
+        raise ValueError(f"unknown run status {engine_status!r}") from None
+
+
+def stream_modes(value: str | list[str] | None) -> list[str]:
+    """The requested stream modes, in order, without repeats; none means `["values"]`.
+
+    Empty strings are dropped (Python's SDK sends `stream_mode=` for "no mode").
+
+    Raises:
+        ValueError: a mode runstream cannot serve; the message names it and the supported ones.
+    """
+    requested = [value] if isinstance(value, str) else list(value or [])
+    modes: list[str] = []
+    for mode in requested:
+        if not mode or mode in modes:
+            continue
+        if mode not in STREAM_MODES:
+            supported = ", ".join(STREAM_MODES)
+            raise ValueError(f"stream mode {mode!r} is not supported; use one of: {supported}")
+        modes.append(mode)
+    return modes or ["values"]
+
+
+_INPUT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "ai": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+
+
+def engine_messages(messages: Any) -> list[dict[str, Any]]:
+    """runstream input messages (`{"role", "content", "id"?}`) from `input["messages"]` of a
+    LangGraph run: one message or a list of them.
+
+    A message is in a LangChain shape: `{"type": "human", "content": ...}`, `{"role": "user",
+    ...}` (role, as in LangChain, wins over type), or a bare string (a human message); content
+    is a string or a list of content blocks.
+
+    Raises:
+        ValueError: any other shape or role, naming the message at fault.
+    """
+    if messages is None:
+        return []
+    items = messages if isinstance(messages, list) else [messages]
+    return [_engine_message(message, f"input.messages[{i}]") for i, message in enumerate(items)]
+
+
+def _engine_message(message: Any, where: str) -> dict[str, Any]:
+    if isinstance(message, str):
+        return {"role": "user", "content": message}
+    if not isinstance(message, dict):
+        raise ValueError(f"{where} must be a message object or a string")
+    kind = message.get("role", message.get("type"))
+    if kind == "tool":
+        raise ValueError(f"{where}: tool messages are not accepted as input")
+    if not isinstance(kind, str) or kind not in _INPUT_ROLES:
+        roles = ", ".join(_INPUT_ROLES)
+        raise ValueError(f"{where} needs a role (or type) among {roles}, got {kind!r}")
+    if message.get("tool_calls"):
+        raise ValueError(f"{where}: messages with tool calls are not accepted as input")
+    content = message.get("content")
+    if not isinstance(content, str) and not (
+        isinstance(content, list) and all(isinstance(block, str | dict) for block in content)
+    ):
+        raise ValueError(f"{where}.content must be a string or a list of content blocks")
+    converted = {"role": _INPUT_ROLES[kind], "content": content}
+    message_id = message.get("id")
+    if message_id is not None:
+        if not isinstance(message_id, str) or not message_id:
+            raise ValueError(f"{where}.id must be a non-empty string")
+        converted["id"] = message_id
+    return converted
+
+
+_LANGCHAIN_TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
+
+
+def to_langchain_dict(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A runstream wire message (`stream_store.events.WireMessage` as a dict) as LangGraph
+    serialises a LangChain message, key order included."""
+    kind = _LANGCHAIN_TYPES.get(message["role"], message["role"])
+    converted: dict[str, Any] = {
+        "content": message["content"],
+        "additional_kwargs": {},
+        "response_metadata": {},
+        "type": kind,
+        "name": None,
+        "id": message["id"],
+    }
+    if kind == "ai":
+        converted["tool_calls"] = [
+            {**call, "type": call.get("type", "tool_call")}
+            for call in message.get("tool_calls") or []
+        ]
+        converted["invalid_tool_calls"] = []
+        converted["usage_metadata"] = None
+    elif kind == "tool":
+        converted["tool_call_id"] = message.get("tool_call_id")
+        converted["artifact"] = None
+        converted["status"] = "success"
+    return converted

@@ -1,0 +1,255 @@
+"""Following a run in LangGraph's dialect: its events as LangGraph's SSE stream (`/stream`),
+or its outcome once it ends (`/wait`, `/join`).
+
+Both attach to the run's stream as `/v1` does (`server.attach`); the stream is translated per
+viewer by `stream.LangGraphStream`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+from litestar.response import Stream
+
+from stream_store.errors import Conflict
+from stream_store.events import RunStatus, parse_event_id
+from stream_store.quotas import CallerQuotas
+from stream_store.run_records import RunRecord
+
+from ..attach import Attachment, check_resume_point
+from ..auth import Caller
+from ..fanout import Frame
+from ..resources import Resources
+from .rejoin import catch_up
+from .stream import LangGraphStream
+from .views import thread_state
+
+__all__ = [
+    "SSE_HEADERS",
+    "StreamCut",
+    "TranslatedDialect",
+    "langgraph_attachment",
+    "modes_of",
+    "run_paths",
+    "stream_response",
+    "wait_response",
+]
+
+logger = structlog.get_logger()
+
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+WAIT_PING = b"\n"  # leading whitespace keeps the JSON answer valid; LangGraph sends the same
+ROLLBACK_WAIT_S = 5.0  # how long `cancel?wait=true&action=rollback` waits for the rollback
+
+
+class StreamCut(Exception):
+    """Raised after the headers went out, so the server aborts the connection: a LangGraph
+    client then reconnects, where a clean end would tell it the run finished."""
+
+
+def run_paths(run: RunRecord) -> dict[str, str]:
+    """The headers that name a run's stream and the run, which the SDKs reconnect with."""
+    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    return {"Location": f"{base}/stream", "Content-Location": base}
+
+
+def modes_of(run: RunRecord, asked: list[str] | None) -> list[str]:
+    """The run's modes a join asked for (none asked: all of them). As in LangGraph,
+    `messages` and `messages-tuple` each ask for whichever of the two the run streams, and a
+    mode the run does not stream gives nothing."""
+    recorded: list[str] = list(run.kwargs.get("stream_mode") or ["values"])
+    if not asked:
+        return recorded
+    wants_messages = any(m.startswith("messages") for m in asked)
+    return [m for m in recorded if m in asked or (wants_messages and m.startswith("messages"))]
+
+
+class _Quiet:
+    """A dialect that writes nothing but keep-alives: `/wait` and `/join` answer at the end."""
+
+    ping = WAIT_PING
+
+    def __init__(self, translator: LangGraphStream) -> None:
+        self.translator = translator
+
+    def render(self, frame: Frame) -> bytes:
+        return b""
+
+    def ends_after(self, frame: Frame) -> bool:
+        return self.translator.ends_after(frame.stored)
+
+
+class TranslatedDialect:
+    """An attachment's frames as one LangGraph viewer's SSE events (its `LangGraphStream`)."""
+
+    ping = LangGraphStream.heartbeat
+
+    def __init__(self, translator: LangGraphStream) -> None:
+        self.translator = translator
+
+    def render(self, frame: Frame) -> bytes:
+        return self.translator.render(frame.stored, shared=frame.renders)
+
+    def ends_after(self, frame: Frame) -> bool:
+        return self.translator.ends_after(frame.stored)
+
+
+def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
+    return LangGraphStream(
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        graph=run.graph,
+        modes=modes,
+        metadata=run.metadata,
+    )
+
+
+async def langgraph_attachment(
+    resources: Resources, run: RunRecord, after: str, dialect: Any
+) -> Attachment:
+    """The run's events after `after` for a LangGraph viewer: a lost stream starts it over."""
+    record = await resources.events.live_record(run.run_id)
+    if record is not None and parse_event_id(after) < parse_event_id(record.first_id):
+        after = "0-0"  # Redis lost the stream: the new one opens with a fresh `values`
+    first_id = check_resume_point(run, record, after)
+    return Attachment(
+        resources.follower,
+        resources.events,
+        run_id=run.run_id,
+        after=after,
+        first_id=first_id,
+        ping_interval_s=min(5.0, resources.settings.ping_interval_s),
+        dialect=dialect,
+    )
+
+
+async def stream_response(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    run: RunRecord,
+    *,
+    modes: list[str],
+    after: str,
+    cancel_on_disconnect: bool,
+    partly_sent: tuple[str, int] | None = None,
+) -> Stream:
+    """The run's events after `after` (and the rest of `partly_sent`, an event the client has
+    some frames of) as LangGraph's SSE frames, in the caller's stream slot."""
+    translator = _translator(run, modes)
+    if partly_sent is not None:
+        translator.resume_within(*partly_sent)
+    attachment = await langgraph_attachment(resources, run, after, TranslatedDialect(translator))
+    await catch_up(resources, run.run_id, translator, attachment.last_id)
+    slot = await quotas.take_stream_slot(caller.owner, None)
+    opening = translator.opening() if after == "0-0" else b""
+    frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
+    return Stream(
+        quotas.hold(slot, frames),
+        media_type="text/event-stream; charset=utf-8",
+        headers={**SSE_HEADERS, **run_paths(run)},
+    )
+
+
+async def _to_the_end(
+    resources: Resources,
+    run: RunRecord,
+    attachment: Attachment,
+    cancel_on_disconnect: bool,
+    *,
+    opening: bytes = b"",
+) -> AsyncGenerator[bytes]:
+    """`opening`, then the attachment's chunks until the run's LangGraph stream ends; cut
+    before that (the client went away, or the server stops), the run is cancelled when the
+    client asked for it, and `StreamCut` aborts the connection."""
+    finished = False
+    try:
+        if opening:
+            yield opening
+        async for chunk in attachment.frames():
+            if chunk:
+                yield chunk
+        finished = attachment.complete
+    finally:
+        if not finished and cancel_on_disconnect:
+            await _cancel_quietly(resources, run)
+    if not finished:
+        raise StreamCut(f"following run {run.run_id} cut before its end")
+
+
+async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
+    """Cancel `run` for a client that went away. It runs in the `finally` of a response the
+    client's disconnect cancelled (Litestar cancels the body's task group), so it is shielded:
+    unshielded, its first await would be cancelled too and the run would go on."""
+    with anyio.CancelScope(shield=True):
+        current = await resources.run_records.get_run(run.run_id, run.owner)
+        if current is not None and current.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            with contextlib.suppress(Conflict):
+                await resources.lifecycle.cancel(current)
+            logger.info("run cancelled: its client went away (on_disconnect=cancel)")
+
+
+async def _outcome(resources: Resources, run: RunRecord) -> dict[str, Any]:
+    """What `/wait` and `/join` answer: the thread's values, or the run's error."""
+    run = await resources.run_records.get_run(run.run_id, run.owner) or run
+    if run.status == "failed":
+        error = run.error or {}
+        kind, _, text = str(error.get("message", "")).partition(": ")
+        return {"__error__": {"error": kind or error.get("code", "error"), "message": text}}
+    thread = await resources.thread_records.get_thread(run.thread_id, run.owner)
+    if thread is None:
+        return {}
+    state = await thread_state(resources, thread)
+    values: dict[str, Any] = dict(state.values) if isinstance(state.values, dict) else {}
+    if state.interrupts:
+        values["__interrupt__"] = state.interrupts
+    return values
+
+
+async def _rolled_back(resources: Resources, run: RunRecord) -> None:
+    """Return once a cancelled run's rollback removed it, or after `ROLLBACK_WAIT_S`. The run's
+    `end` is written before its rollback (the outcome first), and a LangGraph client takes the
+    answer to a waiting cancel as "the thread is back as it was"."""
+    with anyio.move_on_after(ROLLBACK_WAIT_S):
+        # the rollback is another process's (the worker's), so nothing here can be awaited
+        for _ in range(int(ROLLBACK_WAIT_S / 0.02)):
+            if await resources.run_records.get_run(run.run_id, run.owner) is None:
+                return
+            await anyio.sleep(0.02)
+
+
+async def wait_response(
+    resources: Resources,
+    run: RunRecord,
+    cancel_on_disconnect: bool,
+    *,
+    rollback: bool = False,
+) -> Stream:
+    """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON."""
+    attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
+
+    async def body() -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(
+            _to_the_end(resources, run, attachment, cancel_on_disconnect)
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
+        if rollback:
+            await _rolled_back(resources, run)
+        yield msgspec.json.encode(await _outcome(resources, run))
+
+    paths = run_paths(run)
+    return Stream(
+        body(),
+        media_type="application/json",
+        headers={
+            "Location": f"{paths['Content-Location']}/join",
+            "Content-Location": paths["Content-Location"],
+            "Cache-Control": "no-store",
+        },
+    )

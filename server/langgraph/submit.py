@@ -1,0 +1,182 @@
+"""A LangGraph run request as a runstream run, checked as `/v1` checks its own, and submitted.
+
+The run is a runstream run (the same records, stream, workers and lifecycle as `/v1`) whose
+request also asks the worker for LangGraph's `values` and `updates` events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from stream_store.errors import Conflict, NotFound, StoreError
+from stream_store.limits import BATCH_MAX_RUNS
+from stream_store.quotas import CallerQuotas
+from stream_store.run_records import RunRecord
+from stream_store.run_submit import TITLE_CHARS, NewRun
+from stream_store.schemas import InputMessage
+
+from .. import inputs
+from ..auth import Caller
+from ..errors import ApiError
+from ..resources import Resources
+from ..runs import record_run
+from .command import checked_command
+from .conversions import engine_messages, stream_modes
+from .views import graph_of_assistant
+from .wire import RunCreate
+
+__all__ = ["submit", "submit_batch", "unprocessable"]
+
+RECORDED_MODES = ("values", "updates")  # what the worker records beyond runstream's events
+
+
+def unprocessable(message: str) -> ApiError:
+    return ApiError(422, "invalid_request", message)
+
+
+def _text_content(content: Any) -> str:
+    """A message's text: runstream's graphs take text, given as a string or text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        for b in content
+    ):
+        return "".join(b["text"] for b in content)
+    raise unprocessable("message content must be text (a string, or blocks of type 'text')")
+
+
+def _command(
+    resources: Resources, body: RunCreate, graph: str, thread_id: str | None
+) -> dict[str, Any]:
+    """The request's checked `command` (none: `{}`)."""
+    if not body.command:
+        return {}
+    command = checked_command(
+        body.command,
+        resources.graphs.get(graph, resources.checkpointer),
+        resources.settings.max_resume_bytes,
+    )
+    if "resume" in command and thread_id is None:
+        raise ApiError(400, "invalid_request", "You must provide a thread_id when resuming.")
+    steers = "update" in command or "goto" in command  # the command is the graph's input
+    if steers and body.input:
+        raise unprocessable(
+            "give input or command.update/command.goto, not both: the command is the input"
+        )
+    return command
+
+
+def _input_messages(
+    resources: Resources, body: RunCreate, command: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The request's `input.messages` as runstream input messages, within the bounds."""
+    raw = body.input.get("messages") if isinstance(body.input, dict) else body.input
+    if isinstance(body.input, dict) and set(body.input) - {"messages"}:
+        raise unprocessable("runstream's graphs take input {'messages': [...]} only")
+    try:
+        messages = engine_messages(raw) if raw is not None else []
+    except ValueError as exc:
+        raise unprocessable(str(exc)) from None
+    if not messages and not command:
+        raise unprocessable("input.messages needs at least one message (or a command)")
+    for message in messages:
+        message["content"] = _text_content(message["content"])
+    inputs.input_messages(msgspec.convert(messages, list[InputMessage]), resources.settings)
+    return messages
+
+
+def _new_run(
+    resources: Resources, caller: Caller, body: RunCreate, thread_id: str | None
+) -> NewRun:
+    """The runstream run a LangGraph request asks for."""
+    graph = graph_of_assistant(resources, body.assistant_id)
+    try:
+        modes = stream_modes(body.stream_mode)
+    except ValueError as exc:
+        raise unprocessable(str(exc)) from None
+    command = _command(resources, body, graph, thread_id)
+    messages = _input_messages(resources, body, command)
+    configurable = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
+    inputs.configurable(configurable, resources.graphs, graph)
+    metadata = body.metadata or {}
+    inputs.metadata(metadata, resources.settings)
+    first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
+    kwargs = {
+        "input": body.input,
+        "command": command or None,
+        "config": body.config or {},
+        "context": body.context or {},
+        "stream_mode": modes,
+        "on_disconnect": body.on_disconnect,
+        "resumable": True,  # every runstream run is
+    }
+    return NewRun(
+        owner=caller.owner,
+        graph=graph,
+        input={"messages": messages},
+        thread_id=thread_id,
+        config={"configurable": configurable},
+        metadata=metadata,
+        multitask=body.multitask_strategy,
+        title=first_user[:TITLE_CHARS] if isinstance(first_user, str) else None,
+        max_active_runs=resources.settings.max_active_runs,
+        stream_modes=[m for m in modes if m in RECORDED_MODES],
+        kwargs=kwargs,
+        resume={"value": command["resume"]} if "resume" in command else None,
+        supersede_interrupted=True,
+        create_thread=body.if_not_exists == "create",
+    )
+
+
+async def submit(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    body: RunCreate,
+    thread_id: str | None,
+) -> RunRecord:
+    """Check and record the run `body` asks for on `thread_id` (None: a new thread), with
+    LangGraph's messages for a busy thread and a missing one."""
+    if thread_id is not None:
+        thread_id = inputs.object_id(thread_id, "thread")
+    new = _new_run(resources, caller, body, thread_id)
+    try:
+        created = await record_run(resources, quotas, new, dialect="langgraph")
+    except Conflict as exc:
+        if exc.code == "thread_busy":
+            raise Conflict(
+                "Thread is already running a task. Wait for it to finish or choose a"
+                " different multitask strategy.",
+                code="thread_busy",
+            ) from None
+        raise
+    except NotFound:
+        raise NotFound("Thread or assistant not found.") from None
+    return created.run
+
+
+async def submit_batch(
+    resources: Resources, quotas: CallerQuotas, caller: Caller, bodies: list[RunCreate]
+) -> list[RunRecord]:
+    """Stateless runs, several in one request (`POST /runs/batch`). Every body is checked
+    before any run is recorded, so bad input records nothing. A refusal while recording (429
+    for the caller's limits, 503) stops the batch there: the runs before it stay recorded and
+    the error names them."""
+    if not 1 <= len(bodies) <= BATCH_MAX_RUNS:
+        raise unprocessable(f"a batch holds 1 to {BATCH_MAX_RUNS} runs, not {len(bodies)}")
+    news = [_new_run(resources, caller, body, None) for body in bodies]
+    runs: list[RunRecord] = []
+    for new in news:
+        try:
+            runs.append((await record_run(resources, quotas, new, dialect="langgraph")).run)
+        except StoreError as exc:
+            if runs:
+                recorded = ", ".join(run.run_id for run in runs)
+                exc.message = (
+                    f"{exc.message} (run {len(runs) + 1} of {len(news)}; recorded: {recorded})"
+                )
+            raise
+    return runs

@@ -1,0 +1,364 @@
+"""Run records in Postgres (`runstream_runs`), the system of record for a run's status.
+
+Every state change is one conditional UPDATE (`WHERE status = ...`), so two processes racing
+on one run (a cancel and a worker's claim, two resumes) cannot both win. Owner scoping lives in
+the SQL: a query for another owner's run finds nothing, which the server answers as 404.
+Creating a run is the submit's transaction, in `run_submit.py`.
+
+Every other statement on `runstream_runs` is here, each condition beside the others it must
+agree with; that, not one long function, is why this module is longer than most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from .checkpoints import delete_run_checkpoints
+from .connections import PgPool
+from .errors import postgres_errors
+from .events import ACTIVE_STATUSES, RunStatus
+from .pg import execute, fetch_all
+
+__all__ = ["RUN_COLUMNS", "BeforeCommit", "RunRecord", "RunRecords"]
+
+# What every statement that returns runs selects (or RETURNs), as `RunRecord` reads it.
+RUN_COLUMNS = (
+    "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
+    " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
+    " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs, traceparent,"
+    " attempt_traceparent"
+)
+# A queued run of a thread may go next when nothing else of its thread is in flight.
+_MAY_GO_NEXT = (
+    "status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
+    " WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
+)
+# The fence of a worker's transitions: only the attempt that holds the running run moves it.
+_HELD_BY_ATTEMPT = "run_id = %s AND attempt = %s AND status = 'running'"
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """One row of `runstream_runs`."""
+
+    run_id: str
+    thread_id: str
+    owner: str
+    graph: str
+    status: RunStatus
+    attempt: int
+    dispatch: int
+    input: dict[str, Any]
+    config: dict[str, Any]
+    metadata: dict[str, Any]
+    multitask: str
+    resume: Any = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: dict[str, Any] | None = None
+    interrupt: Any = None
+    output: dict[str, Any] | None = None
+    last_event_id: str | None = None
+    # Extra LangGraph stream modes the worker records (`values`, `updates`), and the LangGraph
+    # API's own fields of the request; both empty for runs submitted to `/v1`.
+    stream_modes: list[str] = []
+    kwargs: dict[str, Any] = {}
+    # Traces (stream_store/tracing.py): the submit span's `traceparent`, and that of the attempt
+    # that claimed the run last; `claim_run` returns the one before its own claim.
+    traceparent: str | None = None
+    attempt_traceparent: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunRecord:
+        """The record of a row selected as `RUN_COLUMNS`."""
+        return msgspec.convert(row, cls, from_attributes=False)
+
+    @property
+    def job_id(self) -> str:
+        """The arq job id of this dispatch: enqueueing the same dispatch twice is a no-op."""
+        return f"{self.run_id}:{self.dispatch}"
+
+
+# Runs inside a transition's transaction, its row locked, before the commit: the Redis write
+# that announces the transition, so that a refusal (Redis at `maxmemory`) rolls it back.
+BeforeCommit = Callable[[RunRecord], Awaitable[None]]
+
+
+class RunRecords:
+    """Queries and status changes of runs; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self.pool = pool
+
+    async def _runs(self, query: str, params: Sequence[Any] = ()) -> list[RunRecord]:
+        return [RunRecord.from_row(row) for row in await fetch_all(self.pool, query, params)]
+
+    async def _select_runs(self, where: str, params: Sequence[Any] = ()) -> list[RunRecord]:
+        """`SELECT` the runs `WHERE <where>` (the table is aliased `r`)."""
+        return await self._runs(f"SELECT {RUN_COLUMNS} FROM runstream_runs r WHERE {where}", params)
+
+    async def _one_run(
+        self, query: str, params: Sequence[Any], *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        """The one run `query` returns, if any; `before_commit` gets it inside the transaction."""
+        if before_commit is None:
+            found = await self._runs(query, params)
+            return found[0] if found else None
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(query, params)
+            row = await cur.fetchone()
+            run = RunRecord.from_row(row) if row else None
+            if run is not None:
+                await before_commit(run)
+        return run
+
+    async def _update_run(
+        self,
+        assignments: str,
+        where: str,
+        params: Sequence[Any],
+        *,
+        before_commit: BeforeCommit | None = None,
+    ) -> RunRecord | None:
+        """`UPDATE ... SET <assignments> WHERE <where>`: the run as it is after, or None when
+        `where` no longer holds (another process won)."""
+        return await self._one_run(
+            f"UPDATE runstream_runs SET {assignments} WHERE {where} RETURNING {RUN_COLUMNS}",
+            params,
+            before_commit=before_commit,
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
+        """The run, or None when unknown or (with `owner`) not that owner's."""
+        if owner is None:
+            found = await self._select_runs("run_id = %s", (run_id,))
+        else:
+            found = await self._select_runs("run_id = %s AND owner = %s", (run_id, owner))
+        return found[0] if found else None
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """Those of the runs that exist, in one statement, whoever owns them."""
+        return await self._select_runs("run_id = ANY(%s::uuid[])", (list(run_ids),))
+
+    async def thread_runs(self, thread_id: str, owner: str) -> list[RunRecord]:
+        return await self._select_runs(
+            "thread_id = %s AND owner = %s ORDER BY created_at", (thread_id, owner)
+        )
+
+    async def working_runs(self, owner: str, statuses: Sequence[str]) -> list[RunRecord]:
+        """The owner's runs in `statuses` (a subset of queued and running), oldest first."""
+        return await self._select_runs(
+            "owner = %s AND status IN ('queued', 'running') AND status = ANY(%s)"
+            " ORDER BY created_at",
+            (owner, list(statuses)),
+        )
+
+    async def next_queued(self, thread_id: str) -> RunRecord | None:
+        """The oldest queued run of the thread, if nothing else on the thread is in flight."""
+        found = await self._select_runs(
+            f"thread_id = %s AND {_MAY_GO_NEXT} ORDER BY created_at LIMIT 1", (thread_id,)
+        )
+        return found[0] if found else None
+
+    # -- what the reaper looks for -------------------------------------------------------------
+
+    async def running_claimed_before(self, age_s: float) -> list[RunRecord]:
+        """Runs running for at least `age_s` since their claim: the reaper checks their leases."""
+        return await self._select_runs(
+            "status = 'running' AND claimed_at < clock_timestamp() - make_interval(secs => %s)",
+            (age_s,),
+        )
+
+    async def queued_heads(self) -> list[RunRecord]:
+        """Per thread, the queued run that may go next (nothing else of its thread in flight)."""
+        return await self._runs(
+            f"SELECT DISTINCT ON (thread_id) {RUN_COLUMNS} FROM runstream_runs r"
+            f" WHERE {_MAY_GO_NEXT} ORDER BY thread_id, created_at"
+        )
+
+    async def unsettled(self, age_s: float) -> list[RunRecord]:
+        """Runs whose outcome Postgres holds but whose stream was never told (writer died)."""
+        return await self._select_runs(
+            "last_event_id IS NULL AND settled_at IS NOT NULL"
+            " AND settled_at < clock_timestamp() - make_interval(secs => %s)",
+            (age_s,),
+        )
+
+    async def active_runs(self) -> list[RunRecord]:
+        """Every queued, running or interrupted run (recovery after Redis lost its data)."""
+        return await self._select_runs("status IN ('queued', 'running', 'interrupted')")
+
+    # -- status changes ----------------------------------------------------------------------
+
+    async def claim_run(
+        self, run_id: str, attempt_traceparent: str | None = None
+    ) -> RunRecord | None:
+        """queued -> running, for the worker that got the job; None if someone else won.
+
+        Records the claiming attempt's `attempt_traceparent` and returns the previous one (the
+        CTE reads the row as it was), which the new attempt's span links to.
+        """
+        previous = "(SELECT attempt_traceparent FROM before) AS attempt_traceparent"
+        return await self._one_run(
+            "WITH before AS (SELECT attempt_traceparent FROM runstream_runs WHERE run_id = %s)"
+            " UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
+            " started_at = coalesce(started_at, clock_timestamp()),"
+            " attempt_traceparent = coalesce(%s, attempt_traceparent)"
+            " WHERE run_id = %s AND status = 'queued'"
+            f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}",
+            (run_id, attempt_traceparent, run_id),
+        )
+
+    async def redispatch_if_stuck(
+        self, run_id: str, dispatch: int, age_s: float
+    ) -> RunRecord | None:
+        """A new job id for a run queued longer than `age_s` (its job may be stuck in arq).
+
+        arq keeps a picked job "in progress" for the whole job timeout even if its worker
+        died before claiming the run; a fresh dispatch number gives the run a fresh job.
+        """
+        return await self._update_run(
+            "dispatch = dispatch + 1, queued_at = clock_timestamp()",
+            "run_id = %s AND dispatch = %s AND status = 'queued'"
+            " AND queued_at < clock_timestamp() - make_interval(secs => %s)",
+            (run_id, dispatch, age_s),
+        )
+
+    async def requeue_attempt(self, run_id: str, attempt: int) -> RunRecord | None:
+        """running as `attempt` -> queued as `attempt + 1`: the attempt died or handed back."""
+        return await self._update_run(
+            "status = 'queued', attempt = attempt + 1, dispatch = dispatch + 1,"
+            " claimed_at = NULL, queued_at = clock_timestamp()",
+            _HELD_BY_ATTEMPT,
+            (run_id, attempt),
+        )
+
+    async def fail_attempts_exhausted(
+        self, run_id: str, attempt: int, error: dict[str, Any]
+    ) -> RunRecord | None:
+        """running as `attempt` -> failed as `attempt + 1`: no attempts left."""
+        return await self._update_run(
+            "status = 'failed', attempt = attempt + 1, finished_at = clock_timestamp(),"
+            " settled_at = clock_timestamp(), error = %s",
+            _HELD_BY_ATTEMPT,
+            (Jsonb(error), run_id, attempt),
+        )
+
+    async def finish_run(
+        self,
+        run_id: str,
+        attempt: int,
+        status: RunStatus,
+        *,
+        output: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """running -> succeeded/failed/cancelled by the attempt that holds it."""
+        return await self._update_run(
+            "status = %s, finished_at = clock_timestamp(), settled_at = clock_timestamp(),"
+            " output = %s, error = %s, resume = NULL",
+            _HELD_BY_ATTEMPT,
+            (
+                status,
+                Jsonb(output) if output else None,
+                Jsonb(error) if error else None,
+                run_id,
+                attempt,
+            ),
+        )
+
+    async def interrupt_run(self, run_id: str, attempt: int, interrupt: Any) -> RunRecord | None:
+        """running -> interrupted: the graph is waiting for `/resume`."""
+        return await self._update_run(
+            "status = 'interrupted', interrupt = %s, resume = NULL,"
+            " settled_at = clock_timestamp(), last_event_id = NULL",
+            _HELD_BY_ATTEMPT,
+            (Jsonb(interrupt), run_id, attempt),
+        )
+
+    async def cancel_idle_run(
+        self, run_id: str, owner: str, *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        """queued/interrupted -> cancelled directly: no worker is executing it.
+
+        `before_commit` gets the cancelled run while its row is locked; raising rolls back.
+        """
+        return await self._update_run(
+            "status = 'cancelled', finished_at = clock_timestamp(), settled_at = clock_timestamp()",
+            "run_id = %s AND owner = %s AND status IN ('queued', 'interrupted')",
+            (run_id, owner),
+            before_commit=before_commit,
+        )
+
+    async def resume_run(
+        self, run_id: str, owner: str, value: Any, *, before_commit: BeforeCommit | None = None
+    ) -> RunRecord | None:
+        """interrupted -> queued with the resume value, as a new dispatch of the same run.
+
+        `before_commit` gets the resumed run while its row is locked; raising rolls back.
+        """
+        return await self._update_run(
+            "status = 'queued', resume = %s, interrupt = NULL, dispatch = dispatch + 1,"
+            " queued_at = clock_timestamp(), settled_at = NULL, last_event_id = NULL",
+            "run_id = %s AND owner = %s AND status = 'interrupted'",
+            (Jsonb({"value": value}), run_id, owner),
+            before_commit=before_commit,
+        )
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    async def set_attempt(self, run_id: str, attempt: int) -> None:
+        """Align an interrupted run's attempt with the Redis record after a repair."""
+        await execute(
+            self.pool,
+            "UPDATE runstream_runs SET attempt = %s WHERE run_id = %s AND attempt < %s",
+            (attempt, run_id, attempt),
+        )
+
+    async def set_last_event_id(self, run_id: str, event_id: str) -> None:
+        await execute(
+            self.pool,
+            "UPDATE runstream_runs SET last_event_id = %s WHERE run_id = %s",
+            (event_id, run_id),
+        )
+
+    async def ask_rollback(self, run_id: str, *, wanted: bool = True) -> None:
+        """Remember that the run, once cancelled, goes with what it wrote (`roll_back_run`);
+        `wanted=False` forgets it again (the cancel that asked was refused)."""
+        await execute(
+            self.pool,
+            "UPDATE runstream_runs SET kwargs = kwargs || '{\"rollback\": true}' WHERE run_id = %s"
+            if wanted
+            else "UPDATE runstream_runs SET kwargs = kwargs - 'rollback' WHERE run_id = %s",
+            (run_id,),
+        )
+
+    # -- deletes -----------------------------------------------------------------------------
+
+    async def delete_run(self, run_id: str, owner: str) -> bool:
+        """Delete a run that is over (its thread's checkpoints stay: they are the thread's)."""
+        deleted = await fetch_all(
+            self.pool,
+            "DELETE FROM runstream_runs WHERE run_id = %s AND owner = %s"
+            " AND status <> ALL(%s) RETURNING run_id",
+            (run_id, owner, sorted(ACTIVE_STATUSES)),
+        )
+        return bool(deleted)
+
+    async def roll_back_run(self, run_id: str, thread_id: str) -> None:
+        """Delete a cancelled run with the checkpoints it wrote, in one transaction."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            await delete_run_checkpoints(conn, thread_id, run_id)
+            await conn.execute(
+                "DELETE FROM runstream_runs WHERE run_id = %s AND status = 'cancelled'",
+                (run_id,),
+            )

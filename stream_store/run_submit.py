@@ -1,0 +1,285 @@
+"""The submit's transaction: a new run (and its thread when none is given) in Postgres.
+
+It keeps the rules that decide whether a run may be recorded, all in one transaction with the
+thread's row locked: the thread is the owner's, `multitask` (`reject` refuses a busy thread),
+the idempotency key (a replay answers the first run; a different request under the same key
+is refused), the owner's active-run limit, and LangGraph's superseding of an interrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+import weakref
+from typing import Any
+
+import msgspec
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from .connections import PgPool
+from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
+from .events import ACTIVE_STATUSES
+from .limits import ACTIVE_RUNS_RETRY_AFTER_S
+from .pg import fetch_all
+from .run_records import RUN_COLUMNS, BeforeCommit, RunRecord
+
+__all__ = ["TITLE_CHARS", "Created", "NewRun", "RunSubmitter"]
+
+TITLE_CHARS = 80
+# The advisory-lock class (first of two int4 keys) under which a submit locks its owner.
+_OWNER_SUBMIT_LOCK = 0x7375626D  # "subm"
+
+# Inserts the run on the thread named by a CTE `thread` (new or updated in the same statement).
+_INSERT_RUN = (
+    "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
+    " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume,"
+    " traceparent)"
+    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    " FROM thread"
+    " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+)
+_NEW_THREAD = (
+    "INSERT INTO runstream_threads (thread_id, owner, title, metadata) VALUES (%s, %s, %s, %s)"
+    " RETURNING thread_id"
+)
+_TOUCHED_THREAD = (
+    "UPDATE runstream_threads SET updated_at = clock_timestamp(), title = coalesce(title, %s)"
+    " WHERE thread_id = %s RETURNING thread_id"
+)
+
+
+class NewRun(msgspec.Struct, kw_only=True):
+    """What the server asks `create_run` to record."""
+
+    owner: str
+    graph: str
+    input: dict[str, Any]
+    thread_id: str | None = None
+    config: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    multitask: str = "reject"
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    title: str | None = None
+    # Refuse (LimitReached) when the owner has this many queued or running runs; 0: no limit.
+    max_active_runs: int = 0
+    stream_modes: list[str] = []
+    kwargs: dict[str, Any] = {}
+    # The answer to the thread's pending interrupt, for a run that continues it (LangGraph's
+    # `command.resume`): `{"value": ...}`.
+    resume: dict[str, Any] | None = None
+    # LangGraph ends a run at its interrupt: a new run on the thread ends an `interrupted` one
+    # (as succeeded) instead of waiting behind it.
+    supersede_interrupted: bool = False
+    # With a thread id that names no thread yet: create it (LangGraph's `if_not_exists`).
+    create_thread: bool = False
+    traceparent: str | None = None  # of the submit span, continued by every attempt
+
+    def run_values(self, run_id: str) -> tuple[Any, ...]:
+        """The parameters of `_INSERT_RUN` after the thread's."""
+        return (
+            run_id,
+            self.owner,
+            self.graph,
+            Jsonb(self.input),
+            Jsonb(self.config),
+            Jsonb(self.metadata),
+            self.multitask,
+            self.idempotency_key,
+            self.request_hash,
+            self.stream_modes,
+            Jsonb(self.kwargs),
+            Jsonb(self.resume) if self.resume is not None else None,
+            self.traceparent,
+        )
+
+
+class Created(msgspec.Struct):
+    run: RunRecord
+    created: bool
+    dispatch_now: bool
+    superseded: list[RunRecord] = []  # interrupted runs this one ended (`supersede_interrupted`)
+
+
+class _KeyTaken(Exception):
+    """Internal: the idempotency key already names a run."""
+
+
+class RunSubmitter:
+    """Records submitted runs; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self.pool = pool
+        # One limited submit per owner at a time in this process, before it takes a pooled
+        # connection: a submit waiting on its owner's advisory lock holds a connection, and a
+        # burst from one caller would otherwise take the whole pool while it queues there.
+        self._owner_turns: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def create_run(self, new: NewRun, *, before_commit: BeforeCommit) -> Created:
+        """Record a run (and its thread when none is given), honouring idempotency and multitask.
+
+        `before_commit` runs inside the transaction once the run is known to be new, so the
+        run's stream exists before anyone can read the run; if it raises, nothing is recorded.
+
+        Raises:
+            NotFound: `new.thread_id` is unknown or not the owner's.
+            Conflict: the thread has an active run and `multitask` is `reject`.
+            IdempotencyMismatch: the key was used for a different request.
+            LimitReached: the owner has `new.max_active_runs` queued or running runs (a replay
+                by key is answered all the same).
+        """
+        try:
+            return await self._insert_run(new, before_commit)
+        except _KeyTaken:
+            pass
+        existing = await self._run_by_key(new.owner, new.idempotency_key or "")
+        if existing is None:  # the first request rolled back after we waited on it: retry
+            return await self.create_run(new, before_commit=before_commit)
+        if existing.request_hash != new.request_hash:
+            raise IdempotencyMismatch("Idempotency-Key was already used with a different request")
+        return Created(run=existing, created=False, dispatch_now=False)
+
+    async def _insert_run(self, new: NewRun, before_commit: BeforeCommit) -> Created:
+        # Two statements between BEGIN and COMMIT, whatever the case, and one more pipeline with
+        # an active-run limit: this is on the way from submit to first token, and each
+        # statement is a round trip.
+        turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+        if new.max_active_runs:
+            turn = self._owner_turns.setdefault(new.owner, asyncio.Lock())
+        async with turn, postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            if new.max_active_runs:
+                await self._check_active_runs(conn, new)
+            busy = False
+            superseded: list[RunRecord] = []
+            if new.thread_id is None or (
+                new.create_thread and not await _thread_exists(conn, new.thread_id)
+            ):
+                thread = _NEW_THREAD
+                thread_values: tuple[Any, ...] = (
+                    new.thread_id or str(uuid.uuid4()),
+                    new.owner,
+                    new.title,
+                    Jsonb({}),
+                )
+            else:
+                busy, superseded = await self._admit_on_thread(conn, new, new.thread_id)
+                thread, thread_values = _TOUCHED_THREAD, (new.title, new.thread_id)
+            cur = await conn.execute(
+                f"WITH thread AS ({thread}) {_INSERT_RUN} RETURNING {RUN_COLUMNS}",
+                (*thread_values, *new.run_values(str(uuid.uuid4()))),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                # The key was used before: leaving by exception rolls back any new thread.
+                raise _KeyTaken
+            run = RunRecord.from_row(row)
+            await before_commit(run)
+        return Created(run=run, created=True, dispatch_now=not busy, superseded=superseded)
+
+    async def _admit_on_thread(
+        self, conn: AsyncConnection[DictRow], new: NewRun, thread_id: str
+    ) -> tuple[bool, list[RunRecord]]:
+        """Lock the owner's existing thread and apply `multitask`: whether the new run waits
+        behind an active one, and the interrupted runs it superseded.
+
+        Raises:
+            NotFound: the thread is unknown or not the owner's.
+            Conflict: the thread is busy and `multitask` is `reject`.
+        """
+        cur = await conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
+            " AND status = ANY(%s)) AS busy,"
+            " EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
+            " AND status IN ('queued', 'running')) AS working"
+            " FROM runstream_threads t WHERE thread_id = %s AND owner = %s FOR UPDATE",
+            (sorted(ACTIVE_STATUSES), thread_id, new.owner),
+        )
+        found = await cur.fetchone()
+        if found is None:
+            raise NotFound(f"thread {thread_id} not found")
+        busy: bool = found["busy"]
+        superseded: list[RunRecord] = []
+        if busy and new.supersede_interrupted:
+            superseded = await _end_interrupted(conn, thread_id)
+            busy = found["working"]  # the interrupted run just ended
+        if busy and new.multitask == "reject":
+            # A replay of an earlier request by key answers 200, busy or not.
+            if new.idempotency_key and await _key_used(conn, new):
+                raise _KeyTaken
+            raise Conflict(f"thread {thread_id} already has an active run", code="thread_busy")
+        return busy, superseded
+
+    async def _check_active_runs(self, conn: AsyncConnection[DictRow], new: NewRun) -> None:
+        """Refuse the run if its owner already has `new.max_active_runs` queued or running runs.
+
+        The owner's advisory lock, held to the end of the transaction, puts concurrent submits
+        of one owner in a line: each counts after the one before it committed or rolled back.
+        The count is a statement of its own, after the lock, so that it sees what the lock
+        waited for; the two go in one pipeline, one round trip.
+        """
+        async with conn.pipeline():
+            await conn.execute(
+                f"SELECT pg_advisory_xact_lock({_OWNER_SUBMIT_LOCK}, hashtext(%s))", (new.owner,)
+            )
+            cur = await conn.execute(
+                "SELECT count(*) AS active FROM runstream_runs"
+                " WHERE owner = %s AND status IN ('queued', 'running')",
+                (new.owner,),
+            )
+        counted = await cur.fetchone()
+        if counted is None or counted["active"] < new.max_active_runs:
+            return
+        if new.idempotency_key and await _key_used(conn, new):
+            raise _KeyTaken  # a replay by key answers 200 with the run, at the limit or not
+        raise LimitReached(
+            f"you have {counted['active']} queued or running runs and"
+            f" RUNSTREAM_MAX_ACTIVE_RUNS allows {new.max_active_runs}; submit again when one"
+            " has finished, or cancel one",
+            code="too_many_active_runs",
+            retry_after_s=ACTIVE_RUNS_RETRY_AFTER_S,
+        )
+
+    async def _run_by_key(self, owner: str, key: str) -> RunRecord | None:
+        found = await fetch_all(
+            self.pool,
+            f"SELECT {RUN_COLUMNS} FROM runstream_runs WHERE owner = %s AND idempotency_key = %s",
+            (owner, key),
+        )
+        return RunRecord.from_row(found[0]) if found else None
+
+
+async def _thread_exists(conn: AsyncConnection[DictRow], thread_id: str) -> bool:
+    """Whether any owner has the thread: an id taken by another owner is not reusable."""
+    cur = await conn.execute("SELECT 1 FROM runstream_threads WHERE thread_id = %s", (thread_id,))
+    return await cur.fetchone() is not None
+
+
+async def _end_interrupted(conn: AsyncConnection[DictRow], thread_id: str) -> list[RunRecord]:
+    """interrupted -> succeeded for the thread's waiting run (its thread row is locked).
+
+    Its events are the caller's to write after the commit; `settled_at` without a
+    `last_event_id` lets the reaper write them if the caller dies first.
+    """
+    cur = await conn.execute(
+        "UPDATE runstream_runs SET status = 'succeeded', finished_at = clock_timestamp(),"
+        " settled_at = clock_timestamp(), last_event_id = NULL"
+        " WHERE thread_id = %s AND status = 'interrupted'"
+        f" RETURNING {RUN_COLUMNS}",
+        (thread_id,),
+    )
+    return [RunRecord.from_row(row) for row in await cur.fetchall()]
+
+
+async def _key_used(conn: AsyncConnection[DictRow], new: NewRun) -> bool:
+    # Not `_run_by_key`: that takes a second pooled connection while this one holds the
+    # thread's row lock, and enough such submits at once would exhaust the pool.
+    cur = await conn.execute(
+        "SELECT 1 FROM runstream_runs WHERE owner = %s AND idempotency_key = %s",
+        (new.owner, new.idempotency_key),
+    )
+    return await cur.fetchone() is not None

@@ -1,0 +1,232 @@
+"""Thread records in Postgres (`runstream_threads`), with each thread's status derived from its
+runs.
+
+Owner scoping lives in the SQL: a query for another owner's thread finds nothing, which the
+server answers as 404. A thread made by a submit is made in the submit's transaction
+(`run_submit.py`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
+from .connections import PgPool
+from .errors import Conflict, NotFound, postgres_errors
+from .events import ACTIVE_STATUSES
+from .pg import fetch_all
+
+__all__ = ["ThreadRecord", "ThreadRecords"]
+
+# Both dialects' thread statuses begin alike: busy while a run is queued or running, then
+# interrupted while one waits at its interrupt.
+_BUSY_OR_INTERRUPTED = """
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status IN ('queued', 'running')) THEN 'busy'
+      WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                   AND r.status = 'interrupted') THEN 'interrupted'
+"""
+_THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
+# A thread's status as LangGraph's server sets it when a run ends (the LangGraph API shows it
+# and `search_threads`/`count_threads` filter on it; this is its only definition): busy while
+# a run is queued or running, interrupted while one is; otherwise from the latest run that
+# started: `error` if it failed, `interrupted` if it was cancelled mid-step (LangGraph: the
+# checkpoint still has a next step), else `idle`. A run cancelled before it started changes
+# nothing.
+_LANGGRAPH_THREAD_STATUS = f"""
+    CASE {_BUSY_OR_INTERRUPTED}
+      ELSE COALESCE((SELECT CASE r.status WHEN 'failed' THEN 'error'
+                                          WHEN 'cancelled' THEN 'interrupted' ELSE 'idle' END
+                     FROM runstream_runs r WHERE r.thread_id = t.thread_id
+                     AND r.started_at IS NOT NULL
+                     ORDER BY r.created_at DESC LIMIT 1), 'idle')
+    END
+"""
+_THREAD_COLUMNS = (
+    "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
+    f" {_THREAD_STATUS} AS status, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
+)
+
+
+class ThreadRecord(msgspec.Struct, kw_only=True):
+    """One row of `runstream_threads`, with its runstream status (busy, interrupted, idle) and
+    its LangGraph status (busy, interrupted, error, idle)."""
+
+    thread_id: str
+    owner: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    langgraph_status: str
+
+
+class ThreadRecords:
+    """Queries and changes of threads; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self.pool = pool
+
+    async def _threads(self, query: str, params: Sequence[Any] = ()) -> list[ThreadRecord]:
+        rows = await fetch_all(self.pool, query, params)
+        return [msgspec.convert(row, ThreadRecord) for row in rows]
+
+    async def _one_thread(self, query: str, params: Sequence[Any]) -> ThreadRecord | None:
+        found = await self._threads(query, params)
+        return found[0] if found else None
+
+    async def create_thread(
+        self, owner: str, metadata: dict[str, Any], thread_id: str | None = None
+    ) -> ThreadRecord | None:
+        """A new thread; None when `thread_id` is given and already taken (by anyone)."""
+        return await self._one_thread(
+            "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
+            " VALUES (%s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
+            f" RETURNING {_THREAD_COLUMNS}",
+            (thread_id or str(uuid.uuid4()), owner, Jsonb(metadata)),
+        )
+
+    async def copy_thread(
+        self, thread_id: str, owner: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """A new thread of `owner` with `metadata` and a copy of `thread_id`'s checkpoints
+        (not its runs), taken from one snapshot; None when `thread_id` is not the owner's."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur = await conn.execute(
+                "SELECT 1 FROM runstream_threads WHERE thread_id = %s AND owner = %s",
+                (thread_id, owner),
+            )
+            if await cur.fetchone() is None:
+                return None
+            cur = await conn.execute(
+                "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
+                f" VALUES (%s, %s, %s) RETURNING {_THREAD_COLUMNS}",
+                (str(uuid.uuid4()), owner, Jsonb(metadata)),
+            )
+            row = await cur.fetchone()
+            assert row is not None  # INSERT ... RETURNING always returns the row
+            copied = msgspec.convert(row, ThreadRecord)
+            await copy_thread_checkpoints(conn, thread_id, copied.thread_id)
+        return copied
+
+    async def update_thread_metadata(
+        self, thread_id: str, owner: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge `metadata` into the thread's (LangGraph's PATCH); None: not the owner's."""
+        return await self._one_thread(
+            "UPDATE runstream_threads AS t SET metadata = t.metadata || %s,"
+            " updated_at = clock_timestamp() WHERE t.thread_id = %s AND t.owner = %s"
+            f" RETURNING {_THREAD_COLUMNS}",
+            (Jsonb(metadata), thread_id, owner),
+        )
+
+    async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
+        return await self._one_thread(
+            f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            " WHERE t.thread_id = %s AND t.owner = %s",
+            (thread_id, owner),
+        )
+
+    async def list_threads(
+        self, owner: str, limit: int, before: tuple[datetime, str] | None
+    ) -> list[ThreadRecord]:
+        """The owner's threads, newest first; `before` is the (created_at, id) keyset cursor."""
+        query = f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t WHERE t.owner = %s"
+        params: list[Any] = [owner]
+        if before is not None:
+            query += " AND (t.created_at, t.thread_id) < (%s, %s)"
+            params += [before[0], before[1]]
+        query += " ORDER BY t.created_at DESC, t.thread_id DESC LIMIT %s"
+        params.append(limit)
+        return await self._threads(query, params)
+
+    def _thread_filter(
+        self, owner: str, metadata: dict[str, Any], status: str | None, ids: list[str] | None
+    ) -> tuple[str, list[Any]]:
+        """The owner's threads whose metadata contains `metadata` (and LangGraph's status,
+        ids), as a subquery `found`."""
+        query = (
+            f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            " WHERE t.owner = %s AND t.metadata @> %s"
+        )
+        params: list[Any] = [owner, Jsonb(metadata)]
+        if ids is not None:
+            query += " AND t.thread_id::text = ANY(%s)"
+            params.append(ids)
+        query += ") found"
+        if status is not None:
+            query += " WHERE found.langgraph_status = %s"
+            params.append(status)
+        return query, params
+
+    async def search_threads(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any],
+        status: str | None,
+        limit: int,
+        offset: int,
+        ids: list[str] | None = None,
+    ) -> list[ThreadRecord]:
+        """The owner's threads that match (see `_thread_filter`), newest first."""
+        query, params = self._thread_filter(owner, metadata, status, ids)
+        query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
+        return await self._threads(query, [*params, limit, offset])
+
+    async def count_threads(
+        self, owner: str, *, metadata: dict[str, Any], status: str | None
+    ) -> int:
+        query, params = self._thread_filter(owner, metadata, status, None)
+        rows = await fetch_all(self.pool, f"SELECT count(*) AS n FROM ({query}) counted", params)
+        return int(rows[0]["n"])
+
+    async def idle_threads(self, idle_s: int, limit: int = 100) -> list[tuple[str, str]]:
+        """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight."""
+        rows = await fetch_all(
+            self.pool,
+            "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
+            " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
+            " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
+            "   AND r.status IN ('queued', 'running', 'interrupted'))"
+            " ORDER BY t.updated_at LIMIT %s",
+            (idle_s, limit),
+        )
+        return [(row["thread_id"], row["owner"]) for row in rows]
+
+    async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
+        """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.
+
+        Returns the ids of the deleted runs, whose streams the caller removes from Redis once
+        this has committed (they expire on their own if that fails).
+
+        Raises:
+            NotFound: unknown or not the owner's.
+            Conflict: a run of the thread is queued, running or interrupted.
+        """
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT thread_id FROM runstream_threads"
+                " WHERE thread_id = %s AND owner = %s FOR UPDATE",
+                (thread_id, owner),
+            )
+            if await cur.fetchone() is None:
+                raise NotFound(f"thread {thread_id} not found")
+            cur = await conn.execute(
+                "SELECT run_id::text AS run_id, status FROM runstream_runs WHERE thread_id = %s",
+                (thread_id,),
+            )
+            runs = await cur.fetchall()
+            if any(r["status"] in ACTIVE_STATUSES for r in runs):
+                raise Conflict(f"thread {thread_id} has an active run", code="thread_busy")
+            await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
+            await delete_thread_checkpoints(conn, thread_id)
+        return [r["run_id"] for r in runs]

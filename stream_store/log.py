@@ -20,9 +20,10 @@ from importlib.resources import files
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.asyncio import RedisCluster
+from redis.exceptions import RedisError
 
+from .connections import StoreRedis, pipelined_script, register_script
 from .errors import StoreUnavailable, from_redis, redis_errors
 from .events import TERMINAL_EVENTS, RunStatus
 from .keys import KeySpace
@@ -53,6 +54,7 @@ _OPEN = _script("open.lua")
 _CLAIM = _script("claim.lua", fenced=True)
 _RENEW = _script("renew.lua", fenced=True)
 _TAKE_OVER = _script("take_over.lua", fenced=True)
+_REQUEST_CANCEL = _script("request_cancel.lua")
 
 
 class Claimed(StrEnum):
@@ -131,7 +133,7 @@ class EventLog:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: StoreRedis,
         keys: KeySpace,
         stream_ttl_s: int,
         *,
@@ -147,12 +149,13 @@ class EventLog:
         self.interrupted_ttl_s = interrupted_ttl_s
         self.max_run_events = max_run_events
         self.max_run_stream_bytes = max_run_stream_bytes
-        self._append = redis.register_script(_APPEND)
-        self._append_batch = redis.register_script(_APPEND_BATCH)
-        self._open = redis.register_script(_OPEN)
-        self._claim = redis.register_script(_CLAIM)
-        self._renew = redis.register_script(_RENEW)
-        self._take_over = redis.register_script(_TAKE_OVER)
+        self._append = register_script(redis, _APPEND)
+        self._append_batch = register_script(redis, _APPEND_BATCH)
+        self._open = register_script(redis, _OPEN)
+        self._claim = register_script(redis, _CLAIM)
+        self._renew = register_script(redis, _RENEW)
+        self._take_over = register_script(redis, _TAKE_OVER)
+        self._request_cancel = register_script(redis, _REQUEST_CANCEL)
         # Batches of all runs waiting for the next pipeline (see `append_batch`).
         self._outbox: list[tuple[str, list[str], list[Any], asyncio.Future[str]]] = []
         self._sender: asyncio.Task[None] | None = None
@@ -260,7 +263,8 @@ class EventLog:
         while self._outbox:
             batch, self._outbox = self._outbox, []
             try:
-                results = await self._pipeline_batches([(keys, args) for _, keys, args, _ in batch])
+                calls = [(keys, args) for _, keys, args, _ in batch]
+                results = await pipelined_script(self.redis, self._append_batch, calls)
             except RedisError as exc:
                 results = [exc] * len(batch)
             for (run_id, _, _, future), result in zip(batch, results, strict=True):
@@ -270,30 +274,6 @@ class EventLog:
                     future.set_exception(from_redis(result, run_id))
                 else:
                     future.set_result(result.decode() if isinstance(result, bytes) else str(result))
-
-    async def _pipeline_batches(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """One `append_batch` EVALSHA per call, in one pipeline: a round trip for all of them.
-
-        Called through `Script` with a pipeline, redis-py would first ask `SCRIPT EXISTS` for the
-        script, a second round trip per batch. Here the script is loaded only when Redis says
-        it lacks it (restarted, or `SCRIPT FLUSH`): a NOSCRIPT reply means nothing ran.
-        """
-        sha = self._append_batch.sha
-        results: list[Any] = [NoScriptError()] * len(calls)
-        for retry in (False, True):
-            missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if not missing:
-                break
-            if retry:
-                await self.redis.script_load(_APPEND_BATCH)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for i in missing:
-                    keys, args = calls[i]
-                    pipe.evalsha(sha, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
-            for i, reply in zip(missing, replies, strict=True):
-                results[i] = reply
-        return results
 
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same
@@ -384,12 +364,17 @@ class EventLog:
             )
         return LiveRecord.from_hash(raw) if raw else None
 
-    async def lease_held(self, record: LiveRecord) -> bool:
-        """Whether `record`'s lease still runs, on Redis's clock (as the scripts measure it)."""
+    async def lease_held(self, run_id: str, record: LiveRecord) -> bool:
+        """Whether the run's `record`'s lease still runs, on Redis's clock (as the scripts
+        measure it: on a cluster, the clock of the record's node)."""
         if record.lease_until is None:
             return False
-        with redis_errors():
-            seconds, micros = await self.redis.time()
+        with redis_errors(run_id):
+            if isinstance(self.redis, RedisCluster):
+                node = self.redis.get_node_from_key(self.keys.run_record(run_id))
+                seconds, micros = await self.redis.time(target_nodes=node)
+            else:
+                seconds, micros = await self.redis.time()
         return record.lease_until >= seconds * 1000 + micros // 1000
 
     async def exists(self, run_id: str) -> bool:
@@ -400,13 +385,12 @@ class EventLog:
     async def request_cancel(self, run_id: str) -> None:
         """Flag the run as cancelled and tell every worker; the one running it stops it.
 
-        One MULTI: a Redis at `maxmemory` refuses the flag, and then must not publish either.
+        One script (`scripts/request_cancel.lua`): a Redis at `maxmemory` refuses the flag,
+        and then must not publish either.
         """
-        with redis_errors(run_id):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.set(self.keys.run_cancel(run_id), b"1", ex=self.stream_ttl_s)
-                pipe.publish(self.keys.cancel_channel(), run_id.encode())
-                await pipe.execute()
+        keys = [self.keys.run_cancel(run_id)]
+        args = [self.stream_ttl_s, self.keys.cancel_channel(), run_id]
+        await self._call(self._request_cancel, run_id, keys, args)
 
     async def cancel_requested(self, run_id: str) -> bool:
         with redis_errors(run_id):

@@ -107,11 +107,6 @@ class RunRecord(msgspec.Struct, kw_only=True):
     traceparent: str | None = None
     attempt_traceparent: str | None = None
 
-    @property
-    def job_id(self) -> str:
-        """The arq job id of this dispatch: enqueueing the same dispatch twice is a no-op."""
-        return f"{self.run_id}:{self.dispatch}"
-
 
 class ThreadRecord(msgspec.Struct, kw_only=True):
     thread_id: str

@@ -1,0 +1,102 @@
+"""The guarantees' tests again, on a Redis Cluster: `pytest -m cluster` (issue 12).
+
+The same test functions as on one Redis, collected here a second time with the test Redis
+replaced by a three-master cluster (`redis_cluster_url`: tests/redis_cluster.py, or
+`RUNSTREAM_TEST_REDIS_CLUSTER_URL`). runstream is given the URL of one node and finds the
+rest itself, as a deployment would be configured. Covered: submit, stream and attach; reconnect
+with Last-Event-ID; cancel; interrupt and resume; several runs at once across slots; two
+servers; idempotency; stream tokens; thread deletion; the submit quota; and, marked `fault`
+as well (so `pytest -m fault` runs them one at a time with the other fault tests), workers
+killed, paused and stopped, servers killed, and the chaos test.
+
+Left out: tests that read or write Redis themselves with a plain client on one node (those
+that check key names, TTLs or client lists), and the fault tests of a private redis-server
+that they kill or flush.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import test_faults as faults
+from tests.test_caller_limits import TestSubmitsPerMinute
+from tests.test_control import TestApproval, TestCancel, TestMultitask
+from tests.test_fanout import TestManyViewers
+from tests.test_idempotency import TestIdempotencyKey
+from tests.test_isolation import TestStreamTokens, alice_data, callers
+from tests.test_reconnect import TestReconnectFinishedRun, TestReconnectLiveRun
+from tests.test_runs import TestRunStream
+from tests.test_stream_catch_up import (
+    test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks,
+)
+from tests.test_thread_delete import TestConcurrentDeletes, TestDeleteIsAtomic
+
+pytestmark = pytest.mark.cluster
+
+__all__ = [
+    "TestApproval",
+    "TestCancel",
+    "TestConcurrentDeletes",
+    "TestDeleteIsAtomic",
+    "TestIdempotencyKey",
+    "TestManyViewers",
+    "TestMultitask",
+    "TestReconnectFinishedRun",
+    "TestReconnectLiveRun",
+    "TestRunStream",
+    "TestStreamTokens",
+    "TestSubmitsPerMinute",
+    "alice_data",
+    "callers",
+    "test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks",
+]
+
+
+@pytest.fixture(scope="module")
+def service_urls(service_urls: tuple[str, str], redis_cluster_url: str) -> tuple[str, str]:
+    """The session's Postgres, the cluster for Redis."""
+    return redis_cluster_url, service_urls[1]
+
+
+@pytest.fixture
+def fault_redis_url(redis_cluster_url: str) -> str:
+    return redis_cluster_url
+
+
+fault_settings = faults.fault_settings
+cluster_settings = faults.cluster_settings
+
+
+@pytest.mark.fault
+class TestWorkerKilled(faults.TestWorkerKilled):
+    pass
+
+
+@pytest.mark.fault
+class TestPausedWorker(faults.TestPausedWorker):
+    pass
+
+
+@pytest.mark.fault
+class TestServerRestart(faults.TestServerRestart):
+    pass
+
+
+@pytest.mark.fault
+class TestWriteToolOnce(faults.TestWriteToolOnce):
+    pass
+
+
+@pytest.mark.fault
+class TestStuckViewer(faults.TestStuckViewer):
+    pass
+
+
+@pytest.mark.fault
+class TestShutdown(faults.TestShutdown):
+    pass
+
+
+@pytest.mark.fault
+class TestChaos(faults.TestChaos):
+    pass

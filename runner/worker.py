@@ -233,7 +233,14 @@ class RunWorker(Worker):
             # arq ends its loop (and so this worker, with every run it holds) when Redis fails
             # it: out of reach, or refusing writes at `maxmemory`. Its bookkeeping of a job is
             # then stale at worst, and the runs' own state is fenced: read the queue again.
-            logger.warning("reading the queue failed; retrying", error=str(exc))
+            if str(exc).startswith("MOVED"):  # a Redis Cluster moved the queue's slot
+                logger.error(
+                    "the queue's slot moved to another Redis node (a reshard):"
+                    " restart the workers to follow it",
+                    error=str(exc),
+                )
+            else:
+                logger.warning("reading the queue failed; retrying", error=str(exc))
             await asyncio.sleep(1)
 
     def _release_sem_dec_counter_on_complete(self) -> None:

@@ -181,7 +181,7 @@ async def restore_interrupted(services: Services) -> None:
 
 async def reap_forever(state: WorkerState) -> None:
     interval = state.services.settings.reaper_interval_s
-    registry = WorkerRegistry(state.services.redis, state.services.keys)
+    registry = WorkerRegistry(state.services.clients.queue, state.services.keys)
     passes = 0
     while True:
         try:

@@ -9,7 +9,7 @@ next slot that frees.
 
 Only the order changes: arq still claims each job with its in-progress key, so a job is run
 once, and every id read is still offered, so nothing queued is skipped. A job's owner is read
-from its run's Redis record (the job id is `<run_id>:<dispatch>`); a job whose record is
+from its run's Redis record (`KeySpace.run_of_job`); a job whose record is
 missing is ordered as one more owner, never dropped.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from arq.constants import in_progress_key_prefix
-from redis.asyncio import Redis
 
+from stream_store.connections import StoreRedis
 from stream_store.keys import KeySpace
 
 __all__ = ["WINDOW_MIN", "FairOrder", "ReadyJob", "fair_order", "window_size"]
@@ -75,7 +75,7 @@ def fair_order(jobs: Sequence[ReadyJob]) -> list[bytes]:
 class FairOrder:
     """Reads the owners and in-progress flags of a window of job ids, in one round trip."""
 
-    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+    def __init__(self, redis: StoreRedis, keys: KeySpace) -> None:
         self.redis = redis
         self.keys = keys
 
@@ -85,7 +85,7 @@ class FairOrder:
         async with self.redis.pipeline(transaction=False) as pipe:
             for job_id in job_ids:
                 decoded = job_id.decode()
-                pipe.hget(self.keys.run_record(decoded.partition(":")[0]), "owner")
+                pipe.hget(self.keys.run_record(self.keys.run_of_job(decoded)), "owner")
                 pipe.exists(in_progress_key_prefix + decoded)
             replies = await pipe.execute()
         jobs = [

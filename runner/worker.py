@@ -18,14 +18,19 @@ from typing import Any
 
 import msgspec
 import structlog
-from arq.constants import in_progress_key_prefix
-from arq.utils import timestamp_ms
+from arq.constants import (
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
+from arq.utils import timestamp_ms, to_ms
 from arq.worker import Worker, func
 from opentelemetry.trace import TracerProvider
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
-from stream_store.connections import open_redis
+from stream_store.connections import RedisClients, open_redis_clients
 from stream_store.errors import StoreUnavailable
 from stream_store.keys import KeySpace
 from stream_store.metrics import GraphLabels, WorkerMetrics
@@ -51,12 +56,15 @@ _START_JOB = (files("stream_store") / "scripts" / "start_job.lua").read_text()
 
 async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
+    clients: RedisClients = ctx["redis_clients"]
     stack = contextlib.AsyncExitStack()
+    if clients.store is not clients.queue:  # a cluster client beside arq's (which arq closes)
+        stack.push_async_callback(clients.store.aclose)
     services = await stack.enter_async_context(
         open_services(
             settings,
             pool_size=max(4, min(settings.worker_concurrency, 10)),
-            redis=ctx["redis"],  # arq's own client: the worker needs no second one
+            redis=clients,  # on one Redis, arq's own client: the worker needs no second one
             tracer=ctx["tracer"],
         )
     )
@@ -65,7 +73,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     worker_id = uuid.uuid4().hex[:12]
     # Open before the first claim; closed after the runs are handed back and the beat said
     # goodbye (the stack unwinds in reverse), so a stopping worker never looks dead.
-    presence = WorkerPresence(settings.require_services()[0], worker_id)
+    presence = WorkerPresence(clients.queue_url, worker_id)  # where the reapers list clients
     await presence.start()
     stack.push_async_callback(presence.stop)
     state = WorkerState(
@@ -132,7 +140,7 @@ async def _listen(state: WorkerState) -> None:
     cancel_channel, wake_channel = keys.cancel_channel(), keys.wake_channel()
     while True:
         try:
-            pubsub = state.services.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = state.services.clients.queue.pubsub(ignore_subscribe_messages=True)
             async with pubsub:
                 await pubsub.subscribe(cancel_channel, wake_channel)
                 state.wake.set()  # anything queued while unsubscribed
@@ -154,7 +162,7 @@ async def _beat(state: WorkerState, connection_name: str) -> None:
     the name of its presence connection; say goodbye when stopped, so it does not linger there
     until its beat expires."""
     services = state.services
-    registry = WorkerRegistry(services.redis, services.keys)
+    registry = WorkerRegistry(services.clients.queue, services.keys)
     started_at = datetime.now(UTC)
     me = WorkerBeat(
         worker_id=state.worker_id,
@@ -189,16 +197,31 @@ class RunWorker(Worker):
     time to first token. Here a read happens when a run is queued (the wake channel) or a job
     slot frees up; `idle_poll_s` is only the fallback for a lost wake-up or a deferred job.
     The jobs it reads are started in a fair order between callers (`runner/scheduling.py`).
+
+    It connects in `main`: only then is it known whether Redis is a cluster, and with that
+    the queue's name and node (`stream_store.connections.RedisClients`).
     """
 
-    def __init__(self, *args: Any, idle_poll_s: float, keys: KeySpace, **kwargs: Any) -> None:
-        super().__init__(*args, poll_delay=0, **kwargs)
+    def __init__(self, *args: Any, idle_poll_s: float, settings: Settings, **kwargs: Any) -> None:
+        self.keys = KeySpace(settings.redis_prefix)
+        super().__init__(*args, poll_delay=0, queue_name=self.keys.queue(), **kwargs)
         self.idle_poll_s = idle_poll_s
-        self.keys = keys
         self.wake = asyncio.Event()
         self.wake.set()  # read the queue at once on start
         self.ctx["wake"] = self.wake
+        self.ctx["settings"] = settings
+
+    async def main(self) -> None:
+        if self._pool is None:
+            clients = await open_redis_clients(self.ctx["settings"])
+            self._pool = clients.queue
+            self.ctx["redis_clients"] = clients
+            self.keys = clients.keys
+            self.queue_name = clients.keys.queue()
+            self.health_check_key = clients.keys.worker_health()
         self._start_job = self.pool.register_script(_START_JOB)
+        self._fair_order = FairOrder(self.ctx["redis_clients"].store, self.keys)
+        await super().main()
 
     async def _poll_iteration(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -210,7 +233,14 @@ class RunWorker(Worker):
             # arq ends its loop (and so this worker, with every run it holds) when Redis fails
             # it: out of reach, or refusing writes at `maxmemory`. Its bookkeeping of a job is
             # then stale at worst, and the runs' own state is fenced: read the queue again.
-            logger.warning("reading the queue failed; retrying", error=str(exc))
+            if str(exc).startswith("MOVED"):  # a Redis Cluster moved the queue's slot
+                logger.error(
+                    "the queue's slot moved to another Redis node (a reshard):"
+                    " restart the workers to follow it",
+                    error=str(exc),
+                )
+            else:
+                logger.warning("reading the queue failed; retrying", error=str(exc))
             await asyncio.sleep(1)
 
     def _release_sem_dec_counter_on_complete(self) -> None:
@@ -224,7 +254,7 @@ class RunWorker(Worker):
         script call (`scripts/start_job.lua`), as atomic: a job is started once, by one worker.
         """
         if len(job_ids) > self.max_jobs - self.job_counter:  # else every one is tried anyway
-            job_ids = await FairOrder(self.pool, self.keys).order(job_ids)
+            job_ids = await self._fair_order.order(job_ids)
         timeout_ms = int(self.in_progress_timeout_s * 1000)
         for job_id_b in job_ids:
             await self.sem.acquire()
@@ -243,6 +273,48 @@ class RunWorker(Worker):
             task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
             self.tasks[job_id] = task
 
+    # arq's two ends of a job, without the ZREM of its abort set `arq:abort`: a key outside the
+    # queue's slot, so a Redis Cluster refuses the whole MULTI; runstream never aborts through
+    # arq (`allow_abort_jobs` is off), so nothing is ever in that set.
+
+    async def finish_job(
+        self,
+        job_id: str,
+        finish: bool,
+        result_data: bytes | None,
+        result_timeout_s: float | None,
+        keep_result_forever: bool,
+        incr_score: int | None,
+        keep_in_progress: float | None,
+    ) -> None:
+        async with self.pool.pipeline(transaction=True) as tr:
+            in_progress_key = in_progress_key_prefix + job_id
+            delete_keys = [in_progress_key] if keep_in_progress is None else []
+            if keep_in_progress is not None:
+                tr.pexpire(in_progress_key, to_ms(keep_in_progress))
+            if finish:
+                if result_data:
+                    expire = None if keep_result_forever else result_timeout_s
+                    tr.set(result_key_prefix + job_id, result_data, px=to_ms(expire))
+                delete_keys += [retry_key_prefix + job_id, job_key_prefix + job_id]
+                tr.zrem(self.queue_name, job_id)
+            elif incr_score:
+                tr.zincrby(self.queue_name, incr_score, job_id)
+            if delete_keys:
+                tr.delete(*delete_keys)
+            await tr.execute()
+
+    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
+        async with self.pool.pipeline(transaction=True) as tr:
+            tr.delete(
+                retry_key_prefix + job_id, in_progress_key_prefix + job_id, job_key_prefix + job_id
+            )
+            tr.zrem(self.queue_name, job_id)
+            if result_data is not None and (self.keep_result_forever or self.keep_result_s > 0):
+                expire = 0 if self.keep_result_forever else self.keep_result_s
+                tr.set(result_key_prefix + job_id, result_data, px=to_ms(expire))
+            await tr.execute()
+
 
 def build_worker(
     settings: Settings,
@@ -254,11 +326,9 @@ def build_worker(
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
     """
-    keys = KeySpace(settings.redis_prefix)
     return RunWorker(
         functions=[func(execute_run, name=EXECUTE_RUN, max_tries=1)],
-        queue_name=keys.queue(),
-        redis_pool=open_redis(settings),
+        settings=settings,
         on_startup=startup,
         on_shutdown=shutdown,
         handle_signals=handle_signals,
@@ -266,11 +336,9 @@ def build_worker(
         max_jobs=settings.worker_concurrency,
         job_timeout=settings.job_timeout_s,
         idle_poll_s=settings.poll_delay_s,
-        keys=keys,
         queue_read_limit=window_size(settings.worker_concurrency, settings.max_active_runs),
         keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
-        health_check_key=keys.worker_health(),
-        ctx={"settings": settings, "tracer": make_tracer(tracer_provider)},
+        ctx={"tracer": make_tracer(tracer_provider)},
         log_results=False,
     )

@@ -1,8 +1,9 @@
 """One Redis reader per server process, fanning run events out to every viewer.
 
 A single task issues one `XREAD BLOCK` over the streams of all runs that have viewers in this
-process, frames each event once, and appends the shared frame to the run's feed: one bounded
-buffer per run that every viewer of the run reads by position. Thousands of viewers therefore
+process (on a Redis Cluster, one task per shard of runs: `KeySpace.shard`), frames each event
+once, and appends the shared frame to the run's feed: one bounded buffer per run that every
+viewer of the run reads by position. Thousands of viewers therefore
 cost one blocked Redis connection and one append per event, not a queue each. When a run gains
 its first viewer the reader is woken with `CLIENT UNBLOCK` so the new stream joins the next read
 at once.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -297,13 +299,40 @@ class Viewer:
         self.feed.wake()
 
 
+class _ShardReader:
+    """The blocked XREAD over the watched runs of one shard (`KeySpace.shard`): on one Redis
+    all runs are in shard 0, on a Redis Cluster each shard is one slot of one node. It holds
+    two connections to that node: one blocked in XREAD, one to cut the block short."""
+
+    __slots__ = ("blocked", "changed", "control", "feeds", "generation", "reader", "reader_id")
+
+    def __init__(self, url: str) -> None:
+        self.connect(url)
+        self.feeds: dict[str, RunFeed] = {}  # the shard's part of the follower's feeds
+        self.changed = asyncio.Event()
+        self.reader_id: int | None = None
+        self.blocked = False
+        self.generation = 0
+
+    def connect(self, url: str) -> None:
+        self.reader = Redis.from_url(url, single_connection_client=True)
+        self.control = Redis.from_url(url)
+
+    async def aclose(self) -> None:
+        await self.reader.aclose()
+        await self.control.aclose()
+
+
 class StreamFollower:
-    """The per-process reader; start it in the app's lifespan, stop it on shutdown."""
+    """The per-process reader; start it in the app's lifespan, stop it on shutdown.
+
+    `node_url` gives the URL of the Redis node that owns a key (`RedisClients.node_url`): the
+    configured URL on one Redis, which then has one shard and one blocked XREAD.
+    """
 
     def __init__(
         self,
-        reader: Redis,
-        control: Redis,
+        node_url: Callable[[str], str],
         events: EventLog,
         *,
         queue_size: int,
@@ -312,8 +341,7 @@ class StreamFollower:
         batch: int = 1000,
         metrics: FanoutMetrics | None = None,
     ) -> None:
-        self._reader = reader  # a single-connection client: it blocks in XREAD
-        self._control = control  # the shared client, used to unblock the reader
+        self._node_url = node_url
         self._events = events
         self._queue_size = queue_size
         self._cut_off_s = cut_off_s
@@ -321,12 +349,9 @@ class StreamFollower:
         self._block_ms = block_ms
         self._batch = batch
         self._feeds: dict[str, RunFeed] = {}
-        self._changed = asyncio.Event()
+        self._shards: dict[int, _ShardReader] = {}
         self._ping_tick_s = MAX_PING_TICK_S
         self._ping_tick_changed = asyncio.Event()
-        self._reader_id: int | None = None
-        self._blocked = False
-        self._generation = 0
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -345,7 +370,6 @@ class StreamFollower:
 
     async def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._run(), name="runstream-follower"),
             asyncio.create_task(self._cut_off_stalled(), name="runstream-sweeper"),
             asyncio.create_task(self._tick_pings(), name="runstream-ping-ticker"),
         ]
@@ -357,7 +381,9 @@ class StreamFollower:
                 await task
         self.close_all()
         self._closing = False
-        await self._reader.aclose()
+        for shard in self._shards.values():
+            await shard.aclose()
+        self._shards.clear()
 
     def close_all(self) -> None:
         """End every viewer's response now (server shutdown): clients reconnect elsewhere."""
@@ -380,7 +406,9 @@ class StreamFollower:
                 feed.ready.set()
                 raise
             feed.ready.set()
-            await self._wake()
+            shard = self._shard(run_id)
+            shard.feeds[run_id] = feed
+            await self._wake(shard)
         else:
             await feed.ready.wait()
         viewer = Viewer(feed, ping_interval_s)
@@ -399,6 +427,23 @@ class StreamFollower:
         feed.viewers.discard(viewer)
         if not feed.viewers and feed.ready.is_set():
             del self._feeds[run_id]
+            shard = self._shards.get(self._events.keys.shard(run_id))
+            if shard is not None:
+                shard.feeds.pop(run_id, None)
+
+    def _shard(self, run_id: str) -> _ShardReader:
+        """The reader of the run's shard, started with its first run."""
+        number = self._events.keys.shard(run_id)
+        shard = self._shards.get(number)
+        if shard is None:
+            shard = self._shards[number] = _ShardReader(self._shard_url(run_id))
+            self._tasks.append(
+                asyncio.create_task(self._run(shard), name=f"runstream-follower-{number}")
+            )
+        return shard
+
+    def _shard_url(self, run_id: str) -> str:
+        return self._node_url(self._events.keys.run_events(run_id))
 
     async def _cut_off_stalled(self) -> None:
         """Cancel viewers whose current write has waited on the client past the cut-off."""
@@ -439,68 +484,66 @@ class StreamFollower:
                 async with asyncio.timeout(self._ping_tick_s):
                     await self._ping_tick_changed.wait()  # a viewer with a shorter interval
 
-    async def _wake(self) -> None:
-        """Make the reader re-issue its XREAD with the new feed included.
+    async def _wake(self, shard: _ShardReader) -> None:
+        """Make the shard's reader re-issue its XREAD with the new feed included.
 
         CLIENT UNBLOCK can overtake the XREAD it is meant to cut short (they travel on two
         connections), so it is retried for a few milliseconds until it lands or the read ends.
         """
-        self._changed.set()
-        generation = self._generation
+        shard.changed.set()
+        generation = shard.generation
         for _ in range(50):
-            if not self._blocked or self._generation != generation or self._reader_id is None:
+            if not shard.blocked or shard.generation != generation or shard.reader_id is None:
                 return
             try:
-                if await self._control.client_unblock(self._reader_id):
+                if await shard.control.client_unblock(shard.reader_id):
                     return
             except RedisError:
                 return
             await asyncio.sleep(0.001)
 
-    async def _run(self) -> None:
+    async def _run(self, shard: _ShardReader) -> None:
         while True:
             try:
-                await self._read_forever()
+                await self._read_forever(shard)
             except asyncio.CancelledError:
                 raise
             except RedisError as exc:
                 logger.warning("stream reader lost redis; retrying", error=str(exc))
-                self._reader_id = None
+                shard.reader_id = None
                 await asyncio.sleep(0.5)
+                if shard.feeds:  # on a cluster, the shard's slot may have moved to another node
+                    await self._reconnect(shard, next(iter(shard.feeds)))
 
-    async def _read_forever(self) -> None:
-        if self._reader_id is None:
-            self._reader_id = await self._reader.client_id()
+    async def _reconnect(self, shard: _ShardReader, run_id: str) -> None:
+        await shard.aclose()
+        shard.connect(self._shard_url(run_id))
+
+    async def _read_forever(self, shard: _ShardReader) -> None:
+        if shard.reader_id is None:
+            shard.reader_id = await shard.reader.client_id()
+        keys = self._events.keys
         while True:
-            self._changed.clear()
-            streams = {
-                self._events.keys.run_events(run_id): feed.cursor
-                for run_id, feed in self._feeds.items()
-                if feed.ready.is_set()
-            }
+            shard.changed.clear()
+            runs = {keys.run_events(run_id): run_id for run_id in shard.feeds}
+            streams = {key: shard.feeds[run_id].cursor for key, run_id in runs.items()}
             if not streams:
-                await self._changed.wait()
+                await shard.changed.wait()
                 continue
-            self._generation += 1
-            self._blocked = True
+            shard.generation += 1
+            shard.blocked = True
             try:
-                response = await self._reader.xread(
-                    streams,  # type: ignore[arg-type]
+                response = await shard.reader.xread(
+                    streams,
                     count=self._batch,
-                    block=None if self._changed.is_set() else self._block_ms,
+                    block=None if shard.changed.is_set() else self._block_ms,
                 )
             finally:
-                self._blocked = False
+                shard.blocked = False
             for key, entries in response or []:
-                feed = self._feeds.get(_run_id_of(key))
+                feed = shard.feeds.get(runs[key.decode() if isinstance(key, bytes) else key])
                 if feed is None:
                     continue
                 for entry_id, fields in entries:
                     feed.append(sse_frame(StoredEvent.from_entry(entry_id, fields)))
                 feed.frames_arrived()
-
-
-def _run_id_of(key: bytes | str) -> str:
-    text = key.decode() if isinstance(key, bytes) else key
-    start = text.index("{") + 1
-    return text[start : text.index("}", start)]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from opentelemetry.trace import Tracer
-from redis.asyncio import Redis
 
 from runner.graphs import GraphRegistry
 from stream_store.deployment_metrics import DeploymentGauges
@@ -47,12 +46,13 @@ async def open_resources(
     async with open_services(settings, tracer=tracer) as services:
         metrics = ServerMetrics(GraphLabels(graphs.names()))
         metrics.watch_pool(services.pool)
-        deployment = DeploymentGauges(services.pool, services.redis, services.keys, metrics.graphs)
+        # The queue's node: the queue and the workers' beats are there on a Redis Cluster too.
+        deployment = DeploymentGauges(
+            services.pool, services.clients.queue, services.keys, metrics.graphs
+        )
         metrics.add(deployment)
-        reader = Redis.from_url(settings.require_services()[0], single_connection_client=True)
         follower = StreamFollower(
-            reader,
-            services.redis,
+            services.clients.node_url,
             services.events,
             queue_size=settings.viewer_queue_size,
             cut_off_s=settings.viewer_cut_off_s,

@@ -24,10 +24,8 @@ import msgspec
 from psycopg import AsyncConnection
 from psycopg.errors import UndefinedTable
 from psycopg.rows import DictRow
-from redis.asyncio import Redis
 
-from stream_store.connections import connect_pg, open_redis
-from stream_store.keys import KeySpace
+from stream_store.connections import RedisClients, connect_pg, open_redis_clients
 from stream_store.log import EventLog
 from stream_store.settings import Settings
 from stream_store.workers import WorkerBeat, WorkerRegistry
@@ -142,7 +140,7 @@ async def _queue_state(conn: AsyncConnection[DictRow], jobs: int | None) -> Queu
 
 
 async def _stuck(
-    conn: AsyncConnection[DictRow], redis: Redis, keys: KeySpace, lease_s: float
+    conn: AsyncConnection[DictRow], clients: RedisClients, lease_s: float
 ) -> list[StuckRun]:
     cur = await conn.execute(
         "SELECT run_id::text, thread_id::text, owner, attempt, claimed_at FROM runstream_runs"
@@ -154,8 +152,9 @@ async def _stuck(
     candidates = await cur.fetchall()
     if not candidates:
         return []
-    events = EventLog(redis, keys, stream_ttl_s=0)  # read-only here: the TTL is never used
-    seconds, micros = await redis.time()
+    # read-only here: the TTL is never used
+    events = EventLog(clients.store, clients.keys, stream_ttl_s=0)
+    seconds, micros = await clients.queue.time()
     now_ms = seconds * 1000 + micros // 1000
     stuck = []
     for row in candidates:
@@ -179,20 +178,22 @@ async def gather_status(settings: Settings) -> DeploymentStatus:
     """Check both services and read what they hold; a service that is down leaves its parts
     None instead of failing the whole report."""
     redis_url, database_url = settings.require_services()
-    keys = KeySpace(settings.redis_prefix)
     redis_health = ServiceHealth(url=_safe_url(redis_url), ok=False)
     pg_health = ServiceHealth(url=_safe_url(database_url), ok=False)
     workers: list[WorkerBeat] | None = None
     jobs: int | None = None
     queue: QueueState | None = None
     stuck: list[StuckRun] | None = None
-    redis = open_redis(settings)
+    clients: RedisClients | None = None
     try:
         try:
-            _, redis_health.rtt_ms = await _timed(redis.ping)
             async with asyncio.timeout(_TIMEOUT_S):
-                workers = await WorkerRegistry(redis, keys).alive()
-                jobs = int(await redis.zcard(keys.queue()))
+                clients = await open_redis_clients(settings)
+            keys = clients.keys
+            _, redis_health.rtt_ms = await _timed(clients.queue.ping)
+            async with asyncio.timeout(_TIMEOUT_S):
+                workers = await WorkerRegistry(clients.queue, keys).alive()
+                jobs = int(await clients.queue.zcard(keys.queue()))
             redis_health.ok = True
         except Exception as exc:
             redis_health.error = _failure(exc)
@@ -207,13 +208,14 @@ async def gather_status(settings: Settings) -> DeploymentStatus:
                     _, pg_health.rtt_ms = await _timed(lambda: conn.execute("SELECT 1"))
                     async with asyncio.timeout(_TIMEOUT_S):
                         queue = await _queue_state(conn, jobs)
-                        if redis_health.ok:
-                            stuck = await _stuck(conn, redis, keys, settings.lease_s)
+                        if clients is not None and redis_health.ok:
+                            stuck = await _stuck(conn, clients, settings.lease_s)
                     pg_health.ok = True
                 except Exception as exc:  # also a schema not migrated yet
                     pg_health.error = _failure(exc)
     finally:
-        await redis.aclose()
+        if clients is not None:
+            await clients.aclose()
     return DeploymentStatus(
         healthy=redis_health.ok and pg_health.ok,
         checked_at=datetime.now(UTC),

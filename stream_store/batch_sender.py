@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
+from .connections import StoreRedis, pipelined_script
 from .errors import StoreUnavailable, from_redis
 
 __all__ = ["BatchSender"]
@@ -24,7 +23,7 @@ __all__ = ["BatchSender"]
 class BatchSender:
     """Calls one script for every batch waiting when the previous pipeline returned."""
 
-    def __init__(self, redis: Redis, script: AsyncScript) -> None:
+    def __init__(self, redis: StoreRedis, script: AsyncScript) -> None:
         self.redis = redis
         self.script = script
         # Batches of all runs waiting for the next pipeline: (run_id, keys, args, answer).
@@ -58,7 +57,8 @@ class BatchSender:
         while self._outbox:
             batch, self._outbox = self._outbox, []
             try:
-                results = await self._pipeline([(keys, args) for _, keys, args, _ in batch])
+                calls = [(keys, args) for _, keys, args, _ in batch]
+                results = await pipelined_script(self.redis, self.script, calls)
             except RedisError as exc:
                 results = [exc] * len(batch)
             for (run_id, _, _, future), result in zip(batch, results, strict=True):
@@ -68,26 +68,3 @@ class BatchSender:
                     future.set_exception(from_redis(result, run_id))
                 else:
                     future.set_result(result.decode() if isinstance(result, bytes) else str(result))
-
-    async def _pipeline(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """One EVALSHA per call, in one pipeline: a round trip for all of them.
-
-        Called through `Script` with a pipeline, redis-py would first ask `SCRIPT EXISTS` for the
-        script, a second round trip per batch. Here the script is loaded only when Redis says
-        it lacks it (restarted, or `SCRIPT FLUSH`): a NOSCRIPT reply means nothing ran.
-        """
-        results: list[Any] = [NoScriptError()] * len(calls)
-        for retry in (False, True):
-            missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if not missing:
-                break
-            if retry:
-                await self.redis.script_load(self.script.script)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for i in missing:
-                    keys, args = calls[i]
-                    pipe.evalsha(self.script.sha, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
-            for i, reply in zip(missing, replies, strict=True):
-                results[i] = reply
-        return results

@@ -6,25 +6,35 @@ import contextvars
 import select
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 from arq.connections import ArqRedis
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
+from .errors import redis_errors
+from .keys import KeySpace
 from .settings import Settings, SettingsError
 
 __all__ = [
     "NestedCheckout",
     "PgPool",
+    "RedisClients",
     "SchemaNotOnSearchPath",
     "check_search_path",
     "connect_pg",
     "open_pg_pool",
     "open_redis",
+    "open_redis_clients",
+    "pipelined_script",
+    "register_script",
     "session_pool",
 ]
 
@@ -111,10 +121,121 @@ def _has_input(conn: AsyncConnection[Any]) -> bool:
     return bool(poller.poll(0))
 
 
+# The client for run streams, records and caller quotas: a plain one on one Redis, a cluster
+# client (which routes each key to its node) on a Redis Cluster.
+StoreRedis: TypeAlias = Redis | RedisCluster
+
+_CLIENT_OPTIONS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
+
+
 def open_redis(settings: Settings) -> ArqRedis:
-    """An ArqRedis (a redis-py client that can also enqueue jobs) for the process."""
+    """An ArqRedis (a redis-py client that can also enqueue jobs) on the configured URL."""
     url, _ = settings.require_services()
-    return ArqRedis.from_url(url, health_check_interval=30, socket_keepalive=True)
+    return ArqRedis.from_url(url, **_CLIENT_OPTIONS)
+
+
+class RedisClients:
+    """The Redis clients of one process, and the key layout that goes with them.
+
+    On one Redis `store` and `queue` are the same client. On a Redis Cluster `store` routes
+    each key to its node, and `queue` talks to the node that owns the deployment's slot (the
+    arq queue, its jobs, the workers' beats): arq runs MULTI/WATCH there, which a cluster client
+    does not. A reshard that moves that slot makes `queue` fail with MOVED until the process
+    restarts (docs/scaling.md).
+    """
+
+    def __init__(self, store: StoreRedis, queue: ArqRedis, keys: KeySpace, queue_url: str) -> None:
+        self.store = store
+        self.queue = queue
+        self.keys = keys
+        self.queue_url = queue_url  # the queue node's: pub/sub, the workers' presence connections
+
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.store, RedisCluster)
+
+    def node_url(self, key: str) -> str:
+        """The URL of the node that owns `key` (the configured URL on one Redis)."""
+        if not isinstance(self.store, RedisCluster):
+            return self.queue_url
+        node = self.store.get_node_from_key(key)
+        return _with_host(self.queue_url, node.host, int(node.port))
+
+    async def aclose(self) -> None:
+        await self.queue.aclose()
+        if self.store is not self.queue:
+            await self.store.aclose()
+
+
+async def open_redis_clients(settings: Settings) -> RedisClients:
+    """Connect to the configured Redis, as a cluster when it is a node of a Redis Cluster
+    (`INFO cluster`), so one `RUNSTREAM_REDIS_URL` serves both."""
+    url, _ = settings.require_services()
+    single = open_redis(settings)
+    try:
+        with redis_errors():
+            info = await single.info("cluster")
+    except BaseException:
+        await single.aclose()
+        raise
+    if not info.get("cluster_enabled"):
+        return RedisClients(single, single, KeySpace(settings.redis_prefix), url)
+    await single.aclose()
+    keys = KeySpace(settings.redis_prefix, shards=settings.redis_cluster_shards)
+    store = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
+    try:
+        with redis_errors():
+            await store.initialize()
+        node = store.get_node_from_key(keys.queue())
+    except BaseException:
+        await store.aclose()
+        raise
+    queue_url = _with_host(url, node.host, int(node.port))
+    return RedisClients(store, ArqRedis.from_url(queue_url, **_CLIENT_OPTIONS), keys, queue_url)
+
+
+def register_script(redis: StoreRedis, source: str) -> AsyncScript:
+    """redis-py's script object, on a cluster client too (typed for a plain one only): EVALSHA
+    goes to the node of the script's keys, SCRIPT LOAD to every primary."""
+    return AsyncScript(redis, source)  # type: ignore[arg-type]
+
+
+async def pipelined_script(
+    redis: StoreRedis, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]]
+) -> list[Any]:
+    """One EVALSHA of `script` per call (keys, args), in one pipeline: one round trip for all
+    of them (on a cluster, one per node); errors are returned in place, not raised.
+
+    Called through `Script` with a pipeline, redis-py would first ask `SCRIPT EXISTS` for the
+    script, a second round trip each time (and a cluster pipeline would not load it at all).
+    Here the script is loaded only when Redis says it lacks it (restarted, or `SCRIPT FLUSH`):
+    a NOSCRIPT reply means nothing ran.
+    """
+    results: list[Any] = [NoScriptError()] * len(calls)
+    for retry in (False, True):
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if not missing:
+            break
+        if retry:
+            await redis.script_load(script.script)
+        async with redis.pipeline(transaction=False) as pipe:
+            for i in missing:
+                keys, args = calls[i]
+                # A cluster pipeline refuses `pipe.evalsha` (the method), not the command:
+                # it routes EVALSHA by its keys, which share a slot in every runstream script.
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+        for i, reply in zip(missing, replies, strict=True):
+            results[i] = reply
+    return results
+
+
+def _with_host(url: str, host: str, port: int) -> str:
+    """`url` (its scheme, credentials and options) pointed at another node."""
+    parts = urlsplit(url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials}@{host}:{port}" if credentials else f"{host}:{port}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _session_options(settings: Settings) -> str:

@@ -1,12 +1,20 @@
 """The Redis key layout: every key runstream writes is spelled here and nowhere else.
 
-Per-run keys carry the run id in a hash tag (`{run_id}`) so that a Redis Cluster keeps all of a
-run's keys on one slot and the append script can touch them atomically. Per-caller keys carry
-the owner the same way (`{owner}`), so one script can take a caller's and a token's slot.
+Every script's keys share one hash tag, so that on a Redis Cluster they are on one slot:
+
+- a run's keys share `{run_id}` on one Redis. On a cluster (`shards` > 0) they share their
+  shard's tag instead, `{<prefix>:s<k>}` with k = crc32(run_id) mod `shards`: a server's stream
+  reader then blocks one XREAD per shard that has runs watched, not one per run;
+- a caller's keys share `{owner}`, so one script can take a caller's and a token's slot;
+- on a cluster the deployment's own keys (the arq queue, its job ids, the workers' beats)
+  share `{<prefix>}`, the slot of arq's MULTI/WATCH transactions and of the presence check.
+
+On one Redis the names are those runstream always used.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 __all__ = ["KeySpace"]
@@ -14,25 +22,49 @@ __all__ = ["KeySpace"]
 
 @dataclass(frozen=True)
 class KeySpace:
-    """Keys under one prefix; tests give each test its own prefix."""
+    """Keys under one prefix; tests give each test its own prefix. `shards` is 0 on one Redis,
+    the number of run shards on a Redis Cluster (`RUNSTREAM_REDIS_CLUSTER_SHARDS`)."""
 
     prefix: str = "runstream"
+    shards: int = 0
+
+    def shard(self, run_id: str) -> int:
+        """The group of runs whose streams one XREAD can read: 0 for all on one Redis."""
+        return zlib.crc32(run_id.encode()) % self.shards if self.shards else 0
+
+    def _run(self, run_id: str) -> str:
+        if self.shards:
+            return f"{self.prefix}:run:{{{self.prefix}:s{self.shard(run_id)}}}:{run_id}"
+        return f"{self.prefix}:run:{{{run_id}}}"
+
+    def _deployment(self) -> str:
+        return f"{{{self.prefix}}}" if self.shards else self.prefix
+
+    def job_id(self, run_id: str, dispatch: int) -> str:
+        """The arq job id of a run's dispatch (on a cluster, in the queue's slot)."""
+        tag = f"{{{self.prefix}}}" if self.shards else ""
+        return f"{tag}{run_id}:{dispatch}"
+
+    @staticmethod
+    def run_of_job(job_id: str) -> str:
+        """The run id in a job id made by `job_id`."""
+        return job_id.rpartition("}")[2].partition(":")[0]
 
     def run_events(self, run_id: str) -> str:
         """Stream: the run's event log (XADD by the worker, XRANGE/XREAD by servers)."""
-        return f"{self.prefix}:run:{{{run_id}}}:events"
+        return f"{self._run(run_id)}:events"
 
     def run_record(self, run_id: str) -> str:
         """Hash: live state of the run (owner, thread, status, attempt, last event id)."""
-        return f"{self.prefix}:run:{{{run_id}}}:record"
+        return f"{self._run(run_id)}:record"
 
     def run_cancel(self, run_id: str) -> str:
         """String: set when a cancel was requested, so a worker starting late still sees it."""
-        return f"{self.prefix}:run:{{{run_id}}}:cancel"
+        return f"{self._run(run_id)}:cancel"
 
     def run_repair(self, run_id: str) -> str:
         """String with a short TTL: one reaper at a time writes a run's outcome from Postgres."""
-        return f"{self.prefix}:run:{{{run_id}}}:repair"
+        return f"{self._run(run_id)}:repair"
 
     def caller_submits(self, owner: str) -> str:
         """Sorted set: the caller's submits of the last minute, scored by Redis time (ms)."""
@@ -56,16 +88,16 @@ class KeySpace:
 
     def worker_health(self) -> str:
         """String: arq's health-check line for the workers of this deployment."""
-        return f"{self.prefix}:queue:health-check"
+        return f"{self._deployment()}:queue:health-check"
 
     def workers(self) -> str:
         """Sorted set: ids of workers that beat lately, scored by their last beat (unix ms)."""
-        return f"{self.prefix}:workers"
+        return f"{self._deployment()}:workers"
 
     def worker_beat(self, worker_id: str) -> str:
         """String with a TTL: a live worker's last heartbeat (`stream_store.workers.WorkerBeat`)."""
-        return f"{self.prefix}:worker:{worker_id}:beat"
+        return f"{self._deployment()}:worker:{worker_id}:beat"
 
     def queue(self) -> str:
         """The arq queue (a sorted set) that workers of this deployment poll."""
-        return f"{self.prefix}:queue"
+        return f"{self._deployment()}:queue"

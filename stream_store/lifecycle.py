@@ -409,7 +409,7 @@ class RunLifecycle:
         repairs the run.
         """
         held = await self.events.live_record(run_id)
-        if held is not None and await self.events.lease_held(held):
+        if held is not None and await self.events.lease_held(run_id, held):
             return
         if not await self.events.lock_repair(run_id, self.repair_lock_s):
             return

@@ -18,9 +18,10 @@ from importlib.resources import files
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
+from redis.asyncio import RedisCluster
 
 from .batch_sender import BatchSender
+from .connections import StoreRedis, register_script
 from .errors import redis_errors
 from .events import TERMINAL_EVENTS, RunStatus
 from .keys import KeySpace
@@ -52,6 +53,7 @@ _OPEN = _script("open.lua")
 _CLAIM = _script("claim.lua", fenced=True)
 _RENEW = _script("renew.lua", fenced=True)
 _TAKE_OVER = _script("take_over.lua", fenced=True)
+_REQUEST_CANCEL = _script("request_cancel.lua")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ class EventLog:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: StoreRedis,
         keys: KeySpace,
         stream_ttl_s: int,
         *,
@@ -98,13 +100,14 @@ class EventLog:
         self.interrupted_ttl_s = interrupted_ttl_s
         self.max_run_events = max_run_events
         self.max_run_stream_bytes = max_run_stream_bytes
-        self._append = redis.register_script(_APPEND)
+        self._append = register_script(redis, _APPEND)
         # Every run's batches go out together (`append_batch`).
-        self._batches = BatchSender(redis, redis.register_script(_APPEND_BATCH))
-        self._open = redis.register_script(_OPEN)
-        self._claim = redis.register_script(_CLAIM)
-        self._renew = redis.register_script(_RENEW)
-        self._take_over = redis.register_script(_TAKE_OVER)
+        self._batches = BatchSender(redis, register_script(redis, _APPEND_BATCH))
+        self._open = register_script(redis, _OPEN)
+        self._claim = register_script(redis, _CLAIM)
+        self._renew = register_script(redis, _RENEW)
+        self._take_over = register_script(redis, _TAKE_OVER)
+        self._request_cancel = register_script(redis, _REQUEST_CANCEL)
 
     async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> str:
         """Run one of the stream scripts; its reply as text (an event id or a verdict)."""
@@ -276,12 +279,17 @@ class EventLog:
             )
         return LiveRecord.from_hash(raw) if raw else None
 
-    async def lease_held(self, record: LiveRecord) -> bool:
-        """Whether `record`'s lease still runs, on Redis's clock (as the scripts measure it)."""
+    async def lease_held(self, run_id: str, record: LiveRecord) -> bool:
+        """Whether the run's `record`'s lease still runs, on Redis's clock (as the scripts
+        measure it: on a cluster, the clock of the record's node)."""
         if record.lease_until is None:
             return False
-        with redis_errors():
-            seconds, micros = await self.redis.time()
+        with redis_errors(run_id):
+            if isinstance(self.redis, RedisCluster):
+                node = self.redis.get_node_from_key(self.keys.run_record(run_id))
+                seconds, micros = await self.redis.time(target_nodes=node)
+            else:
+                seconds, micros = await self.redis.time()
         return record.lease_until >= seconds * 1000 + micros // 1000
 
     async def exists(self, run_id: str) -> bool:
@@ -292,13 +300,12 @@ class EventLog:
     async def request_cancel(self, run_id: str) -> None:
         """Flag the run as cancelled and tell every worker; the one running it stops it.
 
-        One MULTI: a Redis at `maxmemory` refuses the flag, and then must not publish either.
+        One script (`scripts/request_cancel.lua`): a Redis at `maxmemory` refuses the flag,
+        and then must not publish either.
         """
-        with redis_errors(run_id):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.set(self.keys.run_cancel(run_id), b"1", ex=self.stream_ttl_s)
-                pipe.publish(self.keys.cancel_channel(), run_id.encode())
-                await pipe.execute()
+        keys = [self.keys.run_cancel(run_id)]
+        args = [self.stream_ttl_s, self.keys.cancel_channel(), run_id]
+        await self._call(self._request_cancel, run_id, keys, args)
 
     async def cancel_requested(self, run_id: str) -> bool:
         with redis_errors(run_id):

@@ -2,9 +2,10 @@
 
 A job carries the run id, and the run's `traceparent` when it is traced (the worker's span of
 the attempt, its claim included, continues the submit's trace). Its arq job id is
-`<run_id>:<dispatch>`, so enqueueing the same dispatch twice (a race between two finishers
-handing a thread its next run) is a no-op. Each enqueue also publishes on the wake channel:
-workers pick the job up at once instead of at their next poll (arq only polls).
+`<run_id>:<dispatch>` (`KeySpace.job_id`), so enqueueing the same dispatch twice (a race
+between two finishers handing a thread its next run) is a no-op. Each enqueue also publishes
+on the wake channel: workers pick the job up at once instead of at their next poll (arq only
+polls).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ _ENQUEUE_JOB = (files("stream_store") / "scripts" / "enqueue_job.lua").read_text
 
 class RunQueue:
     def __init__(self, redis: ArqRedis, keys: KeySpace, run_records: RunRecords) -> None:
-        self.redis = redis
+        self.redis = redis  # the queue's node (`RedisClients.queue`)
         self.run_records = run_records
+        self.keys = keys
         self.queue_name = keys.queue()
         self.wake_channel = keys.wake_channel()
         self._enqueue = redis.register_script(_ENQUEUE_JOB)
@@ -47,9 +49,10 @@ class RunQueue:
         job = serialize_job(
             EXECUTE_RUN, (run.run_id,), traced, None, now, serializer=self.redis.job_serializer
         )
-        keys = [job_key_prefix + run.job_id, result_key_prefix + run.job_id, self.queue_name]
+        job_id = self.keys.job_id(run.run_id, run.dispatch)
+        keys = [job_key_prefix + job_id, result_key_prefix + job_id, self.queue_name]
         args: list[str | int | bytes] = [
-            run.job_id,
+            job_id,
             now,
             self.redis.expires_extra_ms,
             job,

@@ -32,9 +32,10 @@ from importlib.resources import files
 from typing import Any
 
 import structlog
-from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from . import limits
+from .connections import StoreRedis, pipelined_script, register_script
 from .errors import LimitReached, StoreUnavailable, redis_errors
 from .keys import KeySpace
 from .settings import Settings
@@ -71,7 +72,7 @@ class CallerQuotas:
     back those of ended ones; `aclose` stops it and gives back what is left.
     """
 
-    def __init__(self, redis: Redis, keys: KeySpace, settings: Settings) -> None:
+    def __init__(self, redis: StoreRedis, keys: KeySpace, settings: Settings) -> None:
         self._redis = redis
         self._keys = keys
         self._submits_per_minute = settings.max_submits_per_minute
@@ -79,9 +80,9 @@ class CallerQuotas:
         self._per_token = settings.max_sse_connections_per_token
         self._renew_s = settings.ping_interval_s
         self._slot_ttl_ms = max(1, math.ceil(SLOT_TTL_PINGS * settings.ping_interval_s * 1000))
-        self._take_submit = redis.register_script(_TAKE_SUBMIT)
-        self._take_slot = redis.register_script(_TAKE_SLOT)
-        self._renew_slots = redis.register_script(_RENEW_SLOTS)
+        self._take_submit = register_script(redis, _TAKE_SUBMIT)
+        self._take_slot = register_script(redis, _TAKE_SLOT)
+        self._renew_slots = register_script(redis, _RENEW_SLOTS)
         self._held: dict[str, StreamSlot] = {}  # open connections of this process
         self._ended: list[StreamSlot] = []  # slots to give back
         self._wake = asyncio.Event()
@@ -239,16 +240,17 @@ class CallerQuotas:
                 by_key.setdefault(key, []).append(slot.connection_id)
         if not by_key:
             return
+        calls: list[tuple[list[str], list[Any]]] = [
+            ([key], [self._slot_ttl_ms, *connection_ids]) for key, connection_ids in by_key.items()
+        ]
         with redis_errors():
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key, connection_ids in by_key.items():
-                    args: list[Any] = [self._slot_ttl_ms, *connection_ids]
-                    await self._renew_slots(keys=[key], args=args, client=pipe)
-                await pipe.execute()
+            for reply in await pipelined_script(self._redis, self._renew_slots, calls):
+                if isinstance(reply, RedisError):
+                    raise reply
 
 
 @contextlib.asynccontextmanager
-async def open_caller_quotas(redis: Redis, settings: Settings) -> AsyncIterator[CallerQuotas]:
+async def open_caller_quotas(redis: StoreRedis, settings: Settings) -> AsyncIterator[CallerQuotas]:
     """The process's `CallerQuotas`, its keeper running; stopped (slots given back) at exit."""
     quotas = CallerQuotas(redis, KeySpace(settings.redis_prefix), settings)
     quotas.start()

@@ -80,11 +80,6 @@ class RunRecord(msgspec.Struct, kw_only=True):
         """The record of a row selected as `RUN_COLUMNS`."""
         return msgspec.convert(row, cls, from_attributes=False)
 
-    @property
-    def job_id(self) -> str:
-        """The arq job id of this dispatch: enqueueing the same dispatch twice is a no-op."""
-        return f"{self.run_id}:{self.dispatch}"
-
 
 # Runs inside a transition's transaction, its row locked, before the commit: the Redis write
 # that announces the transition, so that a refusal (Redis at `maxmemory`) rolls it back.

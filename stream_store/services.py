@@ -11,12 +11,19 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from arq.connections import ArqRedis
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from .checkpoints import FencedPostgresSaver
-from .connections import PgPool, check_search_path, open_pg_pool, open_redis, session_pool
+from .connections import (
+    PgPool,
+    RedisClients,
+    StoreRedis,
+    check_search_path,
+    open_pg_pool,
+    open_redis_clients,
+    session_pool,
+)
 from .keys import KeySpace
 from .lifecycle import RunLifecycle
 from .log import EventLog
@@ -35,7 +42,7 @@ __all__ = ["Services", "open_services"]
 class Services:
     settings: Settings
     keys: KeySpace
-    redis: ArqRedis  # a redis-py client that can also enqueue arq jobs
+    clients: RedisClients  # `redis`, and the queue's client and node (others on a cluster)
     pool: PgPool
     checkpointer: FencedPostgresSaver  # fenced only inside a run (`attempt_fence`)
     store: AsyncPostgresStore  # LangGraph's store; each owner's view is `store.OwnerStore`
@@ -46,22 +53,28 @@ class Services:
     lifecycle: RunLifecycle
     tracer: Tracer  # runstream's spans (stream_store/tracing.py); no-op when traces are off
 
+    @property
+    def redis(self) -> StoreRedis:
+        """The client for runs, records and quotas (not a field: Litestar, which injects the
+        server's `Resources`, cannot type a union of two client classes)."""
+        return self.clients.store
+
 
 @contextlib.asynccontextmanager
 async def open_services(
     settings: Settings,
     *,
     pool_size: int = 10,
-    redis: ArqRedis | None = None,
+    redis: RedisClients | None = None,
     tracer: Tracer | None = None,
 ) -> AsyncIterator[Services]:
     """Open Redis (unless `redis` is given) and a migrated Postgres pool; close what was opened,
     in reverse order."""
-    keys = KeySpace(settings.redis_prefix)
     async with contextlib.AsyncExitStack() as stack:
         if redis is None:
-            redis = open_redis(settings)
+            redis = await open_redis_clients(settings)
             stack.push_async_callback(redis.aclose)
+        clients, keys = redis, redis.keys
         pool = await open_pg_pool(settings, max_size=pool_size)
         stack.push_async_callback(pool.close)
         async with session_pool(settings, pool) as migrating:
@@ -69,7 +82,7 @@ async def open_services(
         await check_search_path(settings, pool)
         run_records = RunRecords(pool)
         events = EventLog(
-            redis,
+            clients.store,
             keys,
             settings.stream_ttl_s,
             interrupted_ttl_s=settings.interrupted_ttl_s,
@@ -77,14 +90,14 @@ async def open_services(
             max_run_stream_bytes=settings.max_run_stream_bytes,
         )
         stack.push_async_callback(events.aclose)
-        queue = RunQueue(redis, keys, run_records)
+        queue = RunQueue(clients.queue, keys, run_records)
         store = open_store(pool)
         await store.start_ttl_sweeper()
         stack.push_async_callback(store.stop_ttl_sweeper)
         yield Services(
             settings=settings,
             keys=keys,
-            redis=redis,
+            clients=clients,
             pool=pool,
             checkpointer=FencedPostgresSaver(pool),
             store=store,

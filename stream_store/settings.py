@@ -136,6 +136,8 @@ class Settings:
     database_pool_mode: str = "session"
     direct_database_url: str | None = None
     redis_prefix: str = "runstream"
+    # On a Redis Cluster: how many hash tags a deployment's runs are spread over (keys.py).
+    redis_cluster_shards: int = 16
     host: str = "127.0.0.1"
     port: int = 8000
     allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
@@ -195,6 +197,9 @@ class Settings:
             env.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
         env.update(os.environ if environ is None else environ)
 
+        prefix = env.get("RUNSTREAM_REDIS_PREFIX") or "runstream"
+        if "{" in prefix or "}" in prefix:  # it is a hash tag on a Redis Cluster (keys.py)
+            raise SettingsError(f"RUNSTREAM_REDIS_PREFIX may not contain braces: {prefix!r}")
         schema = env.get("RUNSTREAM_DATABASE_SCHEMA") or "public"
         if not _IDENTIFIER.match(schema):
             raise SettingsError(f"RUNSTREAM_DATABASE_SCHEMA is not an identifier: {schema!r}")
@@ -224,7 +229,8 @@ class Settings:
             database_schema=schema,
             database_pool_mode=pool_mode,
             direct_database_url=direct_url,
-            redis_prefix=env.get("RUNSTREAM_REDIS_PREFIX") or "runstream",
+            redis_prefix=prefix,
+            redis_cluster_shards=_int(env, "RUNSTREAM_REDIS_CLUSTER_SHARDS", 16, minimum=1),
             host=env.get("RUNSTREAM_HOST") or "127.0.0.1",
             port=_int(env, "RUNSTREAM_PORT", 8000),
             allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),

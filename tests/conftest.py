@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ import pytest
 import uvicorn
 from arq.worker import Worker
 from hypothesis import settings as hypothesis_settings
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from bench.launcher import free_port
 from runner.worker import build_worker
@@ -34,6 +34,7 @@ from server.embedded import EmbeddedServices
 from server.logs import configure_logging
 from stream_store.settings import Settings
 from tests.pgbouncer import PgBouncer
+from tests.redis_cluster import LocalRedisCluster
 
 if TYPE_CHECKING:
     from tests.processes import Cluster
@@ -98,6 +99,21 @@ def service_urls() -> tuple[str, str]:
     return os.environ["RUNSTREAM_TEST_REDIS_URL"], os.environ["RUNSTREAM_TEST_DATABASE_URL"]
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A Redis Cluster for the `cluster` tests: `RUNSTREAM_TEST_REDIS_CLUSTER_URL` (a node of
+    one), or a private three-master cluster started for the session (tests/redis_cluster.py)."""
+    url = os.environ.get("RUNSTREAM_TEST_REDIS_CLUSTER_URL")
+    if url:
+        yield url
+        return
+    local = LocalRedisCluster()
+    try:
+        yield local.url
+    finally:
+        local.stop()
+
+
 @pytest.fixture
 async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator[Settings]:
     """Settings on a private schema and prefix; both are dropped after the test."""
@@ -135,11 +151,21 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
         yield base
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    redis = Redis.from_url(redis_url)
+    await _drop_keys(redis_url, prefix)
+
+
+async def _drop_keys(redis_url: str, prefix: str) -> None:
+    """Delete the test's keys; on a Redis Cluster from every node (the queue's and the jobs'
+    names there start with the `{prefix}` hash tag)."""
+    redis: Redis | RedisCluster = Redis.from_url(redis_url)
     try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await redis.delete(*keys)
+        if (await redis.info("cluster")).get("cluster_enabled"):
+            await redis.aclose()
+            redis = RedisCluster.from_url(redis_url)
+        for pattern in (f"{prefix}:*", f"*{{{prefix}}}*"):
+            keys = [key async for key in redis.scan_iter(match=pattern, count=1000)]
+            if keys:
+                await redis.delete(*keys)
     finally:
         await redis.aclose()
 

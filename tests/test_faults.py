@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from redis.asyncio import Redis
 
+from stream_store.connections import open_redis_clients
 from stream_store.keys import KeySpace
 from stream_store.settings import Settings
 from tests.processes import Cluster, PrivateRedis, TcpProxy
@@ -42,10 +43,16 @@ async def private_redis() -> AsyncIterator[PrivateRedis]:
 
 
 @pytest.fixture
-def fault_settings(settings: Settings, private_redis: PrivateRedis) -> Settings:
+def fault_redis_url(private_redis: PrivateRedis) -> str:
+    """The Redis of a fault test (tests/test_cluster.py runs some on a Redis Cluster)."""
+    return private_redis.url
+
+
+@pytest.fixture
+def fault_settings(settings: Settings, fault_redis_url: str) -> Settings:
     return replace(
         settings,
-        redis_url=private_redis.url,
+        redis_url=fault_redis_url,
         lease_s=1.0,
         reaper_interval_s=0.2,
         fake_token_delay_ms=20,
@@ -134,9 +141,9 @@ async def final_message(http: httpx.AsyncClient, thread_id: str) -> dict[str, An
 
 
 async def stream_entries(settings: Settings, run_id: str) -> list[tuple[str, dict[bytes, bytes]]]:
-    redis = Redis.from_url(str(settings.redis_url))
+    redis = await open_redis_clients(settings)
     try:
-        entries = await redis.xrange(KeySpace(settings.redis_prefix).run_events(run_id))
+        entries = await redis.store.xrange(redis.keys.run_events(run_id))
     finally:
         await redis.aclose()
     return [(entry_id.decode(), fields) for entry_id, fields in entries]

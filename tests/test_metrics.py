@@ -17,7 +17,6 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from redis.asyncio import Redis
 
 from bench.launcher import free_port
 from server.commands import worker as run_worker
@@ -209,10 +208,8 @@ class TestViewersCutOff:
         registry = CollectorRegistry()
         metrics = FanoutMetrics(registry)
         async with open_services(settings) as services:
-            reader = Redis.from_url(str(settings.redis_url), single_connection_client=True)
             follower = StreamFollower(
-                reader,
-                services.redis,
+                services.clients.node_url,
                 services.events,
                 queue_size=16,
                 cut_off_s=0.2,

@@ -90,6 +90,45 @@ class TestArq:
         )
 
 
+class TestArqJobFinish:
+    """`runner/worker.py` (`RunWorker.finish_job`, `finish_failed_job`) replaces arq's two ends
+    of a job with the same MULTI minus the ZREM of `arq:abort` (outside the queue's slot on a
+    Redis Cluster): arq must still call them as we define them and write what we copy."""
+
+    PACKAGE = "arq"
+    OURS = "runner/worker.py (RunWorker.finish_job, finish_failed_job)"
+
+    @pytest.mark.parametrize(
+        ("name", "expected"),
+        [
+            (
+                "finish_job",
+                "(self, job_id, finish, result_data, result_timeout_s, keep_result_forever,"
+                " incr_score, keep_in_progress)",
+            ),
+            ("finish_failed_job", "(self, job_id, result_data)"),
+        ],
+    )
+    def test_finish_methods_keep_their_signatures(self, name: str, expected: str) -> None:
+        method = getattr(Worker, name, None)
+        _check_signature(
+            self.PACKAGE, f"Worker.{name}", self.OURS, method, expected, "a coroutine function"
+        )
+        _check_called(self.PACKAGE, f"Worker.{name}", self.OURS, Worker.run_job, f"self.{name}(")
+
+    def test_finish_job_writes_what_ours_copies(self) -> None:
+        for call in (
+            "tr.pexpire(in_progress_key, to_ms(keep_in_progress))",
+            "tr.set(result_key_prefix + job_id, result_data, px=to_ms(expire))",
+            "delete_keys += [retry_key_prefix + job_id, job_key_prefix + job_id]",
+            "tr.zrem(abort_jobs_ss, job_id)",
+            "tr.zrem(self.queue_name, job_id)",
+            "tr.zincrby(self.queue_name, incr_score, job_id)",
+            "tr.delete(*delete_keys)",
+        ):
+            _check_called(self.PACKAGE, "Worker.finish_job", self.OURS, Worker.finish_job, call)
+
+
 class TestArqJobClaimAndEnqueue:
     """`runner/worker.py` (`RunWorker.start_jobs`) and `stream_store/queue.py` (`RunQueue`) do
     arq's claim of a job and its enqueue in one script call each (`start_job.lua`,

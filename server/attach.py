@@ -15,7 +15,8 @@ from stream_store.log import EventLog
 from stream_store.run_records import RunRecord
 
 from .errors import ApiError
-from .fanout import Frame, StreamFollower, Viewer, sse_frame
+from .fanout import StreamFollower
+from .feed import Frame, Viewer, sse_frame
 
 __all__ = ["Attachment", "Dialect", "RunstreamDialect", "check_resume_point"]
 

@@ -8,7 +8,7 @@ import time
 import httpx
 from arq.worker import Worker
 
-from server.fanout import Frame, RunFeed, Viewer, sse_frame
+from server.feed import Frame, RunFeed, Viewer, sse_frame
 from stream_store.log import StoredEvent
 from tests.conftest import ServerHandle, StartServer
 from tests.sse import Received, read_events

@@ -23,7 +23,7 @@ from stream_store.run_records import RunRecord
 
 from ..attach import Attachment, check_resume_point
 from ..auth import Caller
-from ..fanout import Frame
+from ..feed import Frame
 from ..resources import Resources
 from .rejoin import catch_up
 from .stream import LangGraphStream

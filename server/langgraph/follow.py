@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
 import structlog
+from litestar.params import Parameter
 from litestar.response import Stream
 
 from stream_store.errors import Conflict
@@ -32,6 +33,7 @@ from .views import thread_state
 __all__ = [
     "SSE_HEADERS",
     "StreamCut",
+    "StreamModeQuery",
     "TranslatedDialect",
     "langgraph_attachment",
     "modes_of",
@@ -41,6 +43,9 @@ __all__ = [
 ]
 
 logger = structlog.get_logger()
+
+# `?stream_mode=` of the routes that stream (repeatable: several modes in one request).
+StreamModeQuery = Annotated[list[str] | None, Parameter(query="stream_mode", required=False)]
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 WAIT_PING = b"\n"  # leading whitespace keeps the JSON answer valid; LangGraph sends the same

@@ -25,15 +25,13 @@ from ..auth import Caller
 from ..resources import Resources
 from ..runs import owned_run
 from .conversions import run_status
-from .follow import modes_of, run_paths, stream_response, wait_response
+from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import resume_point
 from .submit import submit, submit_batch
 from .views import run_view
 from .wire import MAX_PAGE, Run, RunCreate
 
 __all__ = ["RunsController", "StatelessRunsController"]
-
-StreamModeQuery = Annotated[list[str] | None, Parameter(query="stream_mode", required=False)]
 
 
 def _flag(value: str | None) -> bool:

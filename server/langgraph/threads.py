@@ -18,6 +18,7 @@ from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
 from ..threads import owned_thread
+from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
 from .thread_stream import thread_stream_response
 from .views import (
@@ -175,9 +176,7 @@ class ThreadsController(Controller):
         resources: Resources,
         quotas: CallerQuotas,
         caller: Caller,
-        stream_mode: Annotated[
-            list[str] | None, Parameter(query="stream_mode", required=False)
-        ] = None,
+        stream_mode: StreamModeQuery = None,
         stream_modes: Annotated[  # the name LangGraph's API reference gives it
             list[str] | None, Parameter(query="stream_modes", required=False)
         ] = None,

@@ -185,11 +185,13 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    async def server(self, port: int | None = None, **env: str) -> Server:
+    async def server(self, port: int | None = None, processes: int = 1, **env: str) -> Server:
         """A ready `runstream serve` on `port` (default a free one; pass the same one to
-        replace a server)."""
+        replace a server), with `--processes` when more than one."""
         port = port or free_port()
         argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+        if processes > 1:
+            argv += ["--processes", str(processes)]
         server = Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}")
         await self._wait_server(server)
         return server

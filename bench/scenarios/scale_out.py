@@ -8,6 +8,8 @@
   100 beside other users). N small runs (20 tokens, delay 0) are submitted while every worker
   is stopped (SIGSTOP); the workers in use continue together (SIGCONT): completed runs/s from
   the first start to the last finish.
+- `serve --processes 2`: then, one server started that way (two children on one port, as a
+  deployment runs it) takes the same fan-out round, every viewer on its one URL.
 Efficiency per core is throughput / (throughput with one process x min(processes, CPUs)).
 """
 
@@ -29,6 +31,7 @@ NAME = "scale_out"
 NEEDS: tuple[str, ...] = ()
 COUNTS = (1, 2, 4)
 RUN_TOKENS = 20
+PROCESSES = 2  # `serve --processes`: one per core of the machines these run on
 WORKER_CONCURRENCY = 10
 
 
@@ -122,8 +125,36 @@ async def run(ctx: BenchContext) -> None:
         finally:
             for worker in workers:
                 worker.resume()
+        for process in [servers[0].process, *workers]:
+            process.stop()
+
+        # `runstream serve --processes N`: N children accepting on one port, as deployed.
+        one_port = await cluster.server(processes=PROCESSES)
+        fanout_worker = await cluster.ready_worker()
+        fan = await fanout_round(
+            ctx,
+            namespace,
+            [one_port],
+            [fanout_worker],
+            runs=runs,
+            viewers_per_run=viewers,
+            tokens=tokens,
+        )
+        if fan.complete != fan.viewers:
+            raise AssertionError(f"{fan.viewers - fan.complete} viewers missed events")
+        ctx.note(NAME, **{f"serve --processes {PROCESSES}": fan.details()})
+        print(f"    serve --processes {PROCESSES}: {fan.rate:,.0f} events/s", flush=True)
 
     _report(ctx, server_rates, "server", "events/s delivered", cpus)
+    ctx.figure(
+        NAME,
+        f"serve --processes {PROCESSES} (one port): events/s delivered",
+        fan.rate,
+        "/s",
+        baseline=server_rates[1],
+        baseline_label="1 server",
+        notes="the kernel spreads the viewers' connections over the children",
+    )
     _report(ctx, worker_rates, "worker", "runs/s completed", cpus)
     ctx.note(
         NAME,

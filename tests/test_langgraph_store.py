@@ -13,6 +13,7 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from server.langgraph.wire import STORE_MAX_DEPTH, STORE_MAX_TTL_MINUTES
 from stream_store.settings import Settings
 from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
@@ -143,6 +144,14 @@ async def test_bad_input_is_a_clear_422_and_changes_nothing(
         ("POST", "/store/items/search", {"json": {"offset": -1}}),
         ("POST", "/store/items/search", {"json": {"namespace_prefix": ["a.b"]}}),
         ("POST", "/store/namespaces", {"json": {"max_depth": 0}}),
+        # past what Postgres's integer and interval hold (found by tests/test_fuzz_api.py: 500)
+        ("POST", "/store/namespaces", {"json": {"max_depth": 38315166570269982720}}),
+        ("POST", "/store/namespaces", {"json": {"max_depth": 2**31 - 1}}),
+        (
+            "PUT",
+            "/store/items",
+            {"json": {"namespace": ["kept"], "key": "k", "value": {}, "ttl": 1e300}},
+        ),
         ("POST", "/store/namespaces", {"json": {"prefix": ["a.b"]}}),
     ]
     async with httpx.AsyncClient(base_url=url, headers={"x-api-key": "key-a"}) as raw:
@@ -156,6 +165,16 @@ async def test_bad_input_is_a_clear_422_and_changes_nothing(
         )
         assert unauthenticated.status_code == 401
     assert await store_rows(settings) == before
+
+
+async def test_the_largest_depth_and_ttl_are_taken(
+    keyed: tuple[LangGraphClient, LangGraphClient, str],
+) -> None:
+    alice, _, _ = keyed
+    await alice.store.put_item(["far"], "k", {"v": 1}, ttl=STORE_MAX_TTL_MINUTES)
+    assert (await alice.store.get_item(["far"], "k"))["value"] == {"v": 1}
+    listed = await alice.store.list_namespaces(max_depth=STORE_MAX_DEPTH)
+    assert listed["namespaces"] == [["far"]]
 
 
 async def test_an_item_past_its_ttl_is_gone(

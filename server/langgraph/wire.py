@@ -48,6 +48,10 @@ MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 MAX_PAGE = 1000  # the most items one search, list or history answer holds
 Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
 Offset = Annotated[int, Meta(ge=0, le=2**62)]  # within Postgres bigint
+# Store bounds that Postgres's own types set: a depth is an `integer` once the store adds its
+# owner label, and a TTL becomes an `interval` (100 years, in minutes, is far inside it).
+STORE_MAX_DEPTH = 2**31 - 2
+STORE_MAX_TTL_MINUTES = 100 * 365 * 24 * 60
 
 
 class Request(msgspec.Struct, kw_only=True):
@@ -167,7 +171,7 @@ class StorePut(Request):
     key: str
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None  # no search index: accepted, ignored
-    ttl: Annotated[float, Meta(gt=0)] | None = None  # minutes
+    ttl: Annotated[float, Meta(gt=0, le=STORE_MAX_TTL_MINUTES)] | None = None  # minutes
 
 
 class StoreDelete(Request):
@@ -193,7 +197,7 @@ class StoreListNamespaces(Request):
 
     prefix: list[str] | None = None  # a label may be `*`, matching any one label
     suffix: list[str] | None = None
-    max_depth: Annotated[int, Meta(ge=1)] | None = None
+    max_depth: Annotated[int, Meta(ge=1, le=STORE_MAX_DEPTH)] | None = None
     limit: Limit = 100
     offset: Offset = 0
 

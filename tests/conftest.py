@@ -266,8 +266,11 @@ async def launch_worker(settings: Settings) -> tuple[Worker, asyncio.Task[None]]
 
 
 async def stop_worker(worker: Worker, task: asyncio.Task[None] | None = None) -> None:
-    if task is not None and not task.done():
+    # Until its loop has ended: a cancel that lands as `wait_for` completes can be lost (Python
+    # 3.11), and a loop still polling would then meet the pool closed below.
+    while task is not None and not task.done():
         task.cancel()
+        await asyncio.wait({task}, timeout=1)
     for job in list(worker.tasks.values()):
         job.cancel()
     await asyncio.gather(*worker.tasks.values(), return_exceptions=True)

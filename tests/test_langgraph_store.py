@@ -13,7 +13,7 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from server.langgraph.wire import STORE_MAX_DEPTH, STORE_MAX_TTL_MINUTES
+from server.langgraph.wire import STORE_MAX_DEPTH, STORE_MAX_TTL_MINUTES, STORE_MIN_TTL_MINUTES
 from stream_store.settings import Settings
 from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
@@ -152,6 +152,11 @@ async def test_bad_input_is_a_clear_422_and_changes_nothing(
             "/store/items",
             {"json": {"namespace": ["kept"], "key": "k", "value": {}, "ttl": 1e300}},
         ),
+        (
+            "PUT",
+            "/store/items",
+            {"json": {"namespace": ["kept"], "key": "k", "value": {}, "ttl": 3.9e-141}},
+        ),
         ("POST", "/store/namespaces", {"json": {"prefix": ["a.b"]}}),
     ]
     async with httpx.AsyncClient(base_url=url, headers={"x-api-key": "key-a"}) as raw:
@@ -167,13 +172,14 @@ async def test_bad_input_is_a_clear_422_and_changes_nothing(
     assert await store_rows(settings) == before
 
 
-async def test_the_largest_depth_and_ttl_are_taken(
+async def test_the_bounds_of_depth_and_ttl_are_taken(
     keyed: tuple[LangGraphClient, LangGraphClient, str],
 ) -> None:
     alice, _, _ = keyed
     await alice.store.put_item(["far"], "k", {"v": 1}, ttl=STORE_MAX_TTL_MINUTES)
     assert (await alice.store.get_item(["far"], "k"))["value"] == {"v": 1}
-    listed = await alice.store.list_namespaces(max_depth=STORE_MAX_DEPTH)
+    await alice.store.put_item(["near"], "k", {"v": 2}, ttl=STORE_MIN_TTL_MINUTES)
+    listed = await alice.store.list_namespaces(prefix=["far"], max_depth=STORE_MAX_DEPTH)
     assert listed["namespaces"] == [["far"]]
 
 

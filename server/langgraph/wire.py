@@ -49,8 +49,11 @@ MAX_PAGE = 1000  # the most items one search, list or history answer holds
 Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
 Offset = Annotated[int, Meta(ge=0, le=2**62)]  # within Postgres bigint
 # Store bounds that Postgres's own types set: a depth is an `integer` once the store adds its
-# owner label, and a TTL becomes an `interval` (100 years, in minutes, is far inside it).
+# owner label, and a TTL (minutes) becomes an `interval` written as "<seconds> seconds", which
+# Postgres cannot read in the exponent form Python gives tiny and huge floats. One second to a
+# hundred years.
 STORE_MAX_DEPTH = 2**31 - 2
+STORE_MIN_TTL_MINUTES = 1 / 60
 STORE_MAX_TTL_MINUTES = 100 * 365 * 24 * 60
 
 
@@ -171,7 +174,7 @@ class StorePut(Request):
     key: str
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None  # no search index: accepted, ignored
-    ttl: Annotated[float, Meta(gt=0, le=STORE_MAX_TTL_MINUTES)] | None = None  # minutes
+    ttl: Annotated[float, Meta(ge=STORE_MIN_TTL_MINUTES, le=STORE_MAX_TTL_MINUTES)] | None = None
 
 
 class StoreDelete(Request):

@@ -22,6 +22,7 @@ import psycopg
 
 from bench.api import Api, words
 from bench.context import BenchContext
+from bench.launcher import Server
 from bench.processes import Namespace
 
 from .concurrent_runs import wait_settled
@@ -83,11 +84,13 @@ async def run(ctx: BenchContext) -> None:
         servers = await cluster.servers(max(COUNTS))
         fanout_worker = await cluster.ready_worker()
         server_rates: dict[int, float] = {}
-        for count in COUNTS:
+
+        async def complete_round(servers_used: list[Server], label: str) -> float:
+            """The fan-out round on `servers_used`: every viewer must get every event."""
             fan = await fanout_round(
                 ctx,
                 namespace,
-                servers[:count],
+                servers_used,
                 [fanout_worker],
                 runs=runs,
                 viewers_per_run=viewers,
@@ -95,9 +98,12 @@ async def run(ctx: BenchContext) -> None:
             )
             if fan.complete != fan.viewers:
                 raise AssertionError(f"{fan.viewers - fan.complete} viewers missed events")
-            server_rates[count] = fan.rate
-            ctx.note(NAME, **{f"{count} servers": fan.details()})
-            print(f"    {count} server(s): {fan.rate:,.0f} events/s", flush=True)
+            ctx.note(NAME, **{label: fan.details()})
+            print(f"    {label}: {fan.rate:,.0f} events/s", flush=True)
+            return fan.rate
+
+        for count in COUNTS:
+            server_rates[count] = await complete_round(servers[:count], f"{count} servers")
         for process in [fanout_worker] + [server.process for server in servers[1:]]:
             process.stop()  # free their Postgres connections for the workers below
 
@@ -131,25 +137,13 @@ async def run(ctx: BenchContext) -> None:
         # `runstream serve --processes N`: N children accepting on one port, as deployed.
         one_port = await cluster.server(processes=PROCESSES)
         fanout_worker = await cluster.ready_worker()
-        fan = await fanout_round(
-            ctx,
-            namespace,
-            [one_port],
-            [fanout_worker],
-            runs=runs,
-            viewers_per_run=viewers,
-            tokens=tokens,
-        )
-        if fan.complete != fan.viewers:
-            raise AssertionError(f"{fan.viewers - fan.complete} viewers missed events")
-        ctx.note(NAME, **{f"serve --processes {PROCESSES}": fan.details()})
-        print(f"    serve --processes {PROCESSES}: {fan.rate:,.0f} events/s", flush=True)
+        one_port_rate = await complete_round([one_port], f"serve --processes {PROCESSES}")
 
     _report(ctx, server_rates, "server", "events/s delivered", cpus)
     ctx.figure(
         NAME,
         f"serve --processes {PROCESSES} (one port): events/s delivered",
-        fan.rate,
+        one_port_rate,
         "/s",
         baseline=server_rates[1],
         baseline_label="1 server",

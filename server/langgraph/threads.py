@@ -125,11 +125,9 @@ class ThreadsController(Controller):
         missing thread is. A thread with a queued or running run refuses the whole prune
         (409) before anything changes."""
         ids = list(dict.fromkeys(inputs.object_id(i, "thread") for i in data.thread_ids))
-        threads = [
-            thread
-            for thread_id in ids
-            if (thread := await resources.thread_records.get_thread(thread_id, caller.owner))
-        ]
+        threads = await resources.thread_records.search_threads(
+            caller.owner, metadata={}, status=None, limit=max(1, len(ids)), offset=0, ids=ids
+        )
         if busy := [t.thread_id for t in threads if t.langgraph_status == "busy"]:
             raise Conflict(
                 f"threads with a queued or running run cannot be pruned: {', '.join(busy)}",

@@ -58,7 +58,10 @@ async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> 
         )
     if steering is not None and not started:
         return steering
-    if run.resume is not None and state.interrupts:
+    if run.resume is not None and (state.interrupts or not started):
+        # Not started and no interrupt waiting: `update_state` wrote the latest checkpoint
+        # since the interrupt. LangGraph resumes from it all the same (the value answers the
+        # next step's first `interrupt()`, or nothing); re-sending the input would restart.
         return Command(resume=run.resume.get("value"))
     if started and state.next:
         return None  # continue from the last checkpoint (a retried attempt)

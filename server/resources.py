@@ -19,6 +19,7 @@ from stream_store.settings import Settings
 from .auth import StreamTokens
 from .fanout import StreamFollower
 from .run_reads import RunReads
+from .thread_watch import ThreadWatch
 
 __all__ = ["Resources", "open_resources"]
 
@@ -31,6 +32,7 @@ class Resources(Services):
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched
+    thread_watch: ThreadWatch  # the new runs of the threads that idle thread streams wait on
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
 
@@ -39,7 +41,8 @@ class Resources(Services):
 async def open_resources(
     settings: Settings, *, tracer: Tracer | None = None
 ) -> AsyncIterator[Resources]:
-    """Open the services and the stream reader; close them in reverse order."""
+    """Open the services, the stream reader and the thread watcher; close them in reverse
+    order."""
     tokens = StreamTokens(settings)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
@@ -60,6 +63,8 @@ async def open_resources(
         )
         metrics.follow(lambda: follower.viewer_count, lambda: follower.run_count)
         await follower.start()
+        thread_watch = ThreadWatch(services.thread_records, closing=lambda: follower.closing)
+        await thread_watch.start()
         try:
             fields = {f.name: getattr(services, f.name) for f in dataclasses.fields(services)}
             yield Resources(
@@ -70,6 +75,8 @@ async def open_resources(
                 metrics=metrics,
                 deployment=deployment,
                 run_reads=RunReads(services.run_records),
+                thread_watch=thread_watch,
             )
         finally:
+            await thread_watch.stop()
             await follower.stop()

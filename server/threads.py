@@ -45,10 +45,13 @@ def thread_out(thread: ThreadRecord) -> ThreadOut:
     )
 
 
-async def owned_thread(resources: Resources, thread_id: str, caller: Caller) -> ThreadRecord:
-    """The caller's thread (404 for an unknown id or another owner's), bound to the log context."""
+async def owned_thread(
+    resources: Resources, thread_id: str, caller: Caller, *, langgraph: bool = False
+) -> ThreadRecord:
+    """The caller's thread (404 for an unknown id or another owner's), bound to the log context;
+    `langgraph`: with its LangGraph status, for a route that shows it."""
     thread = await resources.thread_records.get_thread(
-        inputs.object_id(thread_id, "thread"), caller.owner
+        inputs.object_id(thread_id, "thread"), caller.owner, langgraph=langgraph
     )
     if thread is None:
         raise NotFound(f"thread {thread_id} not found")

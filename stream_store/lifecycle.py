@@ -12,7 +12,7 @@ it (at `maxmemory`) rolls the transition back, so the caller's 503 means nothing
 
 Which process calls what:
 
-    server   submit, cancel, resume
+    server   submit, cancel, resume, end_interrupted
     worker   claim, start, interrupt, finish, announce_retry
     reaper   requeue (or exhaust), repair, restore_stream
 
@@ -285,6 +285,15 @@ class RunLifecycle:
             logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
         logger.info("run resumed")
         return resumed
+
+    async def end_interrupted(self, thread_id: str) -> list[RunRecord]:
+        """End the thread's interrupted run as succeeded, as a LangGraph submit supersedes it:
+        for a state update that left its graph nothing to run (LangGraph's thread is idle)."""
+        ended = await self.submitter.end_interrupted(thread_id)
+        for run in ended:
+            await self._outcome(run, run.attempt)
+            logger.info("interrupted run ended by a state update", run_id=run.run_id)
+        return ended
 
     # -- worker ------------------------------------------------------------------------------
 

@@ -244,6 +244,15 @@ class RunSubmitter:
             retry_after_s=ACTIVE_RUNS_RETRY_AFTER_S,
         )
 
+    async def end_interrupted(self, thread_id: str) -> list[RunRecord]:
+        """interrupted -> succeeded for the thread's waiting run, with the thread's row locked
+        as a submit locks it; its events are the caller's to write (`_end_interrupted`)."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT 1 FROM runstream_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+            )
+            return await _end_interrupted(conn, thread_id)
+
     async def _run_by_key(self, owner: str, key: str) -> RunRecord | None:
         found = await fetch_all(
             self.pool,

@@ -91,9 +91,7 @@ async def open_services(
         )
         stack.push_async_callback(events.aclose)
         queue = RunQueue(clients.queue, keys, run_records)
-        store = open_store(pool)
-        await store.start_ttl_sweeper()
-        stack.push_async_callback(store.stop_ttl_sweeper)
+        store = await stack.enter_async_context(open_store(pool))
         yield Services(
             settings=settings,
             keys=keys,

@@ -11,8 +11,10 @@ graphs a worker runs (`get_store()`, `runtime.store`) both go through it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from langgraph.store.base import (
@@ -52,9 +54,32 @@ async def setup_store(conn: AsyncConnection[DictRow]) -> None:
     await AsyncPostgresStore(conn).setup()
 
 
-def open_store(pool: PgPool) -> AsyncPostgresStore:
-    """The process's store on `pool` (its tables exist: `migrate` ran)."""
-    return AsyncPostgresStore(pool, ttl=STORE_TTL)
+@contextlib.asynccontextmanager
+async def open_store(pool: PgPool) -> AsyncIterator[AsyncPostgresStore]:
+    """The process's store on `pool` (its tables exist: `migrate` ran), sweeping expired items
+    while open; on exit neither of its tasks is left pending."""
+    store = AsyncPostgresStore(pool, ttl=STORE_TTL)
+    try:
+        await store.start_ttl_sweeper()
+        yield store
+    finally:
+        await _stop_tasks(store)
+
+
+async def _stop_tasks(store: AsyncPostgresStore) -> None:
+    """Stop the store's TTL sweeper and its batching task.
+
+    LangGraph starts the batching task in the store's constructor and never stops it, not even
+    in `__aexit__` (langgraph#6367), so a closed process would log "Task was destroyed but it
+    is pending". Cancelling it loses nothing: runstream never queues an operation on it
+    (`OwnerStore` calls `abatch` directly).
+    """
+    await store.stop_ttl_sweeper()
+    task, store._task = store._task, None
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class OwnerStore(BaseStore):

@@ -50,13 +50,19 @@ _LANGGRAPH_THREAD_STATUS = f"""
 """
 _THREAD_COLUMNS = (
     "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
-    f" {_THREAD_STATUS} AS status, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
+    f" {_THREAD_STATUS} AS status"
 )
+# Read only for the LangGraph API: its status's subqueries are most of a listing's time.
+_LANGGRAPH_THREAD_COLUMNS = f"{_THREAD_COLUMNS}, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
+
+
+def _columns(langgraph: bool) -> str:
+    return _LANGGRAPH_THREAD_COLUMNS if langgraph else _THREAD_COLUMNS
 
 
 class ThreadRecord(msgspec.Struct, kw_only=True):
-    """One row of `runstream_threads`, with its runstream status (busy, interrupted, idle) and
-    its LangGraph status (busy, interrupted, error, idle)."""
+    """One row of `runstream_threads`, with its runstream status (busy, interrupted, idle) and,
+    when read with `langgraph=True`, its LangGraph status (busy, interrupted, error, idle)."""
 
     thread_id: str
     owner: str
@@ -65,7 +71,7 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     status: str
-    langgraph_status: str
+    langgraph_status: str | None = None
 
 
 class ThreadRecords:
@@ -83,13 +89,18 @@ class ThreadRecords:
         return found[0] if found else None
 
     async def create_thread(
-        self, owner: str, metadata: dict[str, Any], thread_id: str | None = None
+        self,
+        owner: str,
+        metadata: dict[str, Any],
+        thread_id: str | None = None,
+        *,
+        langgraph: bool = False,
     ) -> ThreadRecord | None:
         """A new thread; None when `thread_id` is given and already taken (by anyone)."""
         return await self._one_thread(
             "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
             " VALUES (%s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
-            f" RETURNING {_THREAD_COLUMNS}",
+            f" RETURNING {_columns(langgraph)}",
             (thread_id or str(uuid.uuid4()), owner, Jsonb(metadata)),
         )
 
@@ -97,7 +108,8 @@ class ThreadRecords:
         self, thread_id: str, owner: str, metadata: dict[str, Any]
     ) -> ThreadRecord | None:
         """A new thread of `owner` with `metadata` and a copy of `thread_id`'s checkpoints
-        (not its runs), taken from one snapshot; None when `thread_id` is not the owner's."""
+        (not its runs), taken from one snapshot; None when `thread_id` is not the owner's.
+        A LangGraph route's: read with its LangGraph status."""
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur = await conn.execute(
@@ -108,7 +120,7 @@ class ThreadRecords:
                 return None
             cur = await conn.execute(
                 "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
-                f" VALUES (%s, %s, %s) RETURNING {_THREAD_COLUMNS}",
+                f" VALUES (%s, %s, %s) RETURNING {_LANGGRAPH_THREAD_COLUMNS}",
                 (str(uuid.uuid4()), owner, Jsonb(metadata)),
             )
             row = await cur.fetchone()
@@ -118,19 +130,21 @@ class ThreadRecords:
         return copied
 
     async def update_thread_metadata(
-        self, thread_id: str, owner: str, metadata: dict[str, Any]
+        self, thread_id: str, owner: str, metadata: dict[str, Any], *, langgraph: bool = False
     ) -> ThreadRecord | None:
         """Merge `metadata` into the thread's (LangGraph's PATCH); None: not the owner's."""
         return await self._one_thread(
             "UPDATE runstream_threads AS t SET metadata = t.metadata || %s,"
             " updated_at = clock_timestamp() WHERE t.thread_id = %s AND t.owner = %s"
-            f" RETURNING {_THREAD_COLUMNS}",
+            f" RETURNING {_columns(langgraph)}",
             (Jsonb(metadata), thread_id, owner),
         )
 
-    async def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
+    async def get_thread(
+        self, thread_id: str, owner: str, *, langgraph: bool = False
+    ) -> ThreadRecord | None:
         return await self._one_thread(
-            f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            f"SELECT {_columns(langgraph)} FROM runstream_threads t"
             " WHERE t.thread_id = %s AND t.owner = %s",
             (thread_id, owner),
         )
@@ -152,9 +166,9 @@ class ThreadRecords:
         self, owner: str, metadata: dict[str, Any], status: str | None, ids: list[str] | None
     ) -> tuple[str, list[Any]]:
         """The owner's threads whose metadata contains `metadata` (and LangGraph's status,
-        ids), as a subquery `found`."""
+        ids), as a subquery `found`, with their LangGraph status."""
         query = (
-            f"SELECT * FROM (SELECT {_THREAD_COLUMNS} FROM runstream_threads t"
+            f"SELECT * FROM (SELECT {_LANGGRAPH_THREAD_COLUMNS} FROM runstream_threads t"
             " WHERE t.owner = %s AND t.metadata @> %s"
         )
         params: list[Any] = [owner, Jsonb(metadata)]
@@ -201,6 +215,25 @@ class ThreadRecords:
             (idle_s, limit),
         )
         return [(row["thread_id"], row["owner"]) for row in rows]
+
+    async def threads_with_new_runs(
+        self, thread_ids: list[str], seen: list[datetime | None]
+    ) -> list[tuple[str, bool, datetime | None]]:
+        """Of `thread_ids`, those gone or with a run created after its `seen` (None: any run),
+        as (thread_id, gone, its newest run's `created_at`); one statement for them all
+        (server/thread_watch.py)."""
+        rows = await fetch_all(
+            self.pool,
+            "SELECT w.thread_id::text AS thread_id, t.thread_id IS NULL AS gone,"
+            " newest.created_at"
+            " FROM unnest(%s::uuid[], %s::timestamptz[]) AS w(thread_id, seen)"
+            " LEFT JOIN runstream_threads t ON t.thread_id = w.thread_id"
+            " LEFT JOIN LATERAL (SELECT max(r.created_at) AS created_at FROM runstream_runs r"
+            " WHERE r.thread_id = w.thread_id) newest ON true"
+            " WHERE t.thread_id IS NULL OR newest.created_at > coalesce(w.seen, '-infinity')",
+            (thread_ids, seen),
+        )
+        return [(row["thread_id"], row["gone"], row["created_at"]) for row in rows]
 
     async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
         """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.

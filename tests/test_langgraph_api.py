@@ -27,6 +27,7 @@ from langgraph_sdk.schema import StreamPart
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import Cluster, TcpProxy
+from tests.sse import read_events
 
 QUESTION = "tell me about resumable streams"
 API_KEYS = {"key-a": "alice", "key-b": "bob"}
@@ -910,6 +911,279 @@ async def test_update_state_refuses_bad_values_a_busy_thread_and_a_thread_withou
         return (await sdk.threads.get_state(tid))["checkpoint"] == before["checkpoint"]
 
     await eventually(rolled_back, "the refused updates and the rolled-back run to leave no trace")
+
+
+# -- update_state on an interrupted thread, then a resume ----------------------------------------
+
+
+async def interrupted_thread(sdk: LangGraphClient, text: str = "buy milk") -> dict[str, Any]:
+    """The state of a new `approval` thread that waits at its interrupt about `text`."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "approval", input=human(text))
+    return await sdk.threads.get_state(tid)
+
+
+def edited_proposal(state: dict[str, Any], content: str) -> dict[str, Any]:
+    """The proposed `save_note` call with other arguments, under the same message id (so the
+    `messages` reducer replaces the proposal rather than adding one)."""
+    proposal = state["values"]["messages"][-1]
+    call = {**proposal["tool_calls"][0], "args": {"content": content}}
+    return {**proposal, "tool_calls": [call]}
+
+
+def history_steps(history: list[dict[str, Any]]) -> list[tuple[str, int, list[str]]]:
+    return [(h["metadata"]["source"], h["metadata"]["step"], h["next"]) for h in history]
+
+
+@pytest.mark.parametrize("as_node", ["propose", None])
+async def test_resume_after_update_state_sees_the_edited_state(
+    sdk: LangGraphClient, as_node: str | None
+) -> None:
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    # without as_node LangGraph takes the node that wrote last: `propose`, as named
+    written = await sdk.threads.update_state(
+        tid, {"messages": [edited_proposal(asked, "eggs")]}, as_node=as_node
+    )
+    state = await sdk.threads.get_state(tid)
+    # as LangGraph gives it: a checkpoint after the interrupted one, with `confirm_and_run` to
+    # run again and its question not asked yet (the interrupt belonged to the checkpoint before)
+    assert state["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]
+    assert state["parent_checkpoint"] == asked["checkpoint"]
+    assert state["metadata"]["source"] == "update"
+    assert state["next"] == ["confirm_and_run"]
+    assert [(t["name"], t["interrupts"]) for t in state["tasks"]] == [("confirm_and_run", [])]
+    assert state["interrupts"] == []
+    assert [m["id"] for m in state["values"]["messages"]] == [
+        m["id"] for m in asked["values"]["messages"]
+    ]
+    assert state["values"]["messages"][-1]["tool_calls"][0]["args"] == {"content": "eggs"}
+    thread = await sdk.threads.get(tid)
+    assert (thread["status"], thread["interrupts"]) == ("interrupted", {})
+
+    parts = await collect(
+        sdk.runs.stream(
+            tid, "approval", command={"resume": {"approve": True}}, stream_mode=["values", "custom"]
+        )
+    )
+    assert parts[-1].data["status"] == "success"
+    assert [p.data for p in parts if p.event == "custom"] == [
+        {"tool": "save_note", "tool_call_id": call_id, "executed": True, "replayed": False}
+    ]
+    final = [p.data for p in parts if p.event == "values"][-1]
+    assert messages_of(final) == [
+        ("human", "buy milk"),
+        ("ai", ""),
+        ("tool", "saved note (4 characters)"),  # "eggs", the edited call
+        ("ai", "buy milk"),
+    ]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    # the history LangGraph keeps for it: the update is a step of its own, between the
+    # interrupt's checkpoint and the resumed run's
+    assert history_steps(await sdk.threads.get_history(tid)) == [
+        ("loop", 4, []),
+        ("loop", 3, ["propose"]),
+        ("update", 2, ["confirm_and_run"]),
+        ("loop", 1, ["confirm_and_run"]),
+        ("loop", 0, ["propose"]),
+        ("input", -1, ["__start__"]),
+    ]
+
+
+async def test_update_state_as_the_interrupted_node_answers_it_and_a_resume_goes_on_from_there(
+    sdk: LangGraphClient,
+) -> None:
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    answer = {"type": "tool", "content": "done by hand", "tool_call_id": call_id}
+    await sdk.threads.update_state(tid, {"messages": [answer]}, as_node="confirm_and_run")
+    state = await sdk.threads.get_state(tid)
+    # the interrupted node counts as run: nothing waits for an answer, `propose` is next
+    assert state["next"] == ["propose"] and state["interrupts"] == []
+    thread = await sdk.threads.get(tid)
+    assert (thread["status"], thread["interrupts"]) == ("interrupted", {})  # LangGraph: a next step
+    # A resume then answers nothing: LangGraph takes a single resume value with no interrupt
+    # waiting (it may be a breakpoint's) and goes on from the thread's state; the tool never runs.
+    parts = await collect(
+        sdk.runs.stream(
+            tid, "approval", command={"resume": {"approve": True}}, stream_mode=["values", "custom"]
+        )
+    )
+    assert parts[-1].data["status"] == "success"
+    assert [p for p in parts if p.event == "custom"] == []
+    final = [p.data for p in parts if p.event == "values"][-1]
+    assert messages_of(final) == [
+        ("human", "buy milk"),
+        ("ai", ""),
+        ("tool", "done by hand"),
+        ("ai", "buy milk"),
+    ]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    # the run went on from the update (`propose`, step 3), not from the start again
+    assert history_steps(await sdk.threads.get_history(tid))[:2] == [
+        ("loop", 3, []),
+        ("update", 2, ["propose"]),
+    ]
+    # ... and the answer is not kept for a question asked later in the run
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    skipped = {"type": "tool", "content": "skipped", "tool_call_id": call_id}
+    await sdk.threads.update_state(
+        tid,
+        {"messages": [skipped, {"type": "human", "content": "bread"}]},
+        as_node="confirm_and_run",
+    )
+    out = await sdk.runs.wait(tid, "approval", command={"resume": {"approve": True}})
+    [interrupt] = out["__interrupt__"]
+    assert interrupt["value"]["tool_call"]["args"] == {"content": "bread"}
+    after = await sdk.threads.get_state(tid)
+    assert after["next"] == ["confirm_and_run"]
+    assert after["interrupts"] == [{"id": interrupt["id"], "value": interrupt["value"]}]
+    assert [m["type"] for m in after["values"]["messages"]] == [
+        "human",
+        "ai",
+        "tool",
+        "human",
+        "ai",
+    ]
+
+
+async def test_resume_naming_an_interrupt_that_update_state_replaced_asks_again(
+    sdk: LangGraphClient,
+) -> None:
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    [old] = asked["interrupts"]
+    await sdk.threads.update_state(tid, {"messages": [edited_proposal(asked, "eggs")]})
+    # LangGraph ignores an answer to an interrupt that no longer waits (unless `strict_resume`):
+    # `confirm_and_run` asks about the edited call under a new id, and nothing runs
+    parts = await collect(
+        sdk.runs.stream(
+            tid,
+            "approval",
+            command={"resume": {old["id"]: {"approve": True}}},
+            stream_mode=["updates", "custom"],
+        )
+    )
+    assert parts[-1].data["status"] == "success"
+    assert [p for p in parts if p.event == "custom"] == []
+    [interrupt] = parts[-2].data["__interrupt__"]
+    assert interrupt["id"] != old["id"]
+    assert interrupt["value"]["tool_call"]["args"] == {"content": "eggs"}
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted"
+    assert list(thread["interrupts"].values()) == [
+        [{"id": interrupt["id"], "value": interrupt["value"]}]
+    ]
+    out = await sdk.runs.wait(
+        tid, "approval", command={"resume": {interrupt["id"]: {"approve": True}}}
+    )
+    assert messages_of(out)[2] == ("tool", "saved note (4 characters)")
+
+
+async def test_update_state_that_ends_the_graph_leaves_the_thread_idle_and_nothing_to_resume(
+    sdk: LangGraphClient,
+) -> None:
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    proposal = asked["values"]["messages"][-1]
+    instead = {"type": "ai", "content": "never mind", "id": proposal["id"]}
+    await sdk.threads.update_state(tid, {"messages": [instead]}, as_node="propose")
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == [] and state["interrupts"] == []
+    # LangGraph sets a thread's status from its checkpoint on update_state: nothing next, idle
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    out = await sdk.runs.wait(tid, "approval", command={"resume": {"approve": True}})
+    assert messages_of(out) == [("human", "buy milk"), ("ai", "never mind")]
+    assert (await sdk.threads.get_state(tid))["checkpoint"] == state["checkpoint"]  # nothing ran
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def v1_interrupted_run(client: httpx.AsyncClient, text: str = "buy milk") -> dict[str, Any]:
+    """A `/v1` run of the approval graph, waiting at its interrupt."""
+    body = {"graph": "approval", "input": {"messages": [{"role": "user", "content": text}]}}
+    run = (await client.post("/v1/runs", json=body)).json()
+
+    async def interrupted() -> bool:
+        return (await client.get(f"/v1/runs/{run['run_id']}")).json()["status"] == "interrupted"
+
+    await eventually(interrupted, "the /v1 run to wait at its interrupt")
+    return run
+
+
+async def v1_events(client: httpx.AsyncClient, run_id: str) -> list[Any]:
+    """The run's `/v1` events to its end (which must come within 20 s)."""
+    return await asyncio.wait_for(read_events(client, f"/v1/runs/{run_id}/events"), timeout=20)
+
+
+async def test_v1_resume_after_a_langgraph_update_state_continues_the_run_with_the_edited_state(
+    sdk: LangGraphClient, client: httpx.AsyncClient
+) -> None:
+    run = await v1_interrupted_run(client)
+    url = f"/v1/runs/{run['run_id']}"
+    asked = await sdk.threads.get_state(run["thread_id"])
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    await sdk.threads.update_state(
+        run["thread_id"], {"messages": [edited_proposal(asked, "eggs")]}, as_node="propose"
+    )
+    assert (await client.get(url)).json()["status"] == "interrupted"  # still waits for its answer
+    resumed = await client.post(f"{url}/resume", json={"resume": {"approve": True}})
+    assert resumed.status_code == 202 and resumed.json()["run_id"] == run["run_id"]
+    events = await v1_events(client, run["run_id"])
+    statuses = [e.data["status"] for e in events if e.event == "run"]
+    assert statuses == ["queued", "running", "interrupted", "queued", "running", "succeeded"]
+    assert [e.data for e in events if e.event == "custom"] == [
+        {"tool": "save_note", "tool_call_id": call_id, "executed": True, "replayed": False}
+    ]
+    tool = [e.data["message"] for e in events if e.event == "message"][-2]
+    assert (tool["role"], tool["content"]) == ("tool", "saved note (4 characters)")
+    assert events[-1].data["status"] == "succeeded"
+    assert events[-1].data["output"]["content"] == "buy milk"
+    final = await sdk.threads.get_state(run["thread_id"])
+    assert final["next"] == [] and final["values"]["messages"][1]["tool_calls"][0]["args"] == {
+        "content": "eggs"
+    }
+
+
+async def test_v1_run_after_update_state_as_the_interrupted_node_or_to_the_end(
+    sdk: LangGraphClient, client: httpx.AsyncClient
+) -> None:
+    # as the interrupted node: the run still waits (the graph has a next step), and its resume
+    # goes on from the update, as LangGraph's would: the answer finds no question
+    run = await v1_interrupted_run(client)
+    url = f"/v1/runs/{run['run_id']}"
+    asked = await sdk.threads.get_state(run["thread_id"])
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    answer = {"type": "tool", "content": "done by hand", "tool_call_id": call_id}
+    await sdk.threads.update_state(
+        run["thread_id"], {"messages": [answer]}, as_node="confirm_and_run"
+    )
+    assert (await client.get(url)).json()["status"] == "interrupted"
+    await client.post(f"{url}/resume", json={"resume": {"approve": True}})
+    events = await v1_events(client, run["run_id"])
+    assert [e for e in events if e.event == "custom"] == []
+    assert events[-1].data["status"] == "succeeded"
+    assert events[-1].data["output"]["content"] == "buy milk"
+    # to the graph's end: nothing is left to resume, so the waiting run ends (`succeeded`, no
+    # output) and a resume is refused
+    run = await v1_interrupted_run(client)
+    url = f"/v1/runs/{run['run_id']}"
+    asked = await sdk.threads.get_state(run["thread_id"])
+    instead = {"type": "ai", "content": "never mind", "id": asked["values"]["messages"][-1]["id"]}
+    await sdk.threads.update_state(run["thread_id"], {"messages": [instead]}, as_node="propose")
+    events = await v1_events(client, run["run_id"])
+    assert [(e.event, e.data) for e in events[-2:]] == [
+        ("run", {"status": "succeeded", "attempt": 1}),
+        ("done", {"status": "succeeded", "output": None}),
+    ]
+    assert (await client.get(url)).json()["status"] == "succeeded"
+    refused = await client.post(f"{url}/resume", json={"resume": {"approve": True}})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "run_not_interrupted"
+    assert (await client.get(f"/v1/threads/{run['thread_id']}")).json()["status"] == "idle"
 
 
 async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGraphClient) -> None:

@@ -6,6 +6,7 @@ only its own items, through the HTTP routes and in the graphs its runs execute.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from server.langgraph.wire import STORE_MAX_DEPTH, STORE_MAX_TTL_MINUTES, STORE_MIN_TTL_MINUTES
+from stream_store.services import open_services
 from stream_store.settings import Settings
 from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
@@ -219,3 +221,13 @@ async def test_a_graph_uses_the_store_as_its_runs_owner_sees_it(
     assert sorted(i["value"]["text"] for i in mine["items"]) == ["apples", "bananas"]
     theirs = await bob.store.search_items(["memories"])
     assert [i["value"]["text"] for i in theirs["items"]] == ["cherries"]
+
+
+async def test_closing_a_process_leaves_none_of_its_tasks_pending(settings: Settings) -> None:
+    """The store's TTL sweeper and LangGraph's batching task are stopped with the rest, so a
+    server or worker that shuts down logs no "Task was destroyed but it is pending"."""
+    before = asyncio.all_tasks()
+    async with open_services(settings) as services:
+        await services.store.aput(("kept",), "k", {"v": 1})  # through the batching task
+        assert await services.store.aget(("kept",), "k") is not None
+    assert asyncio.all_tasks() - before == set()

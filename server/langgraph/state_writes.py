@@ -4,6 +4,11 @@ Both go through the checkpointer, as LangGraph's server does: an update is the c
 graph's `aupdate_state` (a new checkpoint, as if `as_node` had just run), a copy is a new
 thread holding a copy of the checkpoints (not the runs). An update waits for no run: it is
 refused (409) while one is queued or running, since the worker would write over it.
+
+An update of a thread waiting at an interrupt is LangGraph's human in the loop: a resume
+afterwards (a LangGraph run's `command`, or `/v1` resuming the waiting run) goes on from the
+updated checkpoint (runner/graph_input.py). An update that leaves the graph nothing to run ends
+the waiting run, as LangGraph's server then calls the thread idle.
 """
 
 from __future__ import annotations
@@ -84,6 +89,10 @@ async def update_state(
         )
     except (InvalidUpdateError, ValueError) as exc:  # e.g. an ambiguous node, a reducer's no
         raise ApiError(422, "invalid_request", str(exc).splitlines()[0][:300]) from None
+    if any(r.status == RunStatus.INTERRUPTED for r in runs):
+        head = await graph.aget_state(written)
+        if not head.next:
+            await resources.lifecycle.end_interrupted(thread.thread_id)
     await resources.thread_records.update_thread_metadata(thread.thread_id, thread.owner, {})
     logger.info("thread state updated", thread_id=thread.thread_id, as_node=body.as_node)
     checkpoint = written["configurable"]

@@ -16,8 +16,11 @@ from its start; with `-` (or `-1`), with every run of the thread. A run whose ev
 longer kept is skipped; so, after an id naming a run that is gone (rolled back or deleted), are
 the runs already over.
 
-New runs are found by reading the thread's runs every `NEW_RUN_POLL_S` while none is followed;
-a run is read from its start, so none of its events is missed by that delay.
+While no run is followed, the stream waits on the process's thread watcher
+(`server/thread_watch.py`), which looks for all waiting thread streams at once, every
+`thread_watch.POLL_S`, for threads with a run newer than those their viewers have read; it wakes
+this one when its thread has one (or is gone), and the stream reads its thread's runs again.
+A run is read from its start, so none of its events is missed by that delay.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
-import anyio
 import structlog
 from litestar.response import Stream
 
@@ -53,7 +55,6 @@ __all__ = ["THREAD_STREAM_MODES", "thread_stream_response"]
 logger = structlog.get_logger()
 
 THREAD_STREAM_MODES = ("run_modes", "lifecycle")
-NEW_RUN_POLL_S = 0.5  # how often an idle thread stream looks for the thread's next run
 HEARTBEAT_S = 5.0  # LangGraph's keep-alive interval, kept while no run is followed
 RUN_ID_SEPARATOR = ":"  # between the run id and the run stream's id in a frame id
 
@@ -179,10 +180,13 @@ async def _next_run(
     resources: Resources, thread: ThreadRecord, skipped: set[str]
 ) -> AsyncGenerator[RunRecord | bytes]:
     """Heartbeats while the thread has no run left to follow, then that run; returns when the
-    thread is gone, and raises `StreamCut` when the server shuts down."""
+    thread is gone, and raises `StreamCut` when the server shuts down.
+
+    Between reads of the thread it waits on the thread watcher, registered only inside each
+    `wait` and never across a `yield`: a client that leaves leaves no registration behind."""
     quiet_since = time.monotonic()
     while True:
-        if resources.follower.closing:
+        if resources.follower.closing or resources.thread_watch.stopped:
             raise StreamCut(f"thread stream of {thread.thread_id} cut: the server is stopping")
         runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
         upcoming = [run for run in runs if run.run_id not in skipped]
@@ -191,10 +195,13 @@ async def _next_run(
             return
         if await resources.thread_records.get_thread(thread.thread_id, thread.owner) is None:
             return
-        if time.monotonic() - quiet_since >= HEARTBEAT_S:
+        # Any run not read above is newer than all of these (see `server/thread_watch.py`).
+        seen = max((run.created_at for run in runs), default=None)
+        while not await resources.thread_watch.wait(
+            thread.thread_id, seen, quiet_since + HEARTBEAT_S - time.monotonic()
+        ):
             yield LangGraphStream.heartbeat
             quiet_since = time.monotonic()
-        await anyio.sleep(NEW_RUN_POLL_S)
 
 
 async def _thread_frames(

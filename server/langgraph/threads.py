@@ -72,9 +72,13 @@ class ThreadsController(Controller):
         inputs.metadata(metadata, resources.settings)
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
         await quotas.take_submit(caller.owner)
-        thread = await resources.thread_records.create_thread(caller.owner, metadata, thread_id)
+        thread = await resources.thread_records.create_thread(
+            caller.owner, metadata, thread_id, langgraph=True
+        )
         if thread is None:
-            existing = await resources.thread_records.get_thread(str(thread_id), caller.owner)
+            existing = await resources.thread_records.get_thread(
+                str(thread_id), caller.owner, langgraph=True
+            )
             if body.if_exists == "do_nothing" and existing is not None:
                 return await thread_view(resources, existing)
             raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
@@ -145,7 +149,8 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}", summary="A thread, with its current values")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
-        return await thread_view(resources, await owned_thread(resources, thread_id, caller))
+        thread = await owned_thread(resources, thread_id, caller, langgraph=True)
+        return await thread_view(resources, thread)
 
     @patch("/{thread_id:str}", summary="Merge metadata into a thread")
     async def update(
@@ -155,7 +160,7 @@ class ThreadsController(Controller):
         metadata = {**thread.metadata, **(data.metadata or {})}
         inputs.metadata(metadata, resources.settings)
         updated = await resources.thread_records.update_thread_metadata(
-            thread.thread_id, caller.owner, data.metadata or {}
+            thread.thread_id, caller.owner, data.metadata or {}, langgraph=True
         )
         if updated is None:
             raise NotFound(f"thread {thread_id} not found")

@@ -219,6 +219,9 @@ async def state_history(
 
 
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
+    """`thread` as LangGraph's API shows it (read with `langgraph=True`, for its status)."""
+    if thread.langgraph_status is None:
+        raise RuntimeError("thread_view needs the thread's LangGraph status (langgraph=True)")
     latest = await _latest_run(resources, thread)
     state = await _current_state(thread, _graph_of(resources, thread, latest))
     interrupts: dict[str, list[dict[str, Any]]] = {}

@@ -26,6 +26,7 @@ from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
+from .langgraph.cron_scheduler import running_scheduler
 from .metrics_endpoint import metrics
 from .page import index, page_assets
 from .raw_input import ApiRequest, refuse_nul_in_path
@@ -80,14 +81,16 @@ def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
 def _lifespan(
     settings: Settings, tracer_provider: TracerProvider | None
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
-    """Open the app's connections (`Resources`, `CallerQuotas`) when it starts, close them when
-    it stops; the providers below read them from `app.state`."""
+    """Open the app's connections (`Resources`, `CallerQuotas`) and start its cron scheduler
+    when it starts, stop and close them when it stops; the providers below read the
+    connections from `app.state`."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with (
             open_resources(settings, tracer=make_tracer(tracer_provider)) as resources,
             open_caller_quotas(resources.redis, settings) as quotas,
+            running_scheduler(resources, quotas, settings.cron_interval_s),
         ):
             app.state.resources = resources
             app.state.quotas = quotas

@@ -106,6 +106,33 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runstream_runs ADD COLUMN traceparent text;
     ALTER TABLE runstream_runs ADD COLUMN attempt_traceparent text;
     """,
+    # LangGraph's crons (docs/langgraph.md, "Crons"): each owner's schedules, and the run request
+    # each fires (`payload`). A thread's crons go with the thread. A server's scheduler claims a
+    # due one (`runstream_crons_due`) with FOR UPDATE SKIP LOCKED, until `claimed_until`.
+    """
+    CREATE TABLE runstream_crons (
+        cron_id uuid PRIMARY KEY,
+        owner text NOT NULL,
+        graph text NOT NULL,
+        thread_id uuid REFERENCES runstream_threads ON DELETE CASCADE,
+        schedule text NOT NULL,
+        timezone text,
+        payload jsonb NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+        on_run_completed text,
+        enabled boolean NOT NULL DEFAULT true,
+        end_time timestamptz,
+        next_run_date timestamptz,
+        claimed_until timestamptz,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX runstream_crons_owner_created
+        ON runstream_crons (owner, created_at DESC, cron_id DESC);
+    CREATE INDEX runstream_crons_thread ON runstream_crons (thread_id);
+    CREATE INDEX runstream_crons_due ON runstream_crons (next_run_date)
+        WHERE enabled AND next_run_date IS NOT NULL;
+    """,
 ]
 
 

@@ -24,6 +24,7 @@ from .connections import (
     open_redis_clients,
     session_pool,
 )
+from .cron_records import CronRecords
 from .keys import KeySpace
 from .lifecycle import RunLifecycle
 from .log import EventLog
@@ -48,6 +49,7 @@ class Services:
     store: AsyncPostgresStore  # LangGraph's store; each owner's view is `store.OwnerStore`
     run_records: RunRecords
     thread_records: ThreadRecords
+    cron_records: CronRecords  # LangGraph's crons (server/langgraph/crons.py)
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
@@ -101,6 +103,7 @@ async def open_services(
             store=store,
             run_records=run_records,
             thread_records=ThreadRecords(pool),
+            cron_records=CronRecords(pool),
             events=events,
             queue=queue,
             lifecycle=RunLifecycle(

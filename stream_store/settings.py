@@ -173,6 +173,7 @@ class Settings:
     poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
     lease_s: float = 5.0
     reaper_interval_s: float = 1.0
+    cron_interval_s: float = 1.0  # how often a server fires due LangGraph crons; 0: never
     max_attempts: int = 3
     shutdown_grace_s: float = 10.0
     thread_retention_s: int | None = None
@@ -290,6 +291,7 @@ class Settings:
             poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 500, minimum=1) / 1000,
             lease_s=_int(env, "RUNSTREAM_LEASE_MS", 5000, minimum=100) / 1000,
             reaper_interval_s=_int(env, "RUNSTREAM_REAPER_INTERVAL_MS", 1000, minimum=10) / 1000,
+            cron_interval_s=_int(env, "RUNSTREAM_CRON_INTERVAL_MS", 1000) / 1000,
             max_attempts=_int(env, "RUNSTREAM_MAX_ATTEMPTS", 3, minimum=1),
             shutdown_grace_s=_int(env, "RUNSTREAM_SHUTDOWN_GRACE_MS", 10000) / 1000,
             thread_retention_s=_int(env, "RUNSTREAM_THREAD_RETENTION", 0, minimum=0) or None,

@@ -204,13 +204,16 @@ class ThreadRecords:
         return int(rows[0]["n"])
 
     async def idle_threads(self, idle_s: int, limit: int = 100) -> list[tuple[str, str]]:
-        """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight."""
+        """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight and no
+        cron still to fire on them (deleting the thread would delete the cron)."""
         rows = await fetch_all(
             self.pool,
             "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
             " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
             " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
             "   AND r.status IN ('queued', 'running', 'interrupted'))"
+            " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
+            "   AND c.enabled AND c.next_run_date IS NOT NULL)"
             " ORDER BY t.updated_at LIMIT %s",
             (idle_s, limit),
         )

@@ -1211,13 +1211,7 @@ async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGra
 
 
 async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphClient) -> None:
-    tid = (await sdk.threads.create())["thread_id"]
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
-        "crons.create": lambda: sdk.crons.create("chat", schedule="* * * * *"),
-        "crons.search": lambda: sdk.crons.search(),
-        "crons.create_for_thread": lambda: sdk.crons.create_for_thread(
-            tid, "chat", schedule="* * * * *"
-        ),
         "assistants.create": lambda: sdk.assistants.create("chat"),
         "assistants.update": lambda: sdk.assistants.update("chat", metadata={"x": 1}),
         "assistants.delete": lambda: sdk.assistants.delete("chat"),

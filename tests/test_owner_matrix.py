@@ -82,6 +82,10 @@ CREATE = Unscoped("creates the caller's own thread or run (a new id)")
 LISTING = Unscoped("lists or counts only the caller's own (checked below)")
 NOT_SERVED = Unscoped("not served, for anyone")
 CLIENT_ID = Unscoped("creates with a client-chosen id: a taken id is a 409 (checked below)")
+CRON = Unscoped(
+    "names a cron, not a thread or run: another caller's cron is 404 as an unknown one"
+    " (tests/test_langgraph_crons.py)"
+)
 STORE = Unscoped(
     "the caller's own items in LangGraph's store, under its own namespaces: nothing names"
     " another caller's (tests/test_langgraph_store.py)"
@@ -166,7 +170,7 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
         (at("/threads/{thread}/runs/wait", **LG_RUN),)
     ),
     ("POST", "/threads/{thread_id:str}/runs/crons"): Owned(
-        (at("/threads/{thread}/runs/crons", **LG_RUN),), status=None
+        (at("/threads/{thread}/runs/crons", schedule="* * * * *", **LG_RUN),)
     ),
     ("GET", "/threads/{thread_id:str}/runs/{run_id:str}"): Owned(
         (at("/threads/{thread}/runs/{run}"),)
@@ -209,11 +213,11 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("POST", "/assistants/{assistant_id:str}/versions"): NOT_SERVED,
     ("GET", "/assistants/{assistant_id:str}/subgraphs"): NOT_SERVED,
     ("GET", "/assistants/{assistant_id:str}/subgraphs/{rest:path}"): NOT_SERVED,
-    **{
-        (method, path): NOT_SERVED
-        for path in ("/runs/crons", "/runs/crons/{rest:path}")
-        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
-    },
+    ("POST", "/runs/crons"): CREATE,
+    ("POST", "/runs/crons/search"): LISTING,
+    ("POST", "/runs/crons/count"): LISTING,
+    ("PATCH", "/runs/crons/{cron_id:str}"): CRON,
+    ("DELETE", "/runs/crons/{cron_id:str}"): CRON,
     ("PUT", "/store/items"): STORE,
     ("GET", "/store/items"): STORE,
     ("DELETE", "/store/items"): STORE,

@@ -15,6 +15,7 @@ from litestar import Request, Response, Router
 from ..errors import EXCEPTION_HANDLERS
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
+from .crons import CronsController, create_for_thread
 from .not_served import not_served_router
 from .runs import RunsController, StatelessRunsController
 from .store import StoreController
@@ -60,6 +61,8 @@ def langgraph_router() -> Router:
             RunsController,
             BulkCancelController,
             StatelessRunsController,
+            CronsController,
+            create_for_thread,
             StoreController,
             info,
             ok,

@@ -104,6 +104,6 @@ async def ok() -> dict[str, bool]:
 async def info() -> dict[str, Any]:
     return {
         "version": version("runstream"),
-        "flags": {"assistants": True, "crons": False, "langsmith": False},
+        "flags": {"assistants": True, "crons": True, "langsmith": False},
         "host": {"kind": "runstream", "project_id": None, "revision_id": None},
     }

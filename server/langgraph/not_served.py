@@ -19,16 +19,7 @@ from ..errors import ApiError
 
 __all__ = ["not_served_router"]
 
-_ANY: list[HttpMethod] = [
-    HttpMethod.GET,
-    HttpMethod.POST,
-    HttpMethod.PUT,
-    HttpMethod.PATCH,
-    HttpMethod.DELETE,
-]
-
 _WHY = {
-    "crons": "crons are not served by runstream: schedule runs with your own scheduler",
     "assistants": (
         "creating, changing, versioning and deleting assistants is not served: runstream"
         " serves one assistant per registered graph (RUNSTREAM_GRAPHS)"
@@ -58,8 +49,6 @@ def _handler(path: str | list[str], family: str, methods: list[HttpMethod]) -> A
 
 def not_served_router() -> Router:
     handlers = [
-        _handler(["/runs/crons", "/runs/crons/{rest:path}"], "crons", _ANY),
-        _handler("/threads/{thread_id:str}/runs/crons", "crons", [HttpMethod.POST]),
         _handler("/assistants", "assistants", [HttpMethod.POST]),
         _handler(
             "/assistants/{assistant_id:str}",

@@ -14,7 +14,7 @@ from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
-from stream_store.run_submit import TITLE_CHARS, NewRun
+from stream_store.run_submit import TITLE_CHARS, Created, NewRun
 from stream_store.schemas import InputMessage
 
 from .. import inputs
@@ -27,7 +27,7 @@ from .conversions import engine_messages, stream_modes
 from .views import graph_of_assistant
 from .wire import RunCreate
 
-__all__ = ["submit", "submit_batch", "unprocessable"]
+__all__ = ["checked_run", "submit", "submit_batch", "submit_scheduled", "unprocessable"]
 
 RECORDED_MODES = ("values", "updates")  # what the worker records beyond runstream's events
 
@@ -180,3 +180,24 @@ async def submit_batch(
                 )
             raise
     return runs
+
+
+def checked_run(resources: Resources, owner: str, body: RunCreate, thread_id: str | None) -> None:
+    """Check a run request as its submit will (422, 404 for an unknown assistant, 413),
+    recording nothing: a cron's, when the cron is made or changed."""
+    _new_run(resources, Caller(owner), body, thread_id)
+
+
+async def submit_scheduled(
+    resources: Resources,
+    quotas: CallerQuotas,
+    owner: str,
+    body: RunCreate,
+    thread_id: str | None,
+    idempotency_key: str,
+) -> Created:
+    """Record the run of one of a cron's slots, as `submit` records a request's: at most one
+    run per `idempotency_key` (a second submit of the slot answers the first run)."""
+    new = _new_run(resources, Caller(owner), body, thread_id)
+    new.idempotency_key = idempotency_key
+    return await record_run(resources, quotas, new, dialect="langgraph")

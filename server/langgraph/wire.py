@@ -21,6 +21,11 @@ __all__ = [
     "AssistantSearch",
     "BulkCancel",
     "Checkpoint",
+    "Cron",
+    "CronCount",
+    "CronCreate",
+    "CronPatch",
+    "CronSearch",
     "HistoryRequest",
     "Run",
     "RunCreate",
@@ -44,6 +49,24 @@ __all__ = [
 RunStatusName = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+OnRunCompleted = Literal["delete", "keep"]
+Durability = Literal["sync", "async", "exit"]
+CronField = Literal[
+    "cron_id",
+    "assistant_id",
+    "thread_id",
+    "on_run_completed",
+    "end_time",
+    "schedule",
+    "timezone",
+    "created_at",
+    "updated_at",
+    "payload",
+    "user_id",
+    "next_run_date",
+    "metadata",
+    "enabled",
+]
 
 MAX_PAGE = 1000  # the most items one search, list or history answer holds
 Limit = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
@@ -84,7 +107,83 @@ class RunCreate(Request):
     after_seconds: float | None = None
     webhook: str | None = None
     feedback_keys: list[str] | None = None
-    durability: Literal["sync", "async", "exit"] | None = None
+    durability: Durability | None = None
+
+
+class CronCreate(Request):
+    """Body of `POST /runs/crons` and `POST /threads/{id}/runs/crons`: the schedule, and the
+    run each slot submits (`RunCreate`'s fields, kept as the cron's `payload`)."""
+
+    schedule: str
+    assistant_id: str
+    input: Any = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    interrupt_before: str | list[str] | None = None
+    interrupt_after: str | list[str] | None = None
+    multitask_strategy: MultitaskStrategy | None = None
+    stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    durability: Durability | None = None
+    webhook: str | None = None  # not served (422)
+    on_run_completed: OnRunCompleted | None = None  # stateless crons only
+    end_time: datetime | None = None
+    enabled: bool = True
+    timezone: str | None = None  # IANA; null: UTC
+
+
+class CronPatch(Request):
+    """Body of `PATCH /runs/crons/{id}` (`crons.update`): a field left out (or null, which the
+    SDK leaves out) stays as it is, except `end_time`, which null clears."""
+
+    schedule: str | None = None
+    end_time: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    input: Any = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    interrupt_before: str | list[str] | None = None
+    interrupt_after: str | list[str] | None = None
+    multitask_strategy: MultitaskStrategy | None = None
+    stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    durability: Durability | None = None
+    webhook: str | None = None  # not served (422)
+    on_run_completed: OnRunCompleted | None = None
+    enabled: bool | None = None
+    timezone: str | None = None
+
+
+class CronSearch(Request):
+    assistant_id: str | None = None  # a UUID or a graph name
+    thread_id: str | None = None
+    enabled: bool | None = None
+    metadata: dict[str, Any] | None = None
+    limit: Limit = 10
+    offset: Offset = 0
+    sort_by: (
+        Literal[
+            "cron_id",
+            "assistant_id",
+            "thread_id",
+            "created_at",
+            "updated_at",
+            "next_run_date",
+            "end_time",
+        ]
+        | None
+    ) = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[CronField] | None = None
+
+
+class CronCount(Request):
+    assistant_id: str | None = None
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ThreadCreate(Request):
@@ -275,3 +374,22 @@ class Run(Response):
     langsmith_session_name: str | None = None
     metadata: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
+
+
+class Cron(Response):
+    """A cron as LangGraph shows it; `payload` is the run request each slot submits."""
+
+    cron_id: str
+    assistant_id: str
+    thread_id: str | None
+    on_run_completed: OnRunCompleted | None
+    end_time: datetime | None
+    schedule: str
+    timezone: str | None
+    created_at: datetime
+    updated_at: datetime
+    payload: dict[str, Any]
+    user_id: str | None
+    next_run_date: datetime | None
+    metadata: dict[str, Any]
+    enabled: bool

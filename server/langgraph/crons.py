@@ -1,0 +1,272 @@
+"""LangGraph's cron routes: create (stateless, or on a thread), update, delete, search, count.
+
+A cron is a schedule and a run request (its `payload`, `RunCreate`'s fields). The request is
+checked when the cron is made or changed exactly as a run request is, so a cron that could
+never submit its run is refused then (422, 404) with nothing recorded. Firing it is
+`cron_scheduler.py`'s, through the same submit as `POST /threads/{id}/runs`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+import structlog
+from litestar import Controller, delete, patch, post
+from litestar.params import Body
+
+from stream_store.cron_records import CronRecord, NewCron
+from stream_store.errors import NotFound
+from stream_store.quotas import CallerQuotas
+
+from .. import inputs
+from ..auth import Caller
+from ..resources import Resources
+from .conversions import assistant_id_for
+from .schedules import checked_schedule, checked_timezone, next_run
+from .submit import checked_run, unprocessable
+from .views import graph_of_assistant
+from .wire import Cron, CronCount, CronCreate, CronPatch, CronSearch, RunCreate
+
+__all__ = ["CronsController", "create_for_thread", "cron_view"]
+
+logger = structlog.get_logger()
+
+# The fields of a cron's body that are its run's request (`RunCreate`), kept as its payload.
+_RUN_FIELDS = (
+    "input",
+    "metadata",
+    "config",
+    "context",
+    "interrupt_before",
+    "interrupt_after",
+    "multitask_strategy",
+    "stream_mode",
+    "stream_subgraphs",
+    "stream_resumable",
+    "durability",
+)
+
+
+def cron_view(cron: CronRecord) -> Cron:
+    return Cron(
+        cron_id=cron.cron_id,
+        assistant_id=assistant_id_for(cron.graph),
+        thread_id=cron.thread_id,
+        on_run_completed=cron.on_run_completed,  # type: ignore[arg-type]
+        end_time=cron.end_time,
+        schedule=cron.schedule,
+        timezone=cron.timezone,
+        created_at=cron.created_at,
+        updated_at=cron.updated_at,
+        payload=cron.payload,
+        user_id=None,
+        next_run_date=cron.next_run_date,
+        metadata=cron.metadata,
+        enabled=cron.enabled,
+    )
+
+
+def _run_fields(body: CronCreate | CronPatch) -> dict[str, Any]:
+    given = {name: getattr(body, name) for name in _RUN_FIELDS}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _refuse_webhook(webhook: str | None) -> None:
+    if webhook is not None:
+        raise unprocessable(
+            "webhooks are not served by runstream: find a cron's runs with threads.search"
+            " and runs.list, or follow its thread with GET /threads/{thread_id}/stream"
+        )
+
+
+def _checked_payload(
+    resources: Resources, owner: str, payload: dict[str, Any], thread_id: str | None
+) -> str:
+    """The graph of a cron's run request, checked as a run request is (422, 404)."""
+    try:
+        body = msgspec.convert(payload, RunCreate)
+    except msgspec.ValidationError as exc:
+        raise unprocessable(str(exc)) from None
+    checked_run(resources, owner, body, thread_id)
+    return graph_of_assistant(resources, body.assistant_id)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """A client's time; one without an offset is read as UTC, as the schedule is."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+async def _create(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    body: CronCreate,
+    thread_id: str | None,
+) -> Cron:
+    _refuse_webhook(body.webhook)
+    timezone = checked_timezone(body.timezone)
+    schedule = checked_schedule(body.schedule)
+    payload = {"assistant_id": body.assistant_id, **_run_fields(body)}
+    graph = _checked_payload(resources, caller.owner, payload, thread_id)
+    end_time = _utc(body.end_time)
+    await quotas.take_submit(caller.owner)
+    cron = await resources.cron_records.create_cron(
+        NewCron(
+            owner=caller.owner,
+            graph=graph,
+            thread_id=thread_id,
+            schedule=schedule,
+            timezone=timezone,
+            payload=payload,
+            metadata=body.metadata or {},
+            on_run_completed=body.on_run_completed,
+            enabled=body.enabled,
+            end_time=end_time,
+            next_run_date=next_run(schedule, timezone, datetime.now(UTC), end_time),
+        )
+    )
+    if cron is None:
+        raise NotFound(f"thread {thread_id} not found")
+    logger.info("cron created", cron_id=cron.cron_id, thread_id=thread_id)
+    return cron_view(cron)
+
+
+def _patched(
+    resources: Resources, cron: CronRecord, body: CronPatch, schedule: str | None
+) -> dict[str, Any]:
+    """The columns `body` changes, checked; `next_run_date` worked out again from now when
+    the schedule, its timezone, its end or `enabled` changes."""
+    changes: dict[str, Any] = {}
+    if fields := _run_fields(body):
+        payload = {**cron.payload, **fields}
+        _checked_payload(resources, cron.owner, payload, cron.thread_id)
+        changes["payload"] = payload
+    if body.metadata is not None:
+        changes["metadata"] = body.metadata
+    if body.on_run_completed is not None:
+        changes["on_run_completed"] = body.on_run_completed
+    if schedule is not None:
+        changes["schedule"] = schedule
+    if body.timezone is not None:
+        changes["timezone"] = body.timezone
+    if body.enabled is not None:
+        changes["enabled"] = body.enabled
+    if not isinstance(body.end_time, msgspec.UnsetType):
+        changes["end_time"] = _utc(body.end_time)
+    if {"schedule", "timezone", "end_time", "enabled"} & set(changes):
+        changes["next_run_date"] = next_run(
+            changes.get("schedule", cron.schedule),
+            changes.get("timezone", cron.timezone),
+            datetime.now(UTC),
+            changes.get("end_time", cron.end_time),
+        )
+    return changes
+
+
+@post(
+    "/threads/{thread_id:str}/runs/crons",
+    status_code=200,
+    tags=["langgraph"],
+    summary="Create a cron whose runs run on the thread",
+)
+async def create_for_thread(
+    thread_id: str,
+    data: CronCreate,
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+) -> Cron:
+    return await _create(resources, quotas, caller, data, inputs.object_id(thread_id, "thread"))
+
+
+class CronsController(Controller):
+    """`/runs/crons`: the caller's crons; another caller's are 404, as unknown ones."""
+
+    path = "/runs/crons"
+    tags = ["langgraph"]
+
+    @post("/", status_code=200, summary="Create a cron whose runs each get a new thread")
+    async def create(
+        self, data: CronCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
+    ) -> Cron:
+        return await _create(resources, quotas, caller, data, None)
+
+    @patch("/{cron_id:str}", summary="Change a cron's schedule, run request or state")
+    async def update(
+        self, cron_id: str, data: CronPatch, resources: Resources, caller: Caller
+    ) -> Cron:
+        cron_id = inputs.object_id(cron_id, "cron")
+        _refuse_webhook(data.webhook)
+        checked_timezone(data.timezone)
+        schedule = checked_schedule(data.schedule) if data.schedule is not None else None
+        updated = await resources.cron_records.update_cron(
+            cron_id, caller.owner, lambda cron: _patched(resources, cron, data, schedule)
+        )
+        if updated is None:
+            raise NotFound(f"cron {cron_id} not found")
+        return cron_view(updated)
+
+    @delete("/{cron_id:str}", status_code=204, summary="Delete a cron (its runs stay)")
+    async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
+        cron_id = inputs.object_id(cron_id, "cron")
+        if not await resources.cron_records.delete_cron(cron_id, caller.owner):
+            raise NotFound(f"cron {cron_id} not found")
+
+    @post("/search", status_code=200, summary="The caller's crons")
+    async def search(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[CronSearch | None, Body()] = None,
+    ) -> list[dict[str, Any]]:
+        body = data or CronSearch()
+        graph = _graph_named(resources, body.assistant_id)
+        if graph == "":
+            return []
+        crons = await resources.cron_records.search_crons(
+            caller.owner,
+            graph=graph,
+            thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
+            enabled=body.enabled,
+            metadata=body.metadata or {},
+            limit=body.limit,
+            offset=body.offset,
+            sort_by=body.sort_by or "created_at",
+            descending=(body.sort_order or "desc") == "desc",
+        )
+        views = [msgspec.to_builtins(cron_view(cron)) for cron in crons]
+        if body.select:
+            return [{k: v for k, v in view.items() if k in body.select} for view in views]
+        return views
+
+    @post("/count", status_code=200, summary="How many of the caller's crons match")
+    async def count(
+        self,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[CronCount | None, Body()] = None,
+    ) -> int:
+        body = data or CronCount()
+        graph = _graph_named(resources, body.assistant_id)
+        if graph == "":
+            return 0
+        return await resources.cron_records.count_crons(
+            caller.owner,
+            graph=graph,
+            thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
+            metadata=body.metadata or {},
+        )
+
+
+def _graph_named(resources: Resources, assistant_id: str | None) -> str | None:
+    """The graph a search's `assistant_id` names; None: any; "": an unknown one (no match)."""
+    if assistant_id is None:
+        return None
+    try:
+        return graph_of_assistant(resources, assistant_id)
+    except NotFound:
+        return ""

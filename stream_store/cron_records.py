@@ -1,0 +1,284 @@
+"""Cron records in Postgres (`runstream_crons`): LangGraph's scheduled runs, each owner's apart.
+
+Owner scoping lives in the SQL, as for threads: another owner's cron is not found (404). The
+scheduler (server/langgraph/cron_scheduler.py) claims a due cron with `FOR UPDATE SKIP
+LOCKED`, so of several servers only one fires it; the row stays locked until its
+`next_run_date` has moved on, so a claim never sees a slot another claim is firing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg import sql
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from .connections import PgPool
+from .errors import postgres_errors
+from .pg import execute, fetch_all
+
+__all__ = ["CRON_SORT_COLUMNS", "CronRecord", "CronRecords", "NewCron"]
+
+_COLUMNS = (
+    "cron_id::text, owner, graph, thread_id::text, schedule, timezone, payload, metadata,"
+    " on_run_completed, enabled, end_time, next_run_date, created_at, updated_at"
+)
+# What a search may sort by (LangGraph's `CronSortBy`): its column here.
+CRON_SORT_COLUMNS = {
+    "cron_id": "cron_id",
+    "assistant_id": "graph",  # one assistant per graph
+    "thread_id": "thread_id",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
+    "next_run_date": "next_run_date",
+    "end_time": "end_time",
+}
+# The columns an update may set (`update_cron`'s change).
+_UPDATABLE = frozenset(
+    {
+        "schedule",
+        "timezone",
+        "payload",
+        "metadata",
+        "on_run_completed",
+        "enabled",
+        "end_time",
+        "next_run_date",
+    }
+)
+
+
+class CronRecord(msgspec.Struct, kw_only=True):
+    """One row of `runstream_crons`. `payload` is the LangGraph run request each firing
+    submits; `next_run_date` is null once the schedule has no slot left before `end_time`."""
+
+    cron_id: str
+    owner: str
+    graph: str
+    thread_id: str | None
+    schedule: str
+    timezone: str | None
+    payload: dict[str, Any]
+    metadata: dict[str, Any]
+    on_run_completed: str | None
+    enabled: bool
+    end_time: datetime | None
+    next_run_date: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class NewCron(msgspec.Struct, kw_only=True):
+    owner: str
+    graph: str
+    thread_id: str | None
+    schedule: str
+    timezone: str | None
+    payload: dict[str, Any]
+    metadata: dict[str, Any]
+    on_run_completed: str | None
+    enabled: bool
+    end_time: datetime | None
+    next_run_date: datetime | None
+
+
+def _record(row: DictRow) -> CronRecord:
+    return msgspec.convert(row, CronRecord)
+
+
+class CronRecords:
+    """Queries and changes of crons; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self.pool = pool
+
+    async def create_cron(self, new: NewCron) -> CronRecord | None:
+        """A new cron; None when `new.thread_id` is not one of the owner's threads."""
+        try:
+            found = await fetch_all(
+                self.pool,
+                "INSERT INTO runstream_crons (cron_id, owner, graph, thread_id, schedule,"
+                " timezone, payload, metadata, on_run_completed, enabled, end_time,"
+                " next_run_date)"
+                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                " WHERE %s::uuid IS NULL OR EXISTS (SELECT 1 FROM runstream_threads"
+                "   WHERE thread_id = %s AND owner = %s)"
+                f" RETURNING {_COLUMNS}",
+                (
+                    str(uuid.uuid4()),
+                    new.owner,
+                    new.graph,
+                    new.thread_id,
+                    new.schedule,
+                    new.timezone,
+                    Jsonb(new.payload),
+                    Jsonb(new.metadata),
+                    new.on_run_completed,
+                    new.enabled,
+                    new.end_time,
+                    new.next_run_date,
+                    new.thread_id,
+                    new.thread_id,
+                    new.owner,
+                ),
+            )
+        except psycopg.errors.ForeignKeyViolation:
+            return None  # the thread was deleted meanwhile
+        return _record(found[0]) if found else None
+
+    async def update_cron(
+        self, cron_id: str, owner: str, change: Callable[[CronRecord], dict[str, Any]]
+    ) -> CronRecord | None:
+        """Set the columns `change` gives for the cron as it is, its row locked meanwhile (so
+        a new `next_run_date` is worked out from the schedule it replaces); None: not the
+        owner's. `change` may raise to change nothing."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM runstream_crons"
+                " WHERE cron_id = %s AND owner = %s FOR UPDATE",
+                (cron_id, owner),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            values = change(_record(row))
+            unknown = set(values) - _UPDATABLE
+            assert not unknown, f"not updatable: {unknown}"
+            assignments = [
+                *(sql.SQL("{} = %s").format(sql.Identifier(column)) for column in values),
+                sql.SQL("updated_at = clock_timestamp()"),
+            ]
+            cur = await conn.execute(
+                sql.SQL("UPDATE runstream_crons SET {} WHERE cron_id = %s RETURNING {}").format(
+                    sql.SQL(", ").join(assignments), sql.SQL(_COLUMNS)
+                ),
+                (
+                    *(Jsonb(v) if isinstance(v, dict) else v for v in values.values()),
+                    cron_id,
+                ),
+            )
+            updated = await cur.fetchone()
+        assert updated is not None  # the row is locked: it is still there
+        return _record(updated)
+
+    async def delete_cron(self, cron_id: str, owner: str) -> bool:
+        """Whether the owner had the cron (it is gone now)."""
+        found = await fetch_all(
+            self.pool,
+            "DELETE FROM runstream_crons WHERE cron_id = %s AND owner = %s RETURNING cron_id",
+            (cron_id, owner),
+        )
+        return bool(found)
+
+    def _filter(
+        self,
+        owner: str,
+        *,
+        graph: str | None,
+        thread_id: str | None,
+        enabled: bool | None,
+        metadata: dict[str, Any],
+    ) -> tuple[str, list[Any]]:
+        query = "FROM runstream_crons WHERE owner = %s AND metadata @> %s"
+        params: list[Any] = [owner, Jsonb(metadata)]
+        for column, value in (("graph", graph), ("thread_id", thread_id), ("enabled", enabled)):
+            if value is not None:
+                query += f" AND {column} = %s"
+                params.append(value)
+        return query, params
+
+    async def search_crons(
+        self,
+        owner: str,
+        *,
+        graph: str | None,
+        thread_id: str | None,
+        enabled: bool | None,
+        metadata: dict[str, Any],
+        limit: int,
+        offset: int,
+        sort_by: str = "created_at",
+        descending: bool = True,
+    ) -> list[CronRecord]:
+        """The owner's crons that match, ordered by `sort_by` (a `CRON_SORT_COLUMNS` key)."""
+        where, params = self._filter(
+            owner, graph=graph, thread_id=thread_id, enabled=enabled, metadata=metadata
+        )
+        order = "DESC" if descending else "ASC"
+        column = CRON_SORT_COLUMNS[sort_by]
+        found = await fetch_all(
+            self.pool,
+            f"SELECT {_COLUMNS} {where}"
+            f" ORDER BY {column} {order} NULLS LAST, cron_id {order} LIMIT %s OFFSET %s",
+            [*params, limit, offset],
+        )
+        return [_record(row) for row in found]
+
+    async def count_crons(
+        self, owner: str, *, graph: str | None, thread_id: str | None, metadata: dict[str, Any]
+    ) -> int:
+        where, params = self._filter(
+            owner, graph=graph, thread_id=thread_id, enabled=None, metadata=metadata
+        )
+        found = await fetch_all(self.pool, f"SELECT count(*) AS n {where}", params)
+        return int(found[0]["n"])
+
+    async def claim_due(self, now: datetime, lease_s: float) -> CronRecord | None:
+        """Claim the enabled cron due longest ago (`next_run_date <= now`) for `lease_s` (of
+        the database's clock), or None when none is due and unclaimed.
+
+        The claim is committed at once: no lock is held while the run is submitted (that
+        submit locks the cron's thread, which a thread delete, waiting on the cron's row to
+        cascade, may hold). A claimer that dies leaves the claim to lapse; the cron is then
+        claimed again for the same slot.
+        """
+        found = await fetch_all(
+            self.pool,
+            "UPDATE runstream_crons"
+            " SET claimed_until = clock_timestamp() + make_interval(secs => %s)"
+            " WHERE cron_id = (SELECT cron_id FROM runstream_crons"
+            "   WHERE enabled AND next_run_date <= %s"
+            "   AND (claimed_until IS NULL OR claimed_until < clock_timestamp())"
+            "   ORDER BY next_run_date LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {_COLUMNS}",
+            (lease_s, now),
+        )
+        return _record(found[0]) if found else None
+
+    async def advance(
+        self, claimed: CronRecord, next_run: Callable[[CronRecord], datetime | None]
+    ) -> None:
+        """End the claim of `claimed`, moving the cron to `next_run(cron)` as it is now (its
+        schedule may have been changed meanwhile) unless an update already moved it."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM runstream_crons WHERE cron_id = %s FOR UPDATE",
+                (claimed.cron_id,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return  # deleted meanwhile
+            cron = _record(row)
+            moved = cron.next_run_date != claimed.next_run_date
+            await conn.execute(
+                "UPDATE runstream_crons SET next_run_date = %s, claimed_until = NULL"
+                " WHERE cron_id = %s",
+                (cron.next_run_date if moved else next_run(cron), cron.cron_id),
+            )
+
+    async def release(self, cron_id: str, retry_after_s: float) -> None:
+        """Shorten a claim to `retry_after_s` without moving the cron: its slot is claimed
+        again then."""
+        await execute(
+            self.pool,
+            "UPDATE runstream_crons"
+            " SET claimed_until = clock_timestamp() + make_interval(secs => %s)"
+            " WHERE cron_id = %s",
+            (retry_after_s, cron_id),
+        )

@@ -13,7 +13,7 @@ handler runs, so it changes nothing (docs/protocol.md section 1).
   have their own checks (`inputs.py`, `auth.py`), which refuse NUL too.
 
 `ApiRequest` is the app's `request_class`, so the JSON checks run wherever Litestar decodes a
-body; `refuse_nul_in_path` is an app-level guard, so it runs before every handler.
+body; `refuse_nul_in_path` runs before every handler.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request
-from litestar.connection import ASGIConnection
-from litestar.handlers.base import BaseRouteHandler
 
 from stream_store.limits import JSON_MAX_DEPTH
 
@@ -115,10 +113,7 @@ class ApiRequest(Request[Any, Any, Any]):
         return value
 
 
-async def refuse_nul_in_path(
-    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
-) -> None:
-    """Guard: 400 for a URL path with NUL in it (`%00`). Async: Litestar runs a sync guard in
-    a thread."""
-    if _NUL in connection.scope["path"]:
+def refuse_nul_in_path(path: str) -> None:
+    """400 for a URL path with NUL in it (`%00`); called before every handler (app.py)."""
+    if _NUL in path:
         raise ApiError(400, "invalid_request", "the URL path must not contain NUL (%00)")

@@ -10,7 +10,6 @@ import msgspec
 import structlog
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
-from litestar.response import Stream
 
 from stream_store.errors import NotFound
 from stream_store.quotas import CallerQuotas
@@ -23,6 +22,7 @@ from . import inputs
 from .attach import Attachment, check_resume_point
 from .auth import Caller, caller_from_request
 from .errors import ApiError
+from .event_stream import EventStream
 from .resources import Resources
 
 __all__ = ["RunsController", "owned_run", "record_run", "run_out", "submit_run"]
@@ -183,7 +183,7 @@ class RunsController(Controller):
             str | None, Parameter(query="last_event_id", required=False)
         ] = None,
         token: Annotated[str | None, Parameter(query="token", required=False)] = None,
-    ) -> Stream:
+    ) -> EventStream:
         run_id = inputs.object_id(run_id, "run")
         header = request.headers.get("last-event-id")
         after = inputs.event_id(header if header is not None else last_event_id_query)
@@ -204,7 +204,7 @@ class RunsController(Controller):
             first_id=first_id,
             ping_interval_s=resources.settings.ping_interval_s,
         ).frames()
-        return Stream(
+        return EventStream(
             quotas.hold(slot, frames), media_type="text/event-stream", headers=SSE_HEADERS
         )
 

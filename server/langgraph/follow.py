@@ -15,7 +15,6 @@ import anyio
 import msgspec
 import structlog
 from litestar.params import Parameter
-from litestar.response import Stream
 
 from stream_store.errors import Conflict
 from stream_store.events import RunStatus, parse_event_id
@@ -24,6 +23,7 @@ from stream_store.run_records import RunRecord
 
 from ..attach import Attachment, check_resume_point
 from ..auth import Caller
+from ..event_stream import EventStream
 from ..feed import Frame
 from ..resources import Resources
 from .rejoin import catch_up
@@ -143,7 +143,7 @@ async def stream_response(
     after: str,
     cancel_on_disconnect: bool,
     partly_sent: tuple[str, int] | None = None,
-) -> Stream:
+) -> EventStream:
     """The run's events after `after` (and the rest of `partly_sent`, an event the client has
     some frames of) as LangGraph's SSE frames, in the caller's stream slot."""
     translator = _translator(run, modes)
@@ -154,7 +154,7 @@ async def stream_response(
     slot = await quotas.take_stream_slot(caller.owner, None)
     opening = translator.opening() if after == "0-0" else b""
     frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
-    return Stream(
+    return EventStream(
         quotas.hold(slot, frames),
         media_type="text/event-stream; charset=utf-8",
         headers={**SSE_HEADERS, **run_paths(run)},
@@ -234,7 +234,7 @@ async def wait_response(
     cancel_on_disconnect: bool,
     *,
     rollback: bool = False,
-) -> Stream:
+) -> EventStream:
     """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON."""
     attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
 
@@ -249,7 +249,7 @@ async def wait_response(
         yield msgspec.json.encode(await _outcome(resources, run))
 
     paths = run_paths(run)
-    return Stream(
+    return EventStream(
         body(),
         media_type="application/json",
         headers={

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 import structlog
-from litestar.response import Stream
 
 from stream_store.errors import StreamGone
 from stream_store.events import RunStatus
@@ -43,6 +42,7 @@ from .. import inputs
 from ..attach import Attachment
 from ..auth import Caller
 from ..errors import ApiError
+from ..event_stream import EventStream
 from ..resources import Resources
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream
@@ -248,7 +248,7 @@ async def thread_stream_response(
     *,
     modes: Sequence[str],
     last_event_id: str | None,
-) -> Stream:
+) -> EventStream:
     """The thread's runs as one SSE stream (see the module docstring), in the caller's stream
     slot. The run it resumes in is checked before the response starts (400 for an id past its
     newest event)."""
@@ -264,7 +264,7 @@ async def thread_stream_response(
     slot = await quotas.take_stream_slot(caller.owner, None)
     logger.info("thread stream joined", thread_id=thread.thread_id, run_modes=run_modes)
     frames = _thread_frames(resources, thread, run_modes, start, first)
-    return Stream(
+    return EventStream(
         quotas.hold(slot, frames),
         media_type="text/event-stream; charset=utf-8",
         headers={**SSE_HEADERS, "Location": _location(thread, run_modes)},

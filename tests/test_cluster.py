@@ -137,6 +137,11 @@ class TestServerRestart(faults.TestServerRestart):
 
 
 @pytest.mark.fault
+class TestWriteToolOnce(faults.TestWriteToolOnce):
+    pass
+
+
+@pytest.mark.fault
 class TestStuckViewer(faults.TestStuckViewer):
     pass
 

@@ -26,6 +26,7 @@ MODULES = {
     "scale_out": "scale_out",
     "worker_kill": "worker_kill",
     "capacity": "capacity",
+    "sse_floor": "sse_floor",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -200,19 +200,20 @@ class Attachment:
                 else:
                     await viewer.wait()
                 continue
-            for chunk, oldest in await self._bursts(frames):
+            for chunk, oldest_ms in await self._bursts(frames):
                 yield chunk  # resumed once the write is done
-                self.follower.metrics.delivered(oldest)
+                self.follower.metrics.delivered(oldest_ms)
             if self.ended:
                 return
 
-    async def _bursts(self, frames: list[Frame]) -> list[tuple[bytes, str]]:
+    async def _bursts(self, frames: list[Frame]) -> list[tuple[bytes, int]]:
         """`frames` as few writes (up to `MAX_CHUNK` bytes each), each with its oldest event's
-        id (its delivery is timed): one send per burst rather than one per event, which is most
-        of the cost of a fast run. Frames the replay sent already are skipped."""
-        bursts: list[tuple[bytes, str]] = []
+        append time (Redis ms; its delivery is timed): one send per burst rather than one per
+        event, which is most of the cost of a fast run. Frames the replay sent already are
+        skipped."""
+        bursts: list[tuple[bytes, int]] = []
         chunk = bytearray()
-        oldest = ""
+        oldest = 0
         for frame in frames:
             if frame.position <= self.last:  # sent by the replay already
                 continue
@@ -220,7 +221,7 @@ class Attachment:
                 self.ended = True  # Redis lost the stream; on reconnect: 410
                 break
             if not chunk:
-                oldest = frame.id
+                oldest = frame.position[0]
             chunk += self.dialect.render(frame)
             self.last_id, self.last = frame.id, frame.position
             if self.dialect.ends_after(frame):

@@ -1,7 +1,8 @@
 """A bare ASGI event-stream server for the `sse_floor` scenario: what one SSE write per viewer
 per event costs uvicorn alone, with no framework and no runstream.
 
-`python -m uvicorn bench.bare_sse:app --http httptools` (as `runstream serve` runs uvicorn).
+`python -m uvicorn bench.bare_sse:app` (uvicorn's defaults, httptools and uvloop, as
+`runstream serve` runs it).
 `GET /sse` streams; `POST /tick/<n>` broadcasts `n` events, one every `TICK_S` (env, default
 0.01 s), then ends every stream; `GET /cpu` answers `(process CPU seconds, writes so far)`.
 `BARE_SSE_MODE` (env) picks how an event reaches the viewers:

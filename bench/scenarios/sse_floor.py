@@ -4,10 +4,10 @@ Issue 12 asks for at most 6 µs of server CPU per delivered event. Where a run's
 event per write (a run with fewer than 100 viewers in the process: no coalescing window), that
 figure is bounded below by what one write costs the server at all. This scenario measures it:
 
-- **bare**: `bench/bare_sse.py`, a plain ASGI app under uvicorn with httptools (as `runstream
-  serve` runs it), `VIEWERS` streams, `EVENTS` events broadcast 10 ms apart; each viewer's task
-  is woken per event (`task`, runstream's design) or every viewer is written to directly by the
-  broadcasting task (`direct`, no wake-up at all);
+- **bare**: `bench/bare_sse.py`, a plain ASGI app under uvicorn with its defaults (httptools
+  and uvloop, as `runstream serve` runs it), `VIEWERS` streams, `EVENTS` events broadcast
+  10 ms apart; each viewer's task is woken per event (`task`, runstream's design) or every
+  viewer is written to directly by the broadcasting task (`direct`, no wake-up at all);
 - **runstream**: one run of `EVENTS` tokens with `VIEWERS` viewers, fake model delay 5 ms.
 
 Each figure is the server process's CPU time over the stream (from /proc) divided by the
@@ -76,8 +76,7 @@ async def _bare(mode: str, events: int) -> tuple[float, int]:
     """(server CPU µs per write, events delivered) of the bare server in `mode`."""
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "bench.bare_sse:app", "--port", str(port)]
-    argv += ["--http", "httptools", "--loop", "asyncio", "--no-access-log", "--log-level"]
-    argv += ["warning"]
+    argv += ["--no-access-log", "--log-level", "warning"]  # uvicorn's defaults, as serve's
     process = Process(f"bare-{mode}", argv, {"BARE_SSE_MODE": mode, "PATH": ""})
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:

@@ -46,8 +46,8 @@ _NEW_THREAD = (
     " RETURNING thread_id"
 )
 _TOUCHED_THREAD = (
-    "UPDATE runstream_threads SET updated_at = clock_timestamp(), title = coalesce(title, %s)"
-    " WHERE thread_id = %s RETURNING thread_id"
+    "UPDATE runstream_threads SET updated_at = clock_timestamp(), title = coalesce(title, %s),"
+    " metadata = metadata || %s WHERE thread_id = %s RETURNING thread_id"
 )
 
 
@@ -76,6 +76,9 @@ class NewRun(msgspec.Struct, kw_only=True):
     supersede_interrupted: bool = False
     # With a thread id that names no thread yet: create it (LangGraph's `if_not_exists`).
     create_thread: bool = False
+    # Merged into the thread's metadata, new or not: LangGraph records there the graph and
+    # the assistant of the thread's latest run, by which UIs list "their" threads.
+    thread_metadata: dict[str, Any] = {}
     traceparent: str | None = None  # of the submit span, continued by every attempt
 
     def run_values(self, run_id: str) -> tuple[Any, ...]:
@@ -164,11 +167,12 @@ class RunSubmitter:
                     new.thread_id or str(uuid.uuid4()),
                     new.owner,
                     new.title,
-                    Jsonb({}),
+                    Jsonb(new.thread_metadata),
                 )
             else:
                 busy, superseded = await self._admit_on_thread(conn, new, new.thread_id)
-                thread, thread_values = _TOUCHED_THREAD, (new.title, new.thread_id)
+                thread = _TOUCHED_THREAD
+                thread_values = (new.title, Jsonb(new.thread_metadata), new.thread_id)
             cur = await conn.execute(
                 f"WITH thread AS ({thread}) {_INSERT_RUN} RETURNING {RUN_COLUMNS}",
                 (*thread_values, *new.run_values(str(uuid.uuid4()))),

@@ -464,6 +464,24 @@ async def test_threads_create_search_and_delete(sdk: LangGraphClient) -> None:
     ]
 
 
+async def test_a_run_records_its_graph_and_assistant_in_the_threads_metadata(
+    sdk: LangGraphClient,
+) -> None:
+    # agent-chat-ui lists its threads with threads.search(metadata={"graph_id": ...}).
+    tag = uuid.uuid4().hex
+    kept = await sdk.threads.create(metadata={"tag": tag})
+    await sdk.runs.wait(kept["thread_id"], "chat", input=human("hi"))
+    stateless = await sdk.runs.wait(None, "chat", input=human("hello"), metadata={"tag": tag})
+    assistant_id = (await sdk.assistants.search(graph_id="chat"))[0]["assistant_id"]
+    metadata = (await sdk.threads.get(kept["thread_id"]))["metadata"]
+    assert metadata == {"tag": tag, "graph_id": "chat", "assistant_id": assistant_id}
+    listed = await sdk.threads.search(metadata={"graph_id": "chat", "tag": tag})
+    assert [t["thread_id"] for t in listed] == [kept["thread_id"]]
+    by_assistant = await sdk.threads.search(metadata={"assistant_id": assistant_id}, limit=1000)
+    assert kept["thread_id"] in {t["thread_id"] for t in by_assistant}
+    assert stateless["messages"][-1]["content"] == "hello"
+
+
 async def test_threads_count_and_search_by_ids(sdk: LangGraphClient) -> None:
     tag = uuid.uuid4().hex
     first = await sdk.threads.create(metadata={"tag": tag})

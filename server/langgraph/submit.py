@@ -23,7 +23,7 @@ from ..errors import ApiError
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
-from .conversions import engine_messages, stream_modes
+from .conversions import assistant_id_for, engine_messages, stream_modes
 from .views import graph_of_assistant
 from .wire import RunCreate
 
@@ -128,6 +128,7 @@ def _new_run(
         resume={"value": command["resume"]} if "resume" in command else None,
         supersede_interrupted=True,
         create_thread=body.if_not_exists == "create",
+        thread_metadata={"graph_id": graph, "assistant_id": assistant_id_for(graph)},
     )
 
 

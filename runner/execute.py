@@ -23,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
-from stream_store.checkpoints import attempt_fence
+from stream_store.checkpoints import FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
 from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage
 from stream_store.messages import state_to_json, to_wire_message
@@ -121,6 +121,8 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     attempt = state.attempts[run.run_id] = Attempt(run.run_id, task)
     keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
+    if run.thread_has_checkpoints is False:  # the graph's first read of the thread is free
+        fresh_thread.set(FreshThread(run.thread_id))
     writer = AttemptWriter(services.events, run, state.metrics, services.tracer)
     try:
         # The lease is taken after the attempt is in `state.attempts`: a cancel published from
@@ -216,7 +218,10 @@ async def _stream_graph(
         chat_model=make_chat_model(services.settings, configurable),
         ledger=state.ledger,
     )
-    invoke_with = await graph_input(graph, run, config)
+    # `config` is the thread's latest checkpoint, where the run's outcome is read; `call.config`
+    # is where the graph starts (a fork's checkpoint, until the run saved one of its own)
+    call = await graph_input(graph, run, config)
+    invoke_with = call.input
     if isinstance(invoke_with, dict) and run.attempt == 1:
         # A later attempt's `retry` announcement already sent whatever of the run's messages
         # (its input among them) the stream did not have whole.
@@ -225,13 +230,13 @@ async def _stream_graph(
     with_values = "values" in run.stream_modes
     if with_values and run.attempt > 1:
         # A LangGraph client holds text of the attempt that died: a fresh snapshot replaces it.
-        saved = await graph.aget_state(config)  # type: ignore[arg-type]
+        saved = await graph.aget_state(call.config)  # type: ignore[arg-type]
         await writer.emit("values", ValuesData(values=state_to_json(saved.values)))
     if invoke_with is not ...:
         translator = StreamTranslator(record_updates="updates" in run.stream_modes)
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
         stream = graph.astream(  # type: ignore[call-overload]
-            invoke_with, config, context=context, stream_mode=modes, durability=DURABILITY
+            invoke_with, call.config, context=context, stream_mode=modes, durability=DURABILITY
         )
         async for mode, chunk in stream:
             for event, data in translator.translate(mode, chunk):

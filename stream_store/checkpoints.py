@@ -15,6 +15,12 @@ This overrides `_cursor`, a private method of `AsyncPostgresSaver` (langgraph-ch
 3.x): the public API has no hook for running a statement in the write's transaction.
 `tests/test_private_apis.py` fails, naming this module, if an upgrade changes it.
 
+**A thread with no checkpoint yet.** LangGraph reads the thread's latest checkpoint when a
+graph starts. The claim already found out, in its own statement, whether the thread has one
+(`RunRecord.thread_has_checkpoints`); when it has none, the attempt sets `fresh_thread` and that
+first read answers "none" without a round trip (nothing else writes a running run's thread).
+Later reads, and reads of a checkpoint by id or of a subgraph's namespace, go to Postgres.
+
 **On the caller's connection.** Deleting a thread and migrating run the checkpointer's
 statements on the caller's connection instead of one from the pool: inside the caller's
 transaction (a thread delete is all or nothing) and without a second checkout while the first
@@ -27,6 +33,8 @@ import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection, AsyncCursor
@@ -37,10 +45,12 @@ from .errors import Fenced
 
 __all__ = [
     "FencedPostgresSaver",
+    "FreshThread",
     "attempt_fence",
     "copy_thread_checkpoints",
     "delete_run_checkpoints",
     "delete_thread_checkpoints",
+    "fresh_thread",
     "setup_checkpoints",
 ]
 
@@ -49,7 +59,41 @@ attempt_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.Cont
 )
 
 
+class FreshThread:
+    """A thread the claim found without checkpoints; its first read at the graph's start is
+    answered without Postgres, once."""
+
+    __slots__ = ("read", "thread_id")
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.read = False
+
+    def skips(self, config: RunnableConfig) -> bool:
+        configurable = config.get("configurable") or {}
+        if (
+            self.read
+            or configurable.get("thread_id") != self.thread_id
+            or configurable.get("checkpoint_ns", "")
+            or configurable.get("checkpoint_id")
+        ):
+            return False
+        self.read = True
+        return True
+
+
+fresh_thread: contextvars.ContextVar[FreshThread | None] = contextvars.ContextVar(
+    "runstream_fresh_thread", default=None
+)
+
+
 class FencedPostgresSaver(AsyncPostgresSaver):
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        fresh = fresh_thread.get()
+        if fresh is not None and fresh.skips(config):
+            return None
+        return await super().aget_tuple(config)
+
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
         if self.pipe is not None or not isinstance(self.conn, AsyncConnectionPool):

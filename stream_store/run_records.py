@@ -74,6 +74,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # that claimed the run last; `claim_run` returns the one before its own claim.
     traceparent: str | None = None
     attempt_traceparent: str | None = None
+    # Read by `claim_run` only (None elsewhere): whether the thread had any checkpoint when
+    # the attempt claimed the run. Nothing else writes a running run's thread, so with False
+    # the attempt skips LangGraph's read of it at the graph's start (stream_store/checkpoints.py).
+    thread_has_checkpoints: bool | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> RunRecord:
@@ -200,16 +204,22 @@ class RunRecords:
         """queued -> running, for the worker that got the job; None if someone else won.
 
         Records the claiming attempt's `attempt_traceparent` and returns the previous one (the
-        CTE reads the row as it was), which the new attempt's span links to.
+        CTE reads the row as it was), which the new attempt's span links to. Also says whether
+        the thread has a checkpoint yet (LangGraph's `checkpoints` table), in the same round
+        trip: a first message need not be looked up again when the graph starts.
         """
         previous = "(SELECT attempt_traceparent FROM before) AS attempt_traceparent"
+        has_checkpoints = (
+            "EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = runstream_runs.thread_id::text"
+            " AND c.checkpoint_ns = '') AS thread_has_checkpoints"
+        )
         return await self._one_run(
             "WITH before AS (SELECT attempt_traceparent FROM runstream_runs WHERE run_id = %s)"
             " UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
             " started_at = coalesce(started_at, clock_timestamp()),"
             " attempt_traceparent = coalesce(%s, attempt_traceparent)"
             " WHERE run_id = %s AND status = 'queued'"
-            f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}",
+            f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}, {has_checkpoints}",
             (run_id, attempt_traceparent, run_id),
         )
 

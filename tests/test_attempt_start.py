@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from redis.asyncio import Redis
 
+from runner.graphs import chat
 from stream_store import log
+from stream_store.checkpoints import FencedPostgresSaver, FreshThread, fresh_thread
 from stream_store.errors import Fenced
 from stream_store.events import RunStatus
 from stream_store.keys import KeySpace
@@ -125,3 +132,44 @@ async def test_repair_leaves_the_outcome_to_the_attempt_holding_the_lease(
         await lifecycle.repair(run_id)
         last = await events.last_event(run_id)
         assert last is not None and last.event == "done"
+
+
+class CountedSaver(FencedPostgresSaver):
+    """The worker's saver, counting the checkpoint reads that reach Postgres."""
+
+    reads = 0
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        if not pipeline:
+            self.reads += 1
+        async with super()._cursor(pipeline=pipeline) as cur:
+            yield cur
+
+
+async def test_a_first_message_starts_its_graph_without_reading_the_thread_again(
+    settings: Settings,
+) -> None:
+    """The claim says whether the thread has a checkpoint; a thread without one is not read
+    again when the graph starts, and a thread with one is (issue 12, first token)."""
+    async with open_services(settings) as services:
+        lifecycle = services.lifecycle
+        saver = CountedSaver(services.pool)  # type: ignore[arg-type]
+        graph = chat.compile(checkpointer=saver)
+        new = NewRun(owner="o", graph="chat", input={"messages": []})
+        run = await lifecycle.claim((await lifecycle.submit(new)).run.run_id)
+        assert run is not None and run.thread_has_checkpoints is False
+        config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
+        token = fresh_thread.set(FreshThread(run.thread_id))
+        try:
+            assert await saver.aget_tuple(config) is None
+            assert saver.reads == 0  # answered by the claim
+            await graph.aupdate_state(config, {"messages": [HumanMessage("hi", id="h")]})
+            assert (await saver.aget_tuple(config)) is not None  # later reads go to Postgres
+            assert saver.reads >= 1
+        finally:
+            fresh_thread.reset(token)
+        again = NewRun(owner="o", graph="chat", input={"messages": []}, thread_id=run.thread_id)
+        await services.run_records.finish_run(run.run_id, 1, RunStatus.SUCCEEDED)
+        second = await lifecycle.claim((await lifecycle.submit(again)).run.run_id)
+        assert second is not None and second.thread_has_checkpoints is True

@@ -1,9 +1,17 @@
 """What an attempt invokes its graph with: the input, a resume, a LangGraph command, or nothing
-more, decided from what the thread's checkpoint says earlier attempts did."""
+more, decided from what the thread's checkpoint says earlier attempts did; and from where.
+
+A run given a checkpoint (the LangGraph API's `checkpoint`, checked at submit by
+server/langgraph/submit.py) starts from it, as LangGraph does with `checkpoint_id` in the
+config: its input (or command) is applied there, or, with no input, the graph re-runs from
+there. Its first checkpoint's parent is the one given, so the thread's history forks; the
+thread's latest checkpoint is then the new branch's. Only until the run has saved a checkpoint
+of its own: an attempt after that continues from the run's latest, never forking twice.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from langgraph.pregel import Pregel
@@ -12,7 +20,7 @@ from langgraph.types import Command, Send
 from stream_store.messages import input_messages
 from stream_store.run_records import RunRecord
 
-__all__ = ["graph_input"]
+__all__ = ["GraphCall", "graph_input"]
 
 logger = structlog.get_logger()
 
@@ -35,18 +43,46 @@ def _steering_command(run: RunRecord) -> Command[Any] | None:
     return Command(update=update, goto=goto, resume=resume)
 
 
-async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> Any:
-    """What to invoke the graph with, given what the checkpoint says this run already did.
+class GraphCall(NamedTuple):
+    """What to invoke the graph with (`...`: nothing, it already ran to its end) and the config
+    to invoke it with (the thread's latest checkpoint, or the run's fork point)."""
 
-    Returns `...` when the graph already ran to its end in an earlier attempt.
-    """
+    input: Any
+    config: dict[str, Any]
+
+
+def _fork_config(run: RunRecord, config: dict[str, Any]) -> dict[str, Any] | None:
+    """`config` at the run's checkpoint; None for a run without one."""
+    checkpoint = (run.kwargs or {}).get("checkpoint")
+    if not checkpoint:
+        return None
+    at = {
+        "checkpoint_id": checkpoint["checkpoint_id"],
+        "checkpoint_ns": checkpoint.get("checkpoint_ns", ""),
+    }
+    return {**config, "configurable": {**config["configurable"], **at}}
+
+
+def _input(run: RunRecord, forks: bool) -> dict[str, Any] | None:
+    """The run's input; None (re-run from the checkpoint) for a fork without messages."""
+    messages = input_messages(run)
+    return None if forks and not messages else {"messages": messages}
+
+
+async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> GraphCall:
+    """What to invoke the graph with, and from where, given what the thread's latest checkpoint
+    (at `config`) says this run already did."""
     steering = _steering_command(run)
+    fork = _fork_config(run, config)
     if run.attempt == 1 and run.resume is None and steering is None:
         # The first attempt (claimed once: any later one is attempt 2+) has nothing saved yet;
         # skipping the read saves a checkpoint query on the way to the first token.
-        return {"messages": input_messages(run)}
+        return GraphCall(_input(run, fork is not None), fork or config)
     state = await graph.aget_state(config)  # type: ignore[arg-type]
     started = (state.metadata or {}).get("run_id") == run.run_id
+    # A run that saved nothing yet starts where the first attempt would; one that did goes on
+    # from its own latest checkpoint, on the branch it forked.
+    start = fork if fork is not None and not started else config
     if run.attempt > 1 or run.resume is not None:
         logger.info(
             "continuing run",
@@ -57,18 +93,24 @@ async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> 
             checkpoint_metadata=state.metadata,
         )
     if steering is not None and not started:
-        return steering
+        return GraphCall(steering, start)
     if run.resume is not None and (state.interrupts or not started):
         # Not started and no interrupt waiting: `update_state` wrote the latest checkpoint
         # since the interrupt. LangGraph resumes from it all the same (the value answers the
         # next step's first `interrupt()`, or nothing); re-sending the input would restart.
-        return Command(resume=run.resume.get("value"))
-    if started and state.next:
-        return None  # continue from the last checkpoint (a retried attempt)
+        # (A resume has no fork point: submit takes only the latest checkpoint, and drops it.)
+        return GraphCall(Command(resume=run.resume.get("value")), config)
+    if started and state.tasks:
+        # Continue from the last checkpoint (a retried attempt). `tasks`, not `next`: `next`
+        # leaves out tasks whose writes were saved, and with async durability a worker can die
+        # after a step's tasks finished and before that step's checkpoint landed; then every
+        # task has writes, `next` is empty, and the graph has not ended. LangGraph applies the
+        # saved writes without running those tasks again and goes on.
+        return GraphCall(None, config)
     if started and run.attempt > 1 and (state.metadata or {}).get("source") == "loop":
-        return ...  # an earlier attempt ran the graph to its end
+        return GraphCall(..., config)  # an earlier attempt ran the graph to its end
     if steering is not None:
-        return ...  # an earlier attempt ran the command to the graph's end
+        return GraphCall(..., config)  # an earlier attempt ran the command to the graph's end
     # Not started, or only the input was saved: (re)send the input. Its messages keep the ids
     # given at submit, so the checkpointer's reducer replaces rather than repeats them.
-    return {"messages": input_messages(run)}
+    return GraphCall(_input(run, start is fork), start)

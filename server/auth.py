@@ -52,7 +52,9 @@ def caller_from_request(request: Request, settings: Settings) -> Caller:
         for known, owner in settings.api_keys.items():
             if hmac.compare_digest(known.encode(), key.encode()):
                 return Caller(owner=owner)
-    raise Unauthorized("a valid API key is required (Authorization: Bearer <key>)")
+    raise Unauthorized(
+        "a valid API key is required (header x-api-key: <key>, or Authorization: Bearer <key>)"
+    )
 
 
 def _b64(data: bytes) -> str:

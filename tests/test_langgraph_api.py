@@ -19,11 +19,16 @@ from typing import Any
 
 import httpx
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, StateGraph
+from langgraph.types import Command, StateSnapshot
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError
 from langgraph_sdk.schema import StreamPart
 
+from runner.graphs import RunContext, approval, chat
+from runner.models import EchoChatModel
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import Cluster, TcpProxy
@@ -193,6 +198,28 @@ async def test_stream_answer_names_the_run_in_location_and_content_location(
     assert response.headers["content-location"] == f"/threads/{tid}/runs/{second}"
     assert response.headers["location"] == f"/threads/{tid}/runs/{second}/stream"
     assert f'"run_id":"{second}"' in body and second != run_id
+
+
+async def test_stream_answers_name_their_charset_once(
+    server: ServerHandle, sdk: LangGraphClient
+) -> None:
+    """`text/event-stream; charset=utf-8`, as LangGraph's server sends it: a run's stream, a
+    rejoin, and a thread's stream."""
+    tid = (await sdk.threads.create())["thread_id"]
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        async with http.stream(
+            "POST",
+            f"/threads/{tid}/runs/stream",
+            json={"assistant_id": "chat", "input": human("hello")},
+        ) as response:
+            await response.aread()
+            run_path = response.headers["content-location"]
+        types = [response.headers.get_list("content-type")]
+        for path in (f"{run_path}/stream", f"/threads/{tid}/stream"):
+            async with http.stream("GET", path, headers={"Last-Event-ID": "-1"}) as response:
+                assert response.status_code == 200, path
+                types.append(response.headers.get_list("content-type"))
+    assert types == [["text/event-stream; charset=utf-8"]] * 3
 
 
 # -- background runs, join_stream ----------------------------------------------------------------
@@ -655,6 +682,263 @@ async def test_bad_commands_get_a_422_naming_the_field_and_create_no_run(
         assert refused.value.response.status_code == 422, name
         assert refused.value.response.json()["detail"], name
     assert await sdk.runs.list(tid) == []
+
+
+# -- a run from a checkpoint (agent-chat-ui's edit and regenerate), goto END -------------------
+
+
+class InProcess:
+    """The same graph run by LangGraph itself, in this process, on its own `InMemorySaver`:
+    the reference runstream's threads are compared with."""
+
+    def __init__(self, builder: StateGraph) -> None:
+        self.graph = builder.compile(checkpointer=InMemorySaver())
+        self.configurable = {"thread_id": "reference"}
+
+    async def run(self, input: Any, checkpoint_id: str | None = None) -> None:
+        at = {"checkpoint_id": checkpoint_id, "checkpoint_ns": ""} if checkpoint_id else {}
+        context = RunContext(
+            run_id=str(uuid.uuid4()),
+            thread_id="reference",
+            attempt=1,
+            chat_model=EchoChatModel(token_delay_s=0),
+            ledger=None,  # type: ignore[arg-type]  # no write tool runs here
+        )
+        config: Any = {"configurable": {**self.configurable, **at}}
+        await self.graph.ainvoke(input, config, context=context)
+
+    async def history(self) -> list[StateSnapshot]:
+        config: Any = {"configurable": self.configurable}
+        return [s async for s in self.graph.aget_state_history(config)]
+
+    async def parent_of(self, place: int) -> str:
+        """The id of the parent of the checkpoint at `place` in the history (newest first)."""
+        parent = (await self.history())[place].parent_config
+        assert parent is not None
+        return str(parent["configurable"]["checkpoint_id"])
+
+
+def history_shape(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A LangGraph API history as a tree: each checkpoint's source, step, next, messages and
+    its parent's place in the list (None: the root)."""
+    place = {h["checkpoint"]["checkpoint_id"]: i for i, h in enumerate(history)}
+    return [
+        (
+            h["metadata"]["source"],
+            h["metadata"]["step"],
+            list(h["next"]),
+            messages_of(h["values"]) if h["values"] else [],
+            place.get((h["parent_checkpoint"] or {}).get("checkpoint_id")),
+            [len(t["interrupts"]) for t in h["tasks"]],
+        )
+        for h in history
+    ]
+
+
+def reference_shape(history: list[StateSnapshot]) -> list[tuple[Any, ...]]:
+    """`history_shape` of LangGraph's own history."""
+    place = {h.config["configurable"]["checkpoint_id"]: i for i, h in enumerate(history)}
+    return [
+        (
+            h.metadata["source"] if h.metadata else None,
+            h.metadata["step"] if h.metadata else None,
+            list(h.next),
+            [(m.type, m.content) for m in h.values.get("messages", [])],
+            place.get((h.parent_config or {}).get("configurable", {}).get("checkpoint_id")),
+            [len(t.interrupts) for t in h.tasks],
+        )
+        for h in history
+    ]
+
+
+def first_seen(history: list[dict[str, Any]], match: Callable[[dict[str, Any]], bool]) -> int:
+    """The place in `history` (newest first) of the oldest state holding a message that
+    `match`es: agent-chat-ui's `firstSeenState` of a message, whose parent it forks from."""
+    return max(
+        i for i, h in enumerate(history) if any(match(m) for m in h["values"].get("messages", []))
+    )
+
+
+async def test_a_run_from_an_earlier_checkpoint_forks_the_thread_as_langgraph_does(
+    sdk: LangGraphClient,
+) -> None:
+    """agent-chat-ui's edit (new input from the checkpoint before a message), regenerate (no
+    input, from the checkpoint before an answer) and a normal turn (which sends the latest
+    checkpoint), each compared with LangGraph run in-process."""
+    tid = (await sdk.threads.create())["thread_id"]
+    reference = InProcess(chat)
+    for text in ("one", "two"):
+        await sdk.runs.wait(tid, "chat", input=human(text))
+        await reference.run(human(text))
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert history_shape(history) == reference_shape(await reference.history())
+    old_head = history[0]["checkpoint"]
+
+    # edit "two": the run starts at the parent of the first state that holds it
+    edited = first_seen(history, lambda m: m["content"] == "two")
+    fork = history[edited]["parent_checkpoint"]
+    out = await sdk.runs.wait(tid, "chat", input=human("TWO"), checkpoint=fork)
+    await reference.run(human("TWO"), await reference.parent_of(edited))
+    assert messages_of(out) == [("human", "one"), ("ai", "one"), ("human", "TWO"), ("ai", "TWO")]
+    assert messages_of((await sdk.threads.get_state(tid))["values"]) == messages_of(out)
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert history_shape(history) == reference_shape(await reference.history())
+    branch = [h for h in history if h["parent_checkpoint"] == fork]
+    assert len(branch) == 2  # the old branch's and the new one's first checkpoint
+    assert old_head in [h["checkpoint"] for h in history]  # the old branch stays in history
+
+    # regenerate the last answer: no input, from the parent of the first state that holds it
+    answer = out["messages"][-1]
+    answered = first_seen(history, lambda m: m["id"] == answer["id"])
+    given = history[answered]["parent_checkpoint"]["checkpoint_id"]
+    parts = await collect(sdk.runs.stream(tid, "chat", checkpoint_id=given, stream_mode="values"))
+    await reference.run(None, await reference.parent_of(answered))
+    assert parts[-1].data["status"] == "success"
+    regenerated = parts[-2].data["messages"]
+    assert messages_of(parts[-2].data) == messages_of(out)
+    assert regenerated[-1]["id"] != answer["id"]  # a new answer
+    assert regenerated[:-1] == out["messages"][:-1]
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert history_shape(history) == reference_shape(await reference.history())
+    assert history[1]["metadata"]["source"] == "fork"
+    assert history[1]["parent_checkpoint"]["checkpoint_id"] == given
+
+    # a normal turn sends the latest checkpoint: as without it
+    head = (await sdk.threads.get_state(tid))["checkpoint"]
+    out = await sdk.runs.wait(tid, "chat", input=human("three"), checkpoint=head)
+    await reference.run(human("three"))
+    assert messages_of(out)[-2:] == [("human", "three"), ("ai", "three")]
+    assert len(out["messages"]) == 6
+    assert history_shape(await sdk.threads.get_history(tid, limit=100)) == reference_shape(
+        await reference.history()
+    )
+
+    # a command (update, goto) from the checkpoint after the first answer
+    update = {"messages": [{"type": "human", "content": "alt"}]}
+    place = [h["metadata"]["step"] for h in history].index(1)
+    out = await sdk.runs.wait(
+        tid,
+        "chat",
+        command={"update": update, "goto": "respond"},
+        checkpoint=history[place]["checkpoint"],
+    )
+    await reference.run(
+        Command(update=update, goto="respond"),
+        (await reference.history())[place + 3].config["configurable"]["checkpoint_id"],
+    )
+    assert messages_of(out) == [("human", "one"), ("ai", "one"), ("human", "alt"), ("ai", "alt")]
+    assert history_shape(await sdk.threads.get_history(tid, limit=100)) == reference_shape(
+        await reference.history()
+    )
+
+
+async def test_regenerate_as_agent_chat_ui_sends_it_has_no_input_key(
+    server: ServerHandle, sdk: LangGraphClient
+) -> None:
+    """`stream.submit(undefined, {checkpoint})`: no `input`, the checkpoint object as the
+    state gave it (with `thread_id` and `checkpoint_map`)."""
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.wait(tid, "chat", input=human("again"))
+    history = await sdk.threads.get_history(tid, limit=100)
+    checkpoint = history[first_seen(history, lambda m: m["type"] == "ai")]["parent_checkpoint"]
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        response = await http.post(
+            f"/threads/{tid}/runs/wait", json={"assistant_id": "chat", "checkpoint": checkpoint}
+        )
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert messages_of(out) == [("human", "again"), ("ai", "again")]
+    assert out["messages"][-1]["id"] != first["messages"][-1]["id"]
+    assert len(await sdk.runs.list(tid)) == 2
+
+
+async def test_a_checkpoint_the_thread_does_not_have_is_refused_and_records_nothing(
+    sdk: LangGraphClient,
+) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("one"))
+    other = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(other, "chat", input=human("other"))
+    others = (await sdk.threads.get_state(other))["checkpoint"]
+    refused: dict[str, tuple[int, dict[str, Any]]] = {
+        "unknown checkpoint": (404, {"checkpoint_id": str(uuid.uuid4())}),
+        "another thread's checkpoint": (404, {"checkpoint_id": others["checkpoint_id"]}),
+        "not a uuid": (422, {"checkpoint_id": "latest"}),
+        "a subgraph's namespace": (
+            422,
+            {"checkpoint": {"checkpoint_id": others["checkpoint_id"], "checkpoint_ns": "x"}},
+        ),
+        "another thread named": (422, {"checkpoint": others}),
+    }
+    for name, (status, body) in refused.items():
+        for given in (body, {**body, "input": human("x")}):
+            with pytest.raises(httpx.HTTPStatusError) as caught:
+                await sdk.runs.create(tid, "chat", **given)
+            assert caught.value.response.status_code == status, name
+            assert caught.value.response.json()["detail"], name
+    with pytest.raises(httpx.HTTPStatusError) as caught:  # a stateless run has no thread
+        await sdk.runs.wait(None, "chat", input=human("x"), checkpoint_id=others["checkpoint_id"])
+    assert caught.value.response.status_code == 422
+    assert "stateless" in caught.value.response.json()["detail"]
+    assert len(await sdk.runs.list(tid)) == 1
+    assert len(await sdk.runs.list(other)) == 1
+
+
+async def test_a_resume_takes_the_latest_checkpoint_and_refuses_an_earlier_one(
+    sdk: LangGraphClient,
+) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "approval", input=human("buy milk"))
+    state = await sdk.threads.get_state(tid)
+    resume = {"resume": {"approve": True}}
+    with pytest.raises(httpx.HTTPStatusError) as caught:
+        await sdk.runs.create(
+            tid, "approval", command=resume, checkpoint=state["parent_checkpoint"]
+        )
+    assert caught.value.response.status_code == 422
+    assert "latest checkpoint" in caught.value.response.json()["detail"]
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    # useStream sends the thread's latest checkpoint with a resume
+    out = await sdk.runs.wait(tid, "approval", command=resume, checkpoint=state["checkpoint"])
+    assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_command_goto_end_is_taken_and_leaves_the_thread_as_langgraph_does(
+    sdk: LangGraphClient,
+) -> None:
+    """agent-chat-ui's "Mark as Resolved": `input: {}`, `command: {goto: END}`. To LangGraph
+    the command schedules nothing, so the graph goes on from the thread's checkpoint: the
+    interrupted node asks again, and nothing else changes."""
+    tid = (await sdk.threads.create())["thread_id"]
+    reference = InProcess(approval)
+    await sdk.runs.wait(tid, "approval", input=human("buy milk"))
+    await reference.run(human("buy milk"))
+    before = await sdk.threads.get_state(tid)
+    out = await sdk.runs.wait(tid, "approval", input={}, command={"goto": END})
+    await reference.run(Command(goto=END))
+    assert out["__interrupt__"] == before["interrupts"]
+    after = await sdk.threads.get_state(tid)
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    assert after["interrupts"] == before["interrupts"]
+    assert after["values"] == before["values"] and after["next"] == ["confirm_and_run"]
+    assert history_shape(await sdk.threads.get_history(tid, limit=100)) == reference_shape(
+        await reference.history()
+    )
+    run = (await sdk.runs.list(tid))[0]
+    assert run["status"] == "success" and run["kwargs"]["command"] == {"goto": [END]}
+    # the interrupt still takes its answer
+    out = await sdk.runs.wait(tid, "approval", command={"resume": {"approve": False}})
+    assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"]
+    # on a finished thread, nothing runs and nothing changes
+    chat_tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(chat_tid, "chat", input=human("one"))
+    history = await sdk.threads.get_history(chat_tid, limit=100)
+    await sdk.runs.wait(chat_tid, "chat", command={"goto": END})
+    assert await sdk.threads.get_history(chat_tid, limit=100) == history
+    with pytest.raises(httpx.HTTPStatusError) as caught:  # a Send to END is not a node
+        await sdk.runs.create(chat_tid, "chat", command={"goto": {"node": END, "input": {}}})
+    assert caught.value.response.status_code == 422
 
 
 # -- cancel and multitask ------------------------------------------------------------------------
@@ -1212,7 +1496,8 @@ async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGra
     assert copied is not None
     cid = copied["thread_id"]
     assert cid != tid
-    assert copied["metadata"] == {"topic": "copying", "graph_id": "chat"}
+    assert copied["metadata"] == (await sdk.threads.get(tid))["metadata"]  # the run's graph too
+    assert copied["metadata"]["topic"] == "copying" and copied["metadata"]["graph_id"] == "chat"
     assert copied["status"] == "idle"
     assert copied["values"] == (await sdk.threads.get(tid))["values"]
     original = await sdk.threads.get_history(tid)
@@ -1305,6 +1590,8 @@ async def test_another_key_gets_404_on_every_route_and_no_key_gets_401(
     with pytest.raises(httpx.HTTPStatusError) as refused:
         await nobody.threads.search()
     assert refused.value.response.status_code == 401
+    message = refused.value.response.json()["detail"]
+    assert "x-api-key" in message and "Authorization: Bearer" in message
     # alice's thread and run are untouched
     assert (await alice.runs.get(tid, rid))["status"] == "success"
     assert [r["run_id"] for r in await alice.runs.list(tid)] == [rid]
@@ -1365,3 +1652,53 @@ async def test_worker_killed_mid_run_the_sdk_stream_ends_with_the_whole_answer_o
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
     assert (await sdk.threads.get_state(tid))["values"] == final
     assert second.alive()
+
+
+@pytest.mark.fault
+async def test_a_forked_run_retried_after_its_worker_died_goes_on_on_its_branch_forking_once(
+    cluster: Cluster,
+) -> None:
+    _, url = await cluster.server()
+    first = await cluster.ready_worker()
+    sdk = client_for(url)
+    tid = (await sdk.threads.create())["thread_id"]
+    for text in ("one", "two"):
+        await sdk.runs.wait(tid, "chat", input=human(text))
+    history = await sdk.threads.get_history(tid, limit=100)
+    fork = history[first_seen(history, lambda m: m["content"] == "two")]["parent_checkpoint"]
+    text = words(250)
+    run = await sdk.runs.create(
+        tid,
+        "chat",
+        input=human(text),
+        checkpoint=fork,
+        stream_mode=["values", "messages-tuple"],
+        config=slow(),
+    )
+    parts: list[StreamPart] = []
+
+    async def watch() -> None:
+        async for part in sdk.runs.join_stream(tid, run["run_id"]):
+            parts.append(part)
+
+    async def chunks_at_least(n: int) -> bool:
+        return sum(p.event == "messages" for p in parts) >= n
+
+    viewer = asyncio.create_task(watch())
+    await eventually(lambda: chunks_at_least(10), "chunks", 30)
+    await cluster.ready_worker()
+    await eventually(lambda: chunks_at_least(15), "chunks", 30)
+    first.kill()
+    await asyncio.wait_for(viewer, 60)
+    assert parts[-1].data == {"run_id": run["run_id"], "status": "success"}
+    assert [p.data["attempt"] for p in parts if p.event == "metadata"] == [1, 2]
+    final = [p.data for p in parts if p.event == "values"][-1]
+    assert messages_of(final) == [("human", "one"), ("ai", "one"), ("human", text), ("ai", text)]
+    # attempt 2 opens with the branch attempt 1 saved, not with the thread's old head
+    retried = [p.event for p in parts].index("metadata", 1)
+    assert messages_of(parts[retried + 1].data) == messages_of(final)[:3]
+    assert (await sdk.threads.get_state(tid))["values"] == final
+    history = await sdk.threads.get_history(tid, limit=100)
+    children = [h for h in history if h["parent_checkpoint"] == fork]
+    assert len(children) == 2  # the old branch's first checkpoint and this run's, once
+    assert history_shape(history)[0][:4] == ("loop", 5, [], messages_of(final))

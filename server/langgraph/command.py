@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from langchain_core.messages import convert_to_messages
+from langgraph.graph import END
 from langgraph.pregel import Pregel
 
 from ..errors import ApiError
@@ -107,6 +108,9 @@ def _messages(value: Any, where: str) -> list[Any]:
 
 
 def _goto(goto: Any, graph: Pregel) -> list[Any]:
+    """`goto` as a list of node names and Send objects. `END` ("__end__") is taken by name, as
+    LangGraph takes it: it schedules nothing (LangGraph logs the write and ignores it), so the
+    graph goes on from the thread's checkpoint as a resume without a value would."""
     items = goto if isinstance(goto, list) else [goto]
     nodes = [n for n in graph.nodes if not n.startswith("__")]
     checked: list[Any] = []
@@ -116,6 +120,9 @@ def _goto(goto: Any, graph: Pregel) -> list[Any]:
             raise _unprocessable(
                 f"command.goto[{i}] must be a node name or a Send object {{node, input}}"
             )
+        if node == END and not isinstance(item, dict):
+            checked.append(node)
+            continue
         if node not in nodes:
             raise _unprocessable(
                 f"command.goto[{i}]: the graph has no node {node!r}; it has {', '.join(nodes)}"

@@ -156,7 +156,7 @@ async def stream_response(
     frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
     return EventStream(
         quotas.hold(slot, frames),
-        media_type="text/event-stream; charset=utf-8",
+        media_type="text/event-stream",  # Litestar adds "; charset=utf-8"
         headers={**SSE_HEADERS, **run_paths(run)},
     )
 

@@ -2,6 +2,11 @@
 
 The run is a runstream run (the same records, stream, workers and lifecycle as `/v1`) whose
 request also asks the worker for LangGraph's `values` and `updates` events.
+
+A request's `checkpoint` (or `checkpoint_id`) is where the run starts: a checkpoint of its
+thread, which the run forks the thread's history from (runner/graph_input.py). It is checked
+here, before anything is recorded: the thread must have it (404), a stateless run cannot have
+one (422), and a resume takes the thread's latest checkpoint only (the one it waits at).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
 from .conversions import assistant_id_for, engine_messages, stream_modes
+from .state_writes import checked_checkpoint_id
 from .views import graph_of_assistant
 from .wire import RunCreate
 
@@ -69,10 +75,29 @@ def _command(
     return command
 
 
+def _fork_point(body: RunCreate, thread_id: str | None) -> dict[str, str] | None:
+    """The checkpoint the run starts from (`checkpoint`, else `checkpoint_id`), as the worker
+    takes it: `{"checkpoint_id", "checkpoint_ns"}`; None: the thread's latest."""
+    checkpoint = body.checkpoint or {}
+    raw_id = checkpoint.get("checkpoint_id") or body.checkpoint_id
+    if raw_id is None:
+        return None
+    if thread_id is None:
+        raise unprocessable("a checkpoint is a thread's: a stateless run cannot start from one")
+    if not isinstance(raw_id, str):
+        raise unprocessable("checkpoint.checkpoint_id must be a string")
+    if checkpoint.get("checkpoint_ns") not in (None, ""):
+        raise unprocessable("checkpoint.checkpoint_ns: only the graph's own checkpoints ('')")
+    if checkpoint.get("thread_id") not in (None, thread_id):
+        raise unprocessable("checkpoint.thread_id names another thread than the run's")
+    return {"checkpoint_id": checked_checkpoint_id(raw_id), "checkpoint_ns": ""}
+
+
 def _input_messages(
-    resources: Resources, body: RunCreate, command: dict[str, Any]
+    resources: Resources, body: RunCreate, command: dict[str, Any], forks: bool
 ) -> list[dict[str, Any]]:
-    """The request's `input.messages` as runstream input messages, within the bounds."""
+    """The request's `input.messages` as runstream input messages, within the bounds. None
+    with a checkpoint re-runs from there (LangGraph's input `None`: regenerate)."""
     raw = body.input.get("messages") if isinstance(body.input, dict) else body.input
     if isinstance(body.input, dict) and set(body.input) - {"messages"}:
         raise unprocessable("runstream's graphs take input {'messages': [...]} only")
@@ -80,8 +105,11 @@ def _input_messages(
         messages = engine_messages(raw) if raw is not None else []
     except ValueError as exc:
         raise unprocessable(str(exc)) from None
-    if not messages and not command:
-        raise unprocessable("input.messages needs at least one message (or a command)")
+    if not messages and not command and not forks:
+        raise unprocessable(
+            "input.messages needs at least one message (or a command, or a checkpoint to"
+            " re-run from)"
+        )
     for message in messages:
         message["content"] = _text_content(message["content"])
     inputs.input_messages(msgspec.convert(messages, list[InputMessage]), resources.settings)
@@ -98,7 +126,8 @@ def _new_run(
     except ValueError as exc:
         raise unprocessable(str(exc)) from None
     command = _command(resources, body, graph, thread_id)
-    messages = _input_messages(resources, body, command)
+    checkpoint = _fork_point(body, thread_id)
+    messages = _input_messages(resources, body, command, checkpoint is not None)
     configurable = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
     inputs.configurable(configurable, resources.graphs, graph)
     metadata = body.metadata or {}
@@ -107,6 +136,7 @@ def _new_run(
     kwargs = {
         "input": body.input,
         "command": command or None,
+        "checkpoint": checkpoint,  # where the run starts; None: the thread's latest checkpoint
         "config": body.config or {},
         "context": body.context or {},
         "stream_mode": modes,
@@ -132,6 +162,33 @@ def _new_run(
     )
 
 
+async def _check_fork_point(resources: Resources, caller: Caller, new: NewRun) -> None:
+    """The run's checkpoint is one of its thread's (404 otherwise, recording nothing). A resume
+    answers the interrupt the thread waits at, at its latest checkpoint: it takes that one
+    (then runs as without it) and no other (422)."""
+    checkpoint = new.kwargs.get("checkpoint")
+    if checkpoint is None or new.thread_id is None:
+        return
+    thread_id, checkpoint_id = new.thread_id, checkpoint["checkpoint_id"]
+    if await resources.thread_records.get_thread(thread_id, caller.owner) is None:
+        raise NotFound("Thread or assistant not found.")
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+    saved = await resources.checkpointer.aget_tuple(
+        {"configurable": {**configurable, "checkpoint_id": checkpoint_id}}
+    )
+    if saved is None:
+        raise NotFound(f"thread {thread_id} has no checkpoint {checkpoint_id}")
+    if new.resume is None:
+        return
+    head = await resources.checkpointer.aget_tuple({"configurable": configurable})
+    if head is None or head.config["configurable"]["checkpoint_id"] != checkpoint_id:
+        raise unprocessable(
+            "command.resume answers the thread's interrupt at its latest checkpoint: give that"
+            " checkpoint, or none (resuming from an earlier checkpoint is not supported)"
+        )
+    new.kwargs = {**new.kwargs, "checkpoint": None}
+
+
 async def submit(
     resources: Resources,
     quotas: CallerQuotas,
@@ -144,6 +201,7 @@ async def submit(
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
     new = _new_run(resources, caller, body, thread_id)
+    await _check_fork_point(resources, caller, new)
     try:
         created = await record_run(resources, quotas, new, dialect="langgraph")
     except Conflict as exc:

@@ -266,6 +266,6 @@ async def thread_stream_response(
     frames = _thread_frames(resources, thread, run_modes, start, first)
     return EventStream(
         quotas.hold(slot, frames),
-        media_type="text/event-stream; charset=utf-8",
+        media_type="text/event-stream",  # Litestar adds "; charset=utf-8"
         headers={**SSE_HEADERS, "Location": _location(thread, run_modes)},
     )

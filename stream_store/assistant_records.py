@@ -290,12 +290,12 @@ class AssistantRecords:
         return True
 
     async def active_runs(self, assistant_id: str, owner: str) -> list[str]:
-        """Ids of the owner's runs of the assistant that are not over (queued, running, or
-        waiting at an interrupt)."""
+        """Ids of the owner's queued and running runs of the assistant (one waiting at an
+        interrupt is over, to LangGraph)."""
         found = await fetch_all(
             self.pool,
             "SELECT run_id::text FROM runstream_runs WHERE owner = %s"
-            " AND status IN ('queued', 'running', 'interrupted')"
+            " AND status IN ('queued', 'running')"
             " AND kwargs ->> 'assistant_id' = %s ORDER BY created_at",
             (owner, assistant_id),
         )

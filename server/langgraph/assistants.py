@@ -23,6 +23,7 @@ from litestar.params import Body, Parameter
 
 from stream_store.assistant_records import AssistantChange, AssistantRecord, NewAssistant
 from stream_store.errors import Conflict, NotFound
+from stream_store.events import RunStatus
 from stream_store.limits import (
     ASSISTANT_CONFIG_MAX_BYTES,
     ASSISTANT_DESCRIPTION_MAX_CHARS,
@@ -320,7 +321,7 @@ class AssistantsController(Controller):
         caller: Caller,
         delete_threads: Annotated[str | None, Parameter(required=False)] = None,
     ) -> None:
-        """LangGraph's delete: the assistant's runs that are not over are cancelled, its
+        """LangGraph's delete: the assistant's queued and running runs are cancelled, its
         versions and crons go with it; its runs stay. `delete_threads=true`: so do the
         threads it ran on (each as `DELETE /threads/{id}`; 409 with nothing changed while
         one of them has a queued or running run)."""
@@ -341,7 +342,7 @@ class AssistantsController(Controller):
                 await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
         for run_id in await records.active_runs(assistant.assistant_id, caller.owner):
             run = await resources.run_records.get_run(run_id, caller.owner)
-            if run is not None and run.status.active:
+            if run is not None and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
                 with contextlib.suppress(Conflict):  # it ended meanwhile
                     await resources.lifecycle.cancel(run)
         if not await records.delete_assistant(assistant.assistant_id, caller.owner):

@@ -9,7 +9,7 @@ LOCKED`, so of several servers only one fires it; the row stays locked until its
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -26,13 +26,13 @@ from .pg import execute, fetch_all
 __all__ = ["CRON_SORT_COLUMNS", "CronRecord", "CronRecords", "NewCron"]
 
 _COLUMNS = (
-    "cron_id::text, owner, graph, thread_id::text, schedule, timezone, payload, metadata,"
-    " on_run_completed, enabled, end_time, next_run_date, created_at, updated_at"
+    "cron_id::text, owner, graph, assistant_id::text, thread_id::text, schedule, timezone,"
+    " payload, metadata, on_run_completed, enabled, end_time, next_run_date, created_at, updated_at"
 )
 # What a search may sort by (LangGraph's `CronSortBy`): its column here.
 CRON_SORT_COLUMNS = {
     "cron_id": "cron_id",
-    "assistant_id": "graph",  # one assistant per graph
+    "assistant_id": "coalesce(assistant_id::text, graph)",
     "thread_id": "thread_id",
     "created_at": "created_at",
     "updated_at": "updated_at",
@@ -61,6 +61,7 @@ class CronRecord(msgspec.Struct, kw_only=True):
     cron_id: str
     owner: str
     graph: str
+    assistant_id: str | None  # a created assistant's; None: the graph's own
     thread_id: str | None
     schedule: str
     timezone: str | None
@@ -77,6 +78,7 @@ class CronRecord(msgspec.Struct, kw_only=True):
 class NewCron(msgspec.Struct, kw_only=True):
     owner: str
     graph: str
+    assistant_id: str | None
     thread_id: str | None
     schedule: str
     timezone: str | None
@@ -103,10 +105,10 @@ class CronRecords:
         try:
             found = await fetch_all(
                 self.pool,
-                "INSERT INTO runstream_crons (cron_id, owner, graph, thread_id, schedule,"
-                " timezone, payload, metadata, on_run_completed, enabled, end_time,"
+                "INSERT INTO runstream_crons (cron_id, owner, graph, assistant_id, thread_id,"
+                " schedule, timezone, payload, metadata, on_run_completed, enabled, end_time,"
                 " next_run_date)"
-                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
                 " WHERE %s::uuid IS NULL OR EXISTS (SELECT 1 FROM runstream_threads"
                 "   WHERE thread_id = %s AND owner = %s)"
                 f" RETURNING {_COLUMNS}",
@@ -114,6 +116,7 @@ class CronRecords:
                     str(uuid.uuid4()),
                     new.owner,
                     new.graph,
+                    new.assistant_id,
                     new.thread_id,
                     new.schedule,
                     new.timezone,
@@ -133,7 +136,10 @@ class CronRecords:
         return _record(found[0]) if found else None
 
     async def update_cron(
-        self, cron_id: str, owner: str, change: Callable[[CronRecord], dict[str, Any]]
+        self,
+        cron_id: str,
+        owner: str,
+        change: Callable[[CronRecord], Awaitable[dict[str, Any]]],
     ) -> CronRecord | None:
         """Set the columns `change` gives for the cron as it is, its row locked meanwhile (so
         a new `next_run_date` is worked out from the schedule it replaces); None: not the
@@ -147,7 +153,7 @@ class CronRecords:
             row = await cur.fetchone()
             if row is None:
                 return None
-            values = change(_record(row))
+            values = await change(_record(row))
             unknown = set(values) - _UPDATABLE
             assert not unknown, f"not updatable: {unknown}"
             assignments = [
@@ -181,13 +187,23 @@ class CronRecords:
         owner: str,
         *,
         graph: str | None,
+        assistant_id: str | None,
         thread_id: str | None,
         enabled: bool | None,
         metadata: dict[str, Any],
     ) -> tuple[str, list[Any]]:
+        """`graph`: crons of the graph's own assistant; `assistant_id`: of a created one."""
         query = "FROM runstream_crons WHERE owner = %s AND metadata @> %s"
         params: list[Any] = [owner, Jsonb(metadata)]
-        for column, value in (("graph", graph), ("thread_id", thread_id), ("enabled", enabled)):
+        if graph is not None:
+            query += " AND assistant_id IS NULL"
+        filters = (
+            ("graph", graph),
+            ("assistant_id", assistant_id),
+            ("thread_id", thread_id),
+            ("enabled", enabled),
+        )
+        for column, value in filters:
             if value is not None:
                 query += f" AND {column} = %s"
                 params.append(value)
@@ -202,13 +218,19 @@ class CronRecords:
         enabled: bool | None,
         metadata: dict[str, Any],
         limit: int,
+        assistant_id: str | None = None,
         offset: int,
         sort_by: str = "created_at",
         descending: bool = True,
     ) -> list[CronRecord]:
         """The owner's crons that match, ordered by `sort_by` (a `CRON_SORT_COLUMNS` key)."""
         where, params = self._filter(
-            owner, graph=graph, thread_id=thread_id, enabled=enabled, metadata=metadata
+            owner,
+            graph=graph,
+            assistant_id=assistant_id,
+            thread_id=thread_id,
+            enabled=enabled,
+            metadata=metadata,
         )
         order = "DESC" if descending else "ASC"
         column = CRON_SORT_COLUMNS[sort_by]
@@ -221,10 +243,21 @@ class CronRecords:
         return [_record(row) for row in found]
 
     async def count_crons(
-        self, owner: str, *, graph: str | None, thread_id: str | None, metadata: dict[str, Any]
+        self,
+        owner: str,
+        *,
+        graph: str | None,
+        thread_id: str | None,
+        metadata: dict[str, Any],
+        assistant_id: str | None = None,
     ) -> int:
         where, params = self._filter(
-            owner, graph=graph, thread_id=thread_id, enabled=None, metadata=metadata
+            owner,
+            graph=graph,
+            assistant_id=assistant_id,
+            thread_id=thread_id,
+            enabled=None,
+            metadata=metadata,
         )
         found = await fetch_all(self.pool, f"SELECT count(*) AS n {where}", params)
         return int(found[0]["n"])

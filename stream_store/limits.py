@@ -20,6 +20,9 @@ from __future__ import annotations
 
 __all__ = [
     "ACTIVE_RUNS_RETRY_AFTER_S",
+    "ASSISTANT_CONFIG_MAX_BYTES",
+    "ASSISTANT_DESCRIPTION_MAX_CHARS",
+    "ASSISTANT_NAME_MAX_CHARS",
     "BATCH_MAX_RUNS",
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
@@ -54,6 +57,11 @@ JSON_MAX_DEPTH = 64
 # `config.configurable.fake_token_delay_ms`: between two chunks of the fake model, so a run of n
 # chunks holds its worker slot for at most n seconds.
 MAX_FAKE_TOKEN_DELAY_MS = 1000
+# A LangGraph assistant's `name` and `description` (characters), and its `config` and `context`
+# (each, as compact JSON): every version of it is kept, and each run of it reads it.
+ASSISTANT_NAME_MAX_CHARS = 255
+ASSISTANT_DESCRIPTION_MAX_CHARS = 10_000
+ASSISTANT_CONFIG_MAX_BYTES = 64 * 1024
 # Runs in one `POST /runs/batch` (LangGraph API): each is a submit, counted as one.
 BATCH_MAX_RUNS = 100
 # The window `RUNSTREAM_MAX_SUBMITS_PER_MINUTE` counts over: any 60 s, not calendar minutes.

@@ -133,6 +133,41 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runstream_crons_due ON runstream_crons (next_run_date)
         WHERE enabled AND next_run_date IS NOT NULL;
     """,
+    # LangGraph's assistants that callers create (docs/langgraph.md, "Assistants"): each
+    # owner's, the active version in `runstream_assistants` and every version beside it. A cron
+    # of a created assistant names it (`assistant_id`; null: a graph's own assistant).
+    """
+    CREATE TABLE runstream_assistants (
+        assistant_id uuid PRIMARY KEY,
+        owner text NOT NULL,
+        graph text NOT NULL,
+        name text NOT NULL,
+        description text,
+        config jsonb NOT NULL DEFAULT '{}'::jsonb,
+        context jsonb NOT NULL DEFAULT '{}'::jsonb,
+        metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+        version integer NOT NULL DEFAULT 1,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX runstream_assistants_owner_created
+        ON runstream_assistants (owner, created_at DESC, assistant_id DESC);
+    CREATE TABLE runstream_assistant_versions (
+        assistant_id uuid NOT NULL REFERENCES runstream_assistants ON DELETE CASCADE,
+        version integer NOT NULL,
+        graph text NOT NULL,
+        name text NOT NULL,
+        description text,
+        config jsonb NOT NULL,
+        context jsonb NOT NULL,
+        metadata jsonb NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (assistant_id, version)
+    );
+    ALTER TABLE runstream_crons ADD COLUMN assistant_id uuid;
+    CREATE INDEX runstream_crons_assistant ON runstream_crons (assistant_id)
+        WHERE assistant_id IS NOT NULL;
+    """,
 ]
 
 

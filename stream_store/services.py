@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from .assistant_records import AssistantRecords
 from .checkpoints import FencedPostgresSaver
 from .connections import (
     PgPool,
@@ -50,6 +51,7 @@ class Services:
     run_records: RunRecords
     thread_records: ThreadRecords
     cron_records: CronRecords  # LangGraph's crons (server/langgraph/crons.py)
+    assistant_records: AssistantRecords  # LangGraph's assistants (server/langgraph/assistants.py)
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
@@ -104,6 +106,7 @@ async def open_services(
             run_records=run_records,
             thread_records=ThreadRecords(pool),
             cron_records=CronRecords(pool),
+            assistant_records=AssistantRecords(pool),
             events=events,
             queue=queue,
             lifecycle=RunLifecycle(

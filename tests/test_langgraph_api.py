@@ -1515,11 +1515,10 @@ async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGra
 
 async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphClient) -> None:
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
-        "assistants.create": lambda: sdk.assistants.create("chat"),
-        "assistants.update": lambda: sdk.assistants.update("chat", metadata={"x": 1}),
-        "assistants.delete": lambda: sdk.assistants.delete("chat"),
-        "assistants.get_versions": lambda: sdk.assistants.get_versions("chat"),
         "assistants.get_subgraphs": lambda: sdk.assistants.get_subgraphs("chat"),
+        "assistants.get_subgraphs(namespace)": lambda: sdk.assistants.get_subgraphs(
+            "chat", namespace="sub"
+        ),
     }
     for name, call in calls.items():
         with pytest.raises(httpx.HTTPStatusError) as refused:

@@ -77,11 +77,18 @@ class Unscoped:
 
 
 PUBLIC = Unscoped("no caller data: health, metrics, docs, the web page")
-SHARED = Unscoped("assistants are one per registered graph, owned by nobody")
+SHARED = Unscoped("the graphs' own assistants (owned by nobody), and the caller's own")
+ASSISTANT = Unscoped(
+    "names an assistant, not a thread or run: another caller's created assistant is 404 as an"
+    " unknown one (tests/test_langgraph_assistants.py); a graph's own is every caller's"
+)
 CREATE = Unscoped("creates the caller's own thread or run (a new id)")
 LISTING = Unscoped("lists or counts only the caller's own (checked below)")
 NOT_SERVED = Unscoped("not served, for anyone")
-CLIENT_ID = Unscoped("creates with a client-chosen id: a taken id is a 409 (checked below)")
+CLIENT_ID = Unscoped(
+    "creates with a client-chosen id: a taken id is a 409 (checked below, and for assistants"
+    " in tests/test_langgraph_assistants.py)"
+)
 CRON = Unscoped(
     "names a cron, not a thread or run: another caller's cron is 404 as an unknown one"
     " (tests/test_langgraph_crons.py)"
@@ -201,16 +208,16 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("POST", "/runs/wait"): CREATE,
     ("POST", "/runs/batch"): CREATE,
     # -- LangGraph API: assistants, crons, store, server -------------------------------------
-    ("POST", "/assistants"): NOT_SERVED,
+    ("POST", "/assistants"): CLIENT_ID,
     ("POST", "/assistants/count"): SHARED,
     ("POST", "/assistants/search"): SHARED,
-    ("GET", "/assistants/{assistant_id:str}"): SHARED,
-    ("PATCH", "/assistants/{assistant_id:str}"): NOT_SERVED,
-    ("DELETE", "/assistants/{assistant_id:str}"): NOT_SERVED,
-    ("GET", "/assistants/{assistant_id:str}/graph"): SHARED,
-    ("GET", "/assistants/{assistant_id:str}/schemas"): SHARED,
-    ("POST", "/assistants/{assistant_id:str}/latest"): NOT_SERVED,
-    ("POST", "/assistants/{assistant_id:str}/versions"): NOT_SERVED,
+    ("GET", "/assistants/{assistant_id:str}"): ASSISTANT,
+    ("PATCH", "/assistants/{assistant_id:str}"): ASSISTANT,
+    ("DELETE", "/assistants/{assistant_id:str}"): ASSISTANT,
+    ("GET", "/assistants/{assistant_id:str}/graph"): ASSISTANT,
+    ("GET", "/assistants/{assistant_id:str}/schemas"): ASSISTANT,
+    ("POST", "/assistants/{assistant_id:str}/latest"): ASSISTANT,
+    ("POST", "/assistants/{assistant_id:str}/versions"): ASSISTANT,
     ("GET", "/assistants/{assistant_id:str}/subgraphs"): NOT_SERVED,
     ("GET", "/assistants/{assistant_id:str}/subgraphs/{rest:path}"): NOT_SERVED,
     ("POST", "/runs/crons"): CREATE,

@@ -1,50 +1,256 @@
-"""LangGraph's assistant routes (one assistant per registered graph) and the server's own:
-`/ok` and `/info`."""
+"""LangGraph's assistant routes, and the server's own `/ok` and `/info`.
+
+Every registered graph is an assistant of its own (LangGraph's id for it, `uuid5` of the graph
+name; the name is accepted too), which every caller sees and none can change. A caller creates
+assistants of its own (`POST /assistants`): a graph with a saved `config`, `context`,
+`metadata`, name and description, versioned (each update is a new version, and any version
+can be made the active one again). A run made with one takes its graph and its configurable
+(`submit.py`). Another caller's assistant is 404 on every route, as an unknown one.
+Stored in `stream_store/assistant_records.py`; docs/langgraph.md, "Assistants".
+"""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from importlib.metadata import version
 from typing import Annotated, Any
 
-from litestar import Controller, get, post
+import msgspec
+import structlog
+from litestar import Controller, Response, delete, get, patch, post
 from litestar.params import Body, Parameter
 
+from stream_store.assistant_records import AssistantChange, AssistantRecord, NewAssistant
+from stream_store.errors import Conflict, NotFound
+from stream_store.events import RunStatus
+from stream_store.limits import (
+    ASSISTANT_CONFIG_MAX_BYTES,
+    ASSISTANT_DESCRIPTION_MAX_CHARS,
+    ASSISTANT_NAME_MAX_CHARS,
+)
+from stream_store.quotas import CallerQuotas
+
+from .. import inputs
 from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
-from .views import assistant, graph_of_assistant
-from .wire import Assistant, AssistantCount, AssistantSearch
+from .submit import unprocessable
+from .threads import delete_langgraph_thread
+from .views import (
+    assistant_of,
+    assistant_view,
+    graph_assistant,
+    registered_graph,
+    version_view,
+)
+from .wire import (
+    Assistant,
+    AssistantCount,
+    AssistantCreate,
+    AssistantLatest,
+    AssistantPatch,
+    AssistantSearch,
+    AssistantVersion,
+    AssistantVersions,
+)
 
 __all__ = ["AssistantsController", "info", "ok"]
 
+logger = structlog.get_logger()
 
-def _assistants(resources: Resources, query: AssistantSearch | AssistantCount) -> list[Assistant]:
-    """The assistants (one per graph) that match a search's graph id, name and metadata."""
-    found = [assistant(name, resources.started_at) for name in resources.graphs.names()]
-    return [
-        a
-        for a in found
-        if query.graph_id in (None, a.graph_id)
-        and query.name in (None, a.name)
-        and (query.metadata or {}).items() <= a.metadata.items()
-    ]
+
+def _graph_assistants(resources: Resources) -> list[AssistantRecord]:
+    return [graph_assistant(name, resources.started_at) for name in resources.graphs.names()]
+
+
+def _read_only(assistant: AssistantRecord) -> Conflict:
+    return Conflict(
+        f"assistant {assistant.assistant_id} is graph {assistant.graph!r}'s own assistant,"
+        " shared by every caller, and cannot be changed or deleted: create an assistant of the"
+        " graph with POST /assistants (assistants.create) and change that one",
+        code="assistant_read_only",
+    )
+
+
+async def _own(resources: Resources, caller: Caller, assistant_id: str) -> AssistantRecord:
+    """The caller's created assistant `assistant_id` names (404 as for any unknown one; 409
+    for a graph's own)."""
+    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    if assistant.owner is None:
+        raise _read_only(assistant)
+    return assistant
+
+
+def _graph(resources: Resources, graph_id: str) -> str:
+    """A registered graph's name (404 otherwise, as LangGraph answers)."""
+    if graph_id not in resources.graphs:
+        known = ", ".join(resources.graphs.names())
+        raise NotFound(f"graph {graph_id[:100]!r} not found; registered graphs: {known}")
+    return graph_id
+
+
+def _within(value: Any, what: str) -> None:
+    size = len(msgspec.json.encode(value))
+    if size > ASSISTANT_CONFIG_MAX_BYTES:
+        raise ApiError(
+            413,
+            "input_too_large",
+            f"{what} is {size} bytes as JSON; the limit is {ASSISTANT_CONFIG_MAX_BYTES}",
+        )
+
+
+def _text(value: str | None, what: str, limit: int) -> None:
+    if value is not None and len(value) > limit:
+        raise ApiError(
+            413, "input_too_large", f"{what} is {len(value)} characters; the limit is {limit}"
+        )
+
+
+def _in_step(
+    config: dict[str, Any], context: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`config` and `context` kept in step, as LangGraph keeps an assistant's: the context is
+    `config.configurable`, and a context given alone becomes it."""
+    configurable = config.get("configurable")
+    if configurable is not None and not isinstance(configurable, dict):
+        raise unprocessable("config.configurable must be an object")
+    if configurable and context and configurable != context:
+        raise unprocessable(
+            "give config.configurable or context, not both (LangGraph keeps them as one)"
+        )
+    if configurable:
+        return config, dict(configurable)
+    if context:
+        return {**config, "configurable": dict(context)}, context
+    return config, {}
+
+
+def _checked(
+    resources: Resources, graph: str, config: dict[str, Any], context: dict[str, Any]
+) -> None:
+    """413 for a config or context too big; 422 for a configurable key the graph does not take
+    (the rule of runs' `configurable`, docs/protocol.md section 3.1)."""
+    _within(config, "config")
+    _within(context, "context")
+    inputs.configurable(context, resources.graphs, graph)
+
+
+def _checked_text(name: str | None, description: str | None) -> None:
+    _text(name, "name", ASSISTANT_NAME_MAX_CHARS)
+    _text(description, "description", ASSISTANT_DESCRIPTION_MAX_CHARS)
+
+
+def _change(
+    resources: Resources, body: AssistantPatch, current: AssistantRecord
+) -> AssistantChange:
+    """The next version of `current` that `body` asks for, checked (LangGraph's update: what
+    is left out stays; `metadata` is merged in; a `config` replaces the config, keeping the
+    context unless it brings a configurable)."""
+    graph = _graph(resources, body.graph_id) if body.graph_id else current.graph
+    if body.config:
+        config = body.config
+        kept = {} if body.config.get("configurable") else current.context
+        context = body.context if body.context is not None else kept
+    elif body.context is not None:
+        config = {k: v for k, v in current.config.items() if k != "configurable"}
+        context = body.context
+    else:
+        config, context = current.config, current.context
+    config, context = _in_step(config, context)
+    _checked(resources, graph, config, context)
+    metadata = {**current.metadata, **(body.metadata or {})}
+    inputs.metadata(metadata, resources.settings)
+    return AssistantChange(
+        graph=graph,
+        name=body.name if body.name is not None else current.name,
+        description=body.description if body.description is not None else current.description,
+        config=config,
+        context=context,
+        metadata=metadata,
+    )
+
+
+def _versions_of(assistant: AssistantRecord, body: AssistantVersions) -> list[AssistantVersion]:
+    """A graph's own assistant has one version, itself."""
+    if not (body.metadata or {}).items() <= assistant.metadata.items():
+        return []
+    return [version_view(assistant)][body.offset : body.offset + body.limit]
 
 
 class AssistantsController(Controller):
-    """Each registered graph is an assistant, with LangGraph's id for it."""
+    """The graphs' own assistants (every caller's), and the caller's created ones."""
 
     path = "/assistants"
     tags = ["langgraph"]
 
-    @post("/search", status_code=200, summary="The assistants (one per graph)")
+    @post("/", status_code=200, summary="Create an assistant of a graph")
+    async def create(
+        self, data: AssistantCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
+    ) -> Assistant:
+        assistant_id = (
+            inputs.object_id(data.assistant_id, "assistant")
+            if data.assistant_id
+            else str(uuid.uuid4())
+        )
+        graph = _graph(resources, data.graph_id)
+        config, context = _in_step(data.config or {}, data.context or {})
+        _checked(resources, graph, config, context)
+        metadata = data.metadata or {}
+        inputs.metadata(metadata, resources.settings)
+        _checked_text(data.name, data.description)
+        existing: AssistantRecord | None = None
+        with contextlib.suppress(NotFound):
+            existing = await assistant_of(resources, caller.owner, assistant_id)
+        if existing is None:
+            await quotas.take_submit(caller.owner)
+            created = await resources.assistant_records.create_assistant(
+                NewAssistant(
+                    assistant_id=assistant_id,
+                    owner=caller.owner,
+                    graph=graph,
+                    name=data.name or "Untitled",
+                    description=data.description,
+                    config=config,
+                    context=context,
+                    metadata=metadata,
+                )
+            )
+            if created is not None:
+                logger.info("assistant created", assistant_id=assistant_id, graph=graph)
+                return assistant_view(created)
+            with contextlib.suppress(NotFound):  # made meanwhile: by this caller, or another
+                existing = await assistant_of(resources, caller.owner, assistant_id)
+        if existing is not None and data.if_exists == "do_nothing":
+            return assistant_view(existing)
+        raise Conflict(f"Assistant {assistant_id} already exists", code="assistant_exists")
+
+    @post("/search", status_code=200, summary="The graphs' assistants and the caller's")
     async def search(
         self,
         resources: Resources,
         caller: Caller,
         data: Annotated[AssistantSearch | None, Body()] = None,
-    ) -> list[Assistant]:
+    ) -> Response[list[dict[str, Any]]]:
         body = data or AssistantSearch()
-        return _assistants(resources, body)[body.offset : body.offset + body.limit]
+        found = await resources.assistant_records.search_assistants(
+            caller.owner,
+            _graph_assistants(resources),
+            graph=body.graph_id,
+            name=body.name,
+            metadata=body.metadata or {},
+            limit=body.limit + 1,  # one more tells whether there is a next page
+            offset=body.offset,
+            sort_by=body.sort_by or "created_at",
+            descending=(body.sort_order or "desc") == "desc",
+        )
+        views = [msgspec.to_builtins(assistant_view(a)) for a in found[: body.limit]]
+        if body.select:
+            views = [{k: v for k, v in view.items() if k in body.select} for view in views]
+        headers = {}
+        if len(found) > body.limit:
+            headers["X-Pagination-Next"] = str(body.offset + body.limit)
+        return Response(views, headers=headers)
 
     @post("/count", status_code=200, summary="How many assistants match")
     async def count(
@@ -53,7 +259,14 @@ class AssistantsController(Controller):
         caller: Caller,
         data: Annotated[AssistantCount | None, Body()] = None,
     ) -> int:
-        return len(_assistants(resources, data or AssistantCount()))
+        body = data or AssistantCount()
+        return await resources.assistant_records.count_assistants(
+            caller.owner,
+            _graph_assistants(resources),
+            graph=body.graph_id,
+            name=body.name,
+            metadata=body.metadata or {},
+        )
 
     @get("/{assistant_id:str}/graph", summary="The assistant's graph: nodes and edges")
     async def graph(
@@ -63,7 +276,8 @@ class AssistantsController(Controller):
         caller: Caller,
         xray: Annotated[str | None, Parameter(required=False)] = None,
     ) -> dict[str, Any]:
-        name = graph_of_assistant(resources, assistant_id)
+        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        name = registered_graph(resources, assistant)
         depth: bool | int = False
         if xray is not None:
             if xray.lower() in ("true", "false"):
@@ -75,15 +289,109 @@ class AssistantsController(Controller):
         drawable = await resources.graphs.get(name, resources.checkpointer).aget_graph(xray=depth)
         return drawable.to_json()
 
-    @get("/{assistant_id:str}", summary="An assistant, by its id or its graph's name")
+    @get("/{assistant_id:str}", summary="An assistant, by its id (or a graph's name)")
     async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:
-        return assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
+        return assistant_view(await assistant_of(resources, caller.owner, assistant_id))
+
+    @patch("/{assistant_id:str}", summary="Change an assistant: a new version, made active")
+    async def update(
+        self,
+        assistant_id: str,
+        data: AssistantPatch,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+    ) -> Assistant:
+        current = await _own(resources, caller, assistant_id)
+        _checked_text(data.name, data.description)
+        _change(resources, data, current)  # checked before the submit is taken
+        await quotas.take_submit(caller.owner)
+        updated = await resources.assistant_records.update_assistant(
+            current.assistant_id, caller.owner, lambda now: _change(resources, data, now)
+        )
+        if updated is None:
+            raise NotFound(f"assistant {assistant_id} not found")
+        return assistant_view(updated)
+
+    @delete("/{assistant_id:str}", status_code=204, summary="Delete an assistant")
+    async def remove(
+        self,
+        assistant_id: str,
+        resources: Resources,
+        caller: Caller,
+        delete_threads: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> None:
+        """LangGraph's delete: the assistant's queued and running runs are cancelled, its
+        versions and crons go with it; its runs stay. `delete_threads=true`: so do the
+        threads it ran on (each as `DELETE /threads/{id}`; 409 with nothing changed while
+        one of them has a queued or running run)."""
+        assistant = await _own(resources, caller, assistant_id)
+        records = resources.assistant_records
+        if (delete_threads or "").lower() == "true":
+            ids = await records.threads_of(assistant.assistant_id, caller.owner)
+            threads = await resources.thread_records.search_threads(
+                caller.owner, metadata={}, status=None, limit=max(1, len(ids)), offset=0, ids=ids
+            )
+            if busy := [t.thread_id for t in threads if t.langgraph_status == "busy"]:
+                raise Conflict(
+                    "the assistant's threads with a queued or running run cannot be deleted:"
+                    f" {', '.join(busy)}; cancel their runs first",
+                    code="thread_busy",
+                )
+            for thread in threads:
+                await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
+        for run_id in await records.active_runs(assistant.assistant_id, caller.owner):
+            run = await resources.run_records.get_run(run_id, caller.owner)
+            if run is not None and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+                with contextlib.suppress(Conflict):  # it ended meanwhile
+                    await resources.lifecycle.cancel(run)
+        if not await records.delete_assistant(assistant.assistant_id, caller.owner):
+            raise NotFound(f"assistant {assistant_id} not found")
+        logger.info("assistant deleted", assistant_id=assistant.assistant_id)
+
+    @post("/{assistant_id:str}/versions", status_code=200, summary="An assistant's versions")
+    async def versions(
+        self,
+        assistant_id: str,
+        resources: Resources,
+        caller: Caller,
+        data: Annotated[AssistantVersions | None, Body()] = None,
+    ) -> list[AssistantVersion]:
+        body = data or AssistantVersions()
+        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        if assistant.owner is None:
+            return _versions_of(assistant, body)
+        found = await resources.assistant_records.versions(
+            assistant.assistant_id,
+            caller.owner,
+            metadata=body.metadata or {},
+            limit=body.limit,
+            offset=body.offset,
+        )
+        if found is None:
+            raise NotFound(f"assistant {assistant_id} not found")
+        return [version_view(v) for v in found]
+
+    @post("/{assistant_id:str}/latest", status_code=200, summary="Make a version the active one")
+    async def set_latest(
+        self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller
+    ) -> Assistant:
+        assistant = await _own(resources, caller, assistant_id)
+        updated, has_version = await resources.assistant_records.set_latest(
+            assistant.assistant_id, caller.owner, data.version
+        )
+        if updated is None:
+            raise NotFound(f"assistant {assistant_id} not found")
+        if not has_version:
+            raise NotFound(f"Version {data.version} not found for assistant {assistant_id}")
+        return assistant_view(updated)
 
     @get("/{assistant_id:str}/schemas", summary="The assistant's graph's JSON schemas")
     async def schemas(
         self, assistant_id: str, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
-        name = graph_of_assistant(resources, assistant_id)
+        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        name = registered_graph(resources, assistant)
         graph = resources.graphs.get(name, resources.checkpointer)
         return {
             "graph_id": name,

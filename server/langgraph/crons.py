@@ -16,6 +16,7 @@ import structlog
 from litestar import Controller, delete, patch, post
 from litestar.params import Body
 
+from stream_store.assistant_records import AssistantRecord
 from stream_store.cron_records import CronRecord, NewCron
 from stream_store.errors import NotFound
 from stream_store.quotas import CallerQuotas
@@ -26,7 +27,7 @@ from ..resources import Resources
 from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
 from .submit import checked_run, unprocessable
-from .views import graph_of_assistant
+from .views import assistant_of
 from .wire import Cron, CronCount, CronCreate, CronPatch, CronSearch, RunCreate
 
 __all__ = ["CronsController", "create_for_thread", "cron_view"]
@@ -52,7 +53,7 @@ _RUN_FIELDS = (
 def cron_view(cron: CronRecord) -> Cron:
     return Cron(
         cron_id=cron.cron_id,
-        assistant_id=assistant_id_for(cron.graph),
+        assistant_id=cron.assistant_id or assistant_id_for(cron.graph),
         thread_id=cron.thread_id,
         on_run_completed=cron.on_run_completed,  # type: ignore[arg-type]
         end_time=cron.end_time,
@@ -81,16 +82,15 @@ def _refuse_webhook(webhook: str | None) -> None:
         )
 
 
-def _checked_payload(
+async def _checked_payload(
     resources: Resources, owner: str, payload: dict[str, Any], thread_id: str | None
-) -> str:
-    """The graph of a cron's run request, checked as a run request is (422, 404)."""
+) -> AssistantRecord:
+    """The assistant of a cron's run request, checked as a run request is (422, 404)."""
     try:
         body = msgspec.convert(payload, RunCreate)
     except msgspec.ValidationError as exc:
         raise unprocessable(str(exc)) from None
-    checked_run(resources, owner, body, thread_id)
-    return graph_of_assistant(resources, body.assistant_id)
+    return await checked_run(resources, owner, body, thread_id)
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -111,13 +111,14 @@ async def _create(
     timezone = checked_timezone(body.timezone)
     schedule = checked_schedule(body.schedule)
     payload = {"assistant_id": body.assistant_id, **_run_fields(body)}
-    graph = _checked_payload(resources, caller.owner, payload, thread_id)
+    assistant = await _checked_payload(resources, caller.owner, payload, thread_id)
     end_time = _utc(body.end_time)
     await quotas.take_submit(caller.owner)
     cron = await resources.cron_records.create_cron(
         NewCron(
             owner=caller.owner,
-            graph=graph,
+            graph=assistant.graph,
+            assistant_id=assistant.assistant_id if assistant.owner is not None else None,
             thread_id=thread_id,
             schedule=schedule,
             timezone=timezone,
@@ -135,7 +136,7 @@ async def _create(
     return cron_view(cron)
 
 
-def _patched(
+async def _patched(
     resources: Resources, cron: CronRecord, body: CronPatch, schedule: str | None
 ) -> dict[str, Any]:
     """The columns `body` changes, checked; `next_run_date` worked out again from now when
@@ -143,7 +144,7 @@ def _patched(
     changes: dict[str, Any] = {}
     if fields := _run_fields(body):
         payload = {**cron.payload, **fields}
-        _checked_payload(resources, cron.owner, payload, cron.thread_id)
+        await _checked_payload(resources, cron.owner, payload, cron.thread_id)
         changes["payload"] = payload
     if body.metadata is not None:
         changes["metadata"] = body.metadata
@@ -224,12 +225,13 @@ class CronsController(Controller):
         data: Annotated[CronSearch | None, Body()] = None,
     ) -> list[dict[str, Any]]:
         body = data or CronSearch()
-        graph = _graph_named(resources, body.assistant_id)
-        if graph == "":
+        named = await _assistant_named(resources, caller.owner, body.assistant_id)
+        if named is None:
             return []
         crons = await resources.cron_records.search_crons(
             caller.owner,
-            graph=graph,
+            graph=named[0],
+            assistant_id=named[1],
             thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
             enabled=body.enabled,
             metadata=body.metadata or {},
@@ -251,22 +253,30 @@ class CronsController(Controller):
         data: Annotated[CronCount | None, Body()] = None,
     ) -> int:
         body = data or CronCount()
-        graph = _graph_named(resources, body.assistant_id)
-        if graph == "":
+        named = await _assistant_named(resources, caller.owner, body.assistant_id)
+        if named is None:
             return 0
         return await resources.cron_records.count_crons(
             caller.owner,
-            graph=graph,
+            graph=named[0],
+            assistant_id=named[1],
             thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
             metadata=body.metadata or {},
         )
 
 
-def _graph_named(resources: Resources, assistant_id: str | None) -> str | None:
-    """The graph a search's `assistant_id` names; None: any; "": an unknown one (no match)."""
+async def _assistant_named(
+    resources: Resources, owner: str, assistant_id: str | None
+) -> tuple[str | None, str | None] | None:
+    """The cron filter a search's `assistant_id` makes: (graph, None) for a graph's own
+    assistant, (None, id) for a created one, (None, None) for any; None: an unknown one (no
+    match)."""
     if assistant_id is None:
-        return None
+        return None, None
     try:
-        return graph_of_assistant(resources, assistant_id)
+        assistant = await assistant_of(resources, owner, assistant_id)
     except NotFound:
-        return ""
+        return None
+    if assistant.owner is None:
+        return assistant.graph, None
+    return None, assistant.assistant_id

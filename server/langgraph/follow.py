@@ -26,6 +26,7 @@ from ..auth import Caller
 from ..event_stream import EventStream
 from ..feed import Frame
 from ..resources import Resources
+from .conversions import run_assistant_id
 from .rejoin import catch_up
 from .stream import LangGraphStream
 from .views import thread_state
@@ -109,6 +110,7 @@ def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
         run_id=run.run_id,
         thread_id=run.thread_id,
         graph=run.graph,
+        assistant_id=run_assistant_id(run),
         modes=modes,
         metadata=run.metadata,
     )

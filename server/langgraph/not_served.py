@@ -20,10 +20,6 @@ from ..errors import ApiError
 __all__ = ["not_served_router"]
 
 _WHY = {
-    "assistants": (
-        "creating, changing, versioning and deleting assistants is not served: runstream"
-        " serves one assistant per registered graph (RUNSTREAM_GRAPHS)"
-    ),
     "subgraphs": "subgraphs are not served: runstream records no subgraph events",
     "thread_stream": (
         "LangGraph's thread streaming protocol (POST /threads/{thread_id}/commands,"
@@ -49,17 +45,6 @@ def _handler(path: str | list[str], family: str, methods: list[HttpMethod]) -> A
 
 def not_served_router() -> Router:
     handlers = [
-        _handler("/assistants", "assistants", [HttpMethod.POST]),
-        _handler(
-            "/assistants/{assistant_id:str}",
-            "assistants",
-            [HttpMethod.PATCH, HttpMethod.DELETE],
-        ),
-        _handler(
-            ["/assistants/{assistant_id:str}/versions", "/assistants/{assistant_id:str}/latest"],
-            "assistants",
-            [HttpMethod.POST],
-        ),
         _handler(
             [
                 "/assistants/{assistant_id:str}/subgraphs",

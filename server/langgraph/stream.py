@@ -148,6 +148,7 @@ class LangGraphStream:
         *,
         id_prefix: str = "",
         thread_mode: Literal["run_modes", "lifecycle"] | None = None,
+        assistant_id: str | None = None,  # a created assistant's; None: the graph's own
     ) -> None:
         self.run_id = run_id
         self._id_prefix = id_prefix  # before every frame id (the thread stream's run id)
@@ -160,7 +161,7 @@ class LangGraphStream:
             "run_id": run_id,
             "thread_id": thread_id,
             "graph_id": graph,
-            "assistant_id": assistant_id_for(graph),
+            "assistant_id": assistant_id or assistant_id_for(graph),
         }
         self._ended = False  # `end` or `error` went out: a LangGraph stream has nothing after
         self._resending = False  # between a `retry` and the next `run` event

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
 from stream_store.quotas import CallerQuotas
@@ -28,12 +29,19 @@ from ..errors import ApiError
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
-from .conversions import assistant_id_for, engine_messages, stream_modes
+from .conversions import engine_messages, stream_modes
 from .state_writes import checked_checkpoint_id
-from .views import graph_of_assistant
+from .views import assistant_of, registered_graph
 from .wire import RunCreate
 
-__all__ = ["checked_run", "submit", "submit_batch", "submit_scheduled", "unprocessable"]
+__all__ = [
+    "assistant_configurable",
+    "checked_run",
+    "submit",
+    "submit_batch",
+    "submit_scheduled",
+    "unprocessable",
+]
 
 RECORDED_MODES = ("values", "updates")  # what the worker records beyond runstream's events
 
@@ -116,11 +124,21 @@ def _input_messages(
     return messages
 
 
+def assistant_configurable(assistant: AssistantRecord) -> dict[str, Any]:
+    """What an assistant puts in its runs' `configurable`: its config's, then its context."""
+    return {**(assistant.config.get("configurable") or {}), **assistant.context}
+
+
 def _new_run(
-    resources: Resources, caller: Caller, body: RunCreate, thread_id: str | None
+    resources: Resources,
+    caller: Caller,
+    body: RunCreate,
+    thread_id: str | None,
+    assistant: AssistantRecord,
 ) -> NewRun:
-    """The runstream run a LangGraph request asks for."""
-    graph = graph_of_assistant(resources, body.assistant_id)
+    """The runstream run a LangGraph request asks for, of `assistant` (the one
+    `body.assistant_id` names): its graph, and its configurable under the run's own."""
+    graph = registered_graph(resources, assistant)
     try:
         modes = stream_modes(body.stream_mode)
     except ValueError as exc:
@@ -128,7 +146,11 @@ def _new_run(
     command = _command(resources, body, graph, thread_id)
     checkpoint = _fork_point(body, thread_id)
     messages = _input_messages(resources, body, command, checkpoint is not None)
-    configurable = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
+    configurable = {
+        **assistant_configurable(assistant),
+        **((body.config or {}).get("configurable") or {}),
+        **(body.context or {}),
+    }
     inputs.configurable(configurable, resources.graphs, graph)
     metadata = body.metadata or {}
     inputs.metadata(metadata, resources.settings)
@@ -143,6 +165,8 @@ def _new_run(
         "on_disconnect": body.on_disconnect,
         "resumable": True,  # every runstream run is
     }
+    if assistant.owner is not None:  # a created assistant: its id is the run's (`run_view`)
+        kwargs["assistant_id"] = assistant.assistant_id
     return NewRun(
         owner=caller.owner,
         graph=graph,
@@ -158,7 +182,7 @@ def _new_run(
         resume={"value": command["resume"]} if "resume" in command else None,
         supersede_interrupted=True,
         create_thread=body.if_not_exists == "create",
-        thread_metadata={"graph_id": graph, "assistant_id": assistant_id_for(graph)},
+        thread_metadata={"graph_id": graph, "assistant_id": assistant.assistant_id},
     )
 
 
@@ -200,7 +224,8 @@ async def submit(
     LangGraph's messages for a busy thread and a missing one."""
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
-    new = _new_run(resources, caller, body, thread_id)
+    assistant = await assistant_of(resources, caller.owner, body.assistant_id)
+    new = _new_run(resources, caller, body, thread_id, assistant)
     await _check_fork_point(resources, caller, new)
     try:
         created = await record_run(resources, quotas, new, dialect="langgraph")
@@ -226,7 +251,16 @@ async def submit_batch(
     the error names them."""
     if not 1 <= len(bodies) <= BATCH_MAX_RUNS:
         raise unprocessable(f"a batch holds 1 to {BATCH_MAX_RUNS} runs, not {len(bodies)}")
-    news = [_new_run(resources, caller, body, None) for body in bodies]
+    news = [
+        _new_run(
+            resources,
+            caller,
+            body,
+            None,
+            await assistant_of(resources, caller.owner, body.assistant_id),
+        )
+        for body in bodies
+    ]
     runs: list[RunRecord] = []
     for new in news:
         try:
@@ -241,10 +275,14 @@ async def submit_batch(
     return runs
 
 
-def checked_run(resources: Resources, owner: str, body: RunCreate, thread_id: str | None) -> None:
+async def checked_run(
+    resources: Resources, owner: str, body: RunCreate, thread_id: str | None
+) -> AssistantRecord:
     """Check a run request as its submit will (422, 404 for an unknown assistant, 413),
-    recording nothing: a cron's, when the cron is made or changed."""
-    _new_run(resources, Caller(owner), body, thread_id)
+    recording nothing: a cron's, when the cron is made or changed. Answers its assistant."""
+    assistant = await assistant_of(resources, owner, body.assistant_id)
+    _new_run(resources, Caller(owner), body, thread_id, assistant)
+    return assistant
 
 
 async def submit_scheduled(
@@ -257,6 +295,7 @@ async def submit_scheduled(
 ) -> Created:
     """Record the run of one of a cron's slots, as `submit` records a request's: at most one
     run per `idempotency_key` (a second submit of the slot answers the first run)."""
-    new = _new_run(resources, Caller(owner), body, thread_id)
+    assistant = await assistant_of(resources, owner, body.assistant_id)
+    new = _new_run(resources, Caller(owner), body, thread_id, assistant)
     new.idempotency_key = idempotency_key
     return await record_run(resources, quotas, new, dialect="langgraph")

@@ -46,6 +46,7 @@ from ..event_stream import EventStream
 from ..resources import Resources
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream
+from .conversions import run_assistant_id
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, modes_of
 from .rejoin import catch_up, resume_point
 from .stream import LangGraphStream
@@ -156,6 +157,7 @@ async def _run_part(
         run_id=run.run_id,
         thread_id=run.thread_id,
         graph=run.graph,
+        assistant_id=run_assistant_id(run),
         modes=modes_of(run, None) if run_modes else [],
         metadata=run.metadata,
         id_prefix=run.run_id + RUN_ID_SEPARATOR,

@@ -41,12 +41,12 @@ from .wire import (
     ThreadState,
 )
 
-__all__ = ["ThreadsController"]
+__all__ = ["ThreadsController", "delete_langgraph_thread"]
 
 logger = structlog.get_logger()
 
 
-async def _delete(resources: Resources, thread_id: str, owner: str) -> None:
+async def delete_langgraph_thread(resources: Resources, thread_id: str, owner: str) -> None:
     """LangGraph's thread delete: its interrupted run is over (runstream's would wait for a
     resume), so it is cancelled first; then the thread goes with its runs and state."""
     for run in await resources.run_records.thread_runs(thread_id, owner):
@@ -143,7 +143,7 @@ class ThreadsController(Controller):
             )
         else:
             for thread in threads:
-                await _delete(resources, thread.thread_id, caller.owner)
+                await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
         logger.info("threads pruned", count=len(threads), strategy=data.strategy)
         return {"pruned_count": len(threads)}
 
@@ -169,7 +169,7 @@ class ThreadsController(Controller):
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         thread = await owned_thread(resources, thread_id, caller)
-        await _delete(resources, thread.thread_id, caller.owner)
+        await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
 
     @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
     async def join_stream(

@@ -6,21 +6,25 @@ from the graph's structure), so this is the one place the server loads graphs fo
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, cast
 
 from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 
+from stream_store.assistant_records import AssistantRecord
+from stream_store.assistant_records import AssistantVersion as StoredVersion
 from stream_store.errors import NotFound
 from stream_store.messages import state_to_json
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
 
 from ..resources import Resources
-from .conversions import assistant_id_for, run_status
+from .conversions import assistant_id_for, run_assistant_id, run_status
 from .wire import (
     Assistant,
+    AssistantVersion,
     Checkpoint,
     MultitaskStrategy,
     Run,
@@ -30,15 +34,19 @@ from .wire import (
 )
 
 __all__ = [
-    "assistant",
+    "assistant_of",
+    "assistant_view",
+    "graph_assistant",
     "graph_name",
     "graph_of_assistant",
     "graph_of_thread",
+    "registered_graph",
     "run_view",
     "state_at",
     "state_history",
     "thread_state",
     "thread_view",
+    "version_view",
 ]
 
 
@@ -52,10 +60,12 @@ def graph_of_assistant(resources: Resources, assistant_id: str) -> str:
     raise NotFound(f"assistant {assistant_id} not found")
 
 
-def assistant(name: str, created_at: datetime) -> Assistant:
-    return Assistant(
+def graph_assistant(name: str, created_at: datetime) -> AssistantRecord:
+    """A registered graph's own assistant (owned by nobody, never stored)."""
+    return AssistantRecord(
         assistant_id=assistant_id_for(name),
-        graph_id=name,
+        owner=None,
+        graph=name,
         name=name,
         description=None,
         config={},
@@ -67,12 +77,77 @@ def assistant(name: str, created_at: datetime) -> Assistant:
     )
 
 
+async def assistant_of(resources: Resources, owner: str, assistant_id: str) -> AssistantRecord:
+    """The assistant an id names for `owner`: a graph's own (by the graph's name or LangGraph's
+    uuid5 of it), or one of the owner's created assistants.
+
+    Raises:
+        NotFound: none (another owner's assistant included).
+    """
+    try:
+        return graph_assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
+    except NotFound:
+        pass
+    try:
+        canonical = str(uuid.UUID(assistant_id))
+    except ValueError:
+        raise NotFound(f"assistant {assistant_id} not found") from None
+    found = await resources.assistant_records.get_assistant(canonical, owner)
+    if found is None:
+        raise NotFound(f"assistant {assistant_id} not found")
+    return found
+
+
+def registered_graph(resources: Resources, assistant: AssistantRecord) -> str:
+    """The assistant's graph, which must still be registered (an operator may have removed it
+    since the assistant was made).
+
+    Raises:
+        NotFound: it is not.
+    """
+    if assistant.graph not in resources.graphs:
+        raise NotFound(
+            f"assistant {assistant.assistant_id}'s graph {assistant.graph!r} is not registered"
+        )
+    return assistant.graph
+
+
+def assistant_view(record: AssistantRecord) -> Assistant:
+    return Assistant(
+        assistant_id=record.assistant_id,
+        graph_id=record.graph,
+        name=record.name,
+        description=record.description,
+        config=record.config,
+        context=record.context,
+        metadata=record.metadata,
+        version=record.version,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def version_view(record: AssistantRecord | StoredVersion) -> AssistantVersion:
+    return AssistantVersion(
+        assistant_id=record.assistant_id,
+        graph_id=record.graph,
+        name=record.name,
+        description=record.description,
+        config=record.config,
+        context=record.context,
+        metadata=record.metadata,
+        version=record.version,
+        created_at=record.created_at,
+    )
+
+
 def run_view(run: RunRecord) -> Run:
     kwargs = run.kwargs or {"input": run.input, "config": run.config, "stream_mode": ["values"]}
+    kwargs = {k: v for k, v in kwargs.items() if k != "assistant_id"}  # the run's own field
     return Run(
         run_id=run.run_id,
         thread_id=run.thread_id,
-        assistant_id=assistant_id_for(run.graph),
+        assistant_id=run_assistant_id(run),
         created_at=run.created_at,
         updated_at=run.finished_at or run.started_at or run.created_at,
         status=run_status(run.status),

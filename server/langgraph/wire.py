@@ -18,7 +18,12 @@ __all__ = [
     "MAX_PAGE",
     "Assistant",
     "AssistantCount",
+    "AssistantCreate",
+    "AssistantLatest",
+    "AssistantPatch",
     "AssistantSearch",
+    "AssistantVersion",
+    "AssistantVersions",
     "BulkCancel",
     "Checkpoint",
     "Cron",
@@ -66,6 +71,19 @@ CronField = Literal[
     "next_run_date",
     "metadata",
     "enabled",
+]
+
+AssistantField = Literal[
+    "assistant_id",
+    "graph_id",
+    "name",
+    "description",
+    "config",
+    "context",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "version",
 ]
 
 MAX_PAGE = 1000  # the most items one search, list or history answer holds
@@ -229,8 +247,50 @@ class AssistantSearch(Request):
     limit: Limit = 10
     offset: Offset = 0
     graph_id: str | None = None
-    name: str | None = None
+    name: str | None = None  # a part of the name, in any case
     metadata: dict[str, Any] | None = None
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[AssistantField] | None = None
+
+
+class AssistantCreate(Request):
+    """Body of `POST /assistants` (`assistants.create`)."""
+
+    graph_id: str
+    assistant_id: str | None = None  # a UUID; none: a new one
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    name: str | None = None  # none: "Untitled", as LangGraph names it
+    description: str | None = None
+
+
+class AssistantPatch(Request):
+    """Body of `PATCH /assistants/{id}` (`assistants.update`): a new version, with the fields
+    given; `metadata` is merged into the assistant's."""
+
+    graph_id: str | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantVersions(Request):
+    """Body of `POST /assistants/{id}/versions` (`assistants.get_versions`)."""
+
+    metadata: dict[str, Any] | None = None
+    limit: Limit = 10
+    offset: Offset = 0
+
+
+class AssistantLatest(Request):
+    """Body of `POST /assistants/{id}/latest` (`assistants.set_latest`)."""
+
+    version: Annotated[int, Meta(ge=1, le=2**31 - 1)]
 
 
 class HistoryRequest(Request):
@@ -349,7 +409,7 @@ class Thread(Response):
 
 
 class Assistant(Response):
-    """The one "system" assistant LangGraph registers per graph."""
+    """An assistant: a graph's own (`metadata` `{"created_by": "system"}`), or a caller's."""
 
     assistant_id: str
     graph_id: str
@@ -361,6 +421,20 @@ class Assistant(Response):
     version: int
     created_at: datetime
     updated_at: datetime
+
+
+class AssistantVersion(Response):
+    """One version of an assistant (`assistants.get_versions`)."""
+
+    assistant_id: str
+    graph_id: str
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    version: int
+    created_at: datetime
 
 
 class Run(Response):

@@ -89,6 +89,7 @@ async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> 
             attempt=run.attempt,
             checkpoint_of_this_run=started,
             next=list(state.next),
+            tasks=[(task.name, task.result is not None) for task in state.tasks],
             interrupts=len(state.interrupts),
             checkpoint_metadata=state.metadata,
         )

@@ -7,15 +7,13 @@ rest itself, as a deployment would be configured. Covered: submit, stream and at
 with Last-Event-ID; cancel; interrupt and resume; several runs at once across slots; two
 servers; idempotency; stream tokens; thread deletion; the submit quota; and, marked `fault`
 as well (so `pytest -m fault` runs them one at a time with the other fault tests), workers
-killed, paused and stopped, servers killed, a stuck viewer, and the chaos test.
-`TestOneSlotPerScript` checks the key layout itself (keys.py): what one script or MULTI
-touches is on one slot.
+killed, paused and stopped, servers killed, a write tool's worker killed, a stuck viewer, and
+the chaos test. `TestOneSlotPerScript` checks the key layout itself (keys.py): what one script
+or MULTI touches is on one slot.
 
 Left out: tests that read or write Redis themselves with a plain client on one node (those
 that check key names, TTLs or client lists), and the fault tests of a private redis-server
-that they kill or flush. `TestWriteToolOnce` too, for now: after the other fault tests (never
-alone) its retried attempt found the step-0 checkpoint with nothing left to run, so the tool's
-replay was not streamed; not understood yet.
+that they kill or flush.
 """
 
 from __future__ import annotations

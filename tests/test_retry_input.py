@@ -1,0 +1,131 @@
+"""What a retried attempt invokes its graph with (runner/graph_input.py), read from checkpoints
+an attempt that died left behind.
+
+Runs save checkpoints with async durability (runner/execute.py): a worker killed just after a
+step's tasks finished may have saved their writes but not that step's checkpoint. The retry
+must go on from those writes, not take the graph for finished (it did so on the Redis Cluster
+fault run, where `TestWriteToolOnce`'s replay was then never streamed).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from runner.graph_input import graph_input
+from stream_store.checkpoints import FencedPostgresSaver
+from stream_store.events import RunStatus
+from stream_store.run_records import RunRecord
+from stream_store.services import open_services
+from stream_store.settings import Settings
+
+
+class LosesLaterCheckpoints(FencedPostgresSaver):
+    """A saver whose checkpoints after step 0 never land, as if the worker died first; task
+    writes still do."""
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        if metadata.get("step", -1) >= 1:
+            return config
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+
+def two_steps(ran: list[str]) -> Any:
+    """propose -> write, like tests/custom_graphs.py `slow_writer`; `ran` logs the nodes run."""
+
+    async def propose(state: MessagesState) -> dict[str, Any]:
+        ran.append("propose")
+        return {"messages": [AIMessage(content="proposed", id="proposed")]}
+
+    async def write(state: MessagesState) -> dict[str, Any]:
+        ran.append("write")
+        return {"messages": [AIMessage(content="written", id="written")]}
+
+    return (
+        StateGraph(MessagesState)
+        .add_node("propose", propose)
+        .add_node("write", write)
+        .add_edge(START, "propose")
+        .add_edge("propose", "write")
+        .add_edge("write", END)
+    )
+
+
+def attempt(run_id: str, thread_id: str, number: int) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        thread_id=thread_id,
+        owner="o",
+        graph="two_steps",
+        status=RunStatus.RUNNING,
+        attempt=number,
+        dispatch=number,
+        input={"messages": [{"role": "user", "content": "hi", "id": "hi"}]},
+        config={},
+        metadata={},
+        multitask="reject",
+        created_at=datetime.now(UTC),
+    )
+
+
+async def test_a_retry_goes_on_from_a_step_whose_tasks_finished_but_whose_checkpoint_was_lost(
+    settings: Settings,
+) -> None:
+    run_id, thread_id = str(uuid.uuid4()), str(uuid.uuid4())
+    config: dict[str, Any] = {
+        "configurable": {"thread_id": thread_id},
+        "metadata": {"run_id": run_id},
+    }
+    ran: list[str] = []
+    async with open_services(settings) as services:
+        dying = two_steps(ran).compile(checkpointer=LosesLaterCheckpoints(services.pool))  # type: ignore[arg-type]
+        await dying.ainvoke(
+            {"messages": [HumanMessage("hi", id="hi")]},
+            config,  # type: ignore[arg-type]
+            durability="async",
+        )
+        graph = two_steps(ran).compile(checkpointer=FencedPostgresSaver(services.pool))  # type: ignore[arg-type]
+        left = await graph.aget_state(config)  # type: ignore[arg-type]
+        # What the retry finds: step 0 with its one task done (its writes saved), so LangGraph's
+        # `next` is empty although `write` never reached a checkpoint.
+        assert (left.metadata or {}).get("step") == 0 and left.next == ()
+        assert [task.name for task in left.tasks] == ["propose"]
+
+        call = await graph_input(graph, attempt(run_id, thread_id, 2), config)
+        assert call.input is None  # continue, not "ran to its end"
+        ran.clear()
+        await graph.ainvoke(call.input, call.config, durability="async")  # type: ignore[arg-type]
+        done = await graph.aget_state(config)  # type: ignore[arg-type]
+    assert ran == ["write"]  # propose's saved writes are applied, not run again
+    assert [m.id for m in done.values["messages"]] == ["hi", "proposed", "written"]
+    assert done.next == () and done.tasks == ()
+
+
+async def test_a_retry_after_the_graph_ended_runs_nothing(settings: Settings) -> None:
+    run_id, thread_id = str(uuid.uuid4()), str(uuid.uuid4())
+    config: dict[str, Any] = {
+        "configurable": {"thread_id": thread_id},
+        "metadata": {"run_id": run_id},
+    }
+    ran: list[str] = []
+    async with open_services(settings) as services:
+        graph = two_steps(ran).compile(checkpointer=FencedPostgresSaver(services.pool))  # type: ignore[arg-type]
+        await graph.ainvoke(
+            {"messages": [HumanMessage("hi", id="hi")]},
+            config,  # type: ignore[arg-type]
+            durability="async",
+        )
+        call = await graph_input(graph, attempt(run_id, thread_id, 2), config)
+    assert call.input is ...

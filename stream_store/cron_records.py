@@ -2,8 +2,13 @@
 
 Owner scoping lives in the SQL, as for threads: another owner's cron is not found (404). The
 scheduler (server/langgraph/cron_scheduler.py) claims a due cron with `FOR UPDATE SKIP
-LOCKED`, so of several servers only one fires it; the row stays locked until its
-`next_run_date` has moved on, so a claim never sees a slot another claim is firing.
+LOCKED` and a lease (`claimed_until`, committed at once), so of several servers only one fires
+a slot; no lock is held while it submits (a submit waits on the thread's row, which a thread
+delete may hold while it waits on the cron's). A claim whose scheduler died lapses, and the
+slot's idempotency key keeps its second firing to the same run.
+
+Over 300 lines: one statement per SDK call (create, get, search, count, update, delete) and the
+scheduler's three (claim, release, advance), with the owner rule in each.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ SQL, as for threads and crons: another owner's assistant is not found (404).
 The graph assistants (one per registered graph, docs/langgraph.md) are not stored: a search
 or count takes them as rows of its own (`shared`), so they sort and page with the stored ones
 in one statement.
+
+Over 300 lines: create, update, versions, latest, delete (with its threads and crons), search
+and count, each one statement with the owner rule in it.
 """
 
 from __future__ import annotations

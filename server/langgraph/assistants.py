@@ -7,6 +7,9 @@ assistants of its own (`POST /assistants`): a graph with a saved `config`, `cont
 can be made the active one again). A run made with one takes its graph and its configurable
 (`submit.py`). Another caller's assistant is 404 on every route, as an unknown one.
 Stored in `stream_store/assistant_records.py`; docs/langgraph.md, "Assistants".
+
+Over 300 lines: the SDK's eleven assistant calls, each a route with its checks, and `/ok` and
+`/info`.
 """
 
 from __future__ import annotations

@@ -121,8 +121,10 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     attempt = state.attempts[run.run_id] = Attempt(run.run_id, task)
     keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
-    if run.thread_has_checkpoints is False:  # the graph's first read of the thread is free
-        fresh_thread.set(FreshThread(run.thread_id))
+    # the graph's first read of a thread the claim found without checkpoints is free
+    fresh = fresh_thread.set(
+        FreshThread(run.thread_id) if run.thread_has_checkpoints is False else None
+    )
     writer = AttemptWriter(services.events, run, state.metrics, services.tracer)
     try:
         # The lease is taken after the attempt is in `state.attempts`: a cancel published from
@@ -160,6 +162,7 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         keeper.cancel()
         writer.abandon()
         attempt_fence.reset(fence)
+        fresh_thread.reset(fresh)
         del state.attempts[run.run_id]
     return False
 

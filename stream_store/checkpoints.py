@@ -61,7 +61,8 @@ attempt_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.Cont
 
 class FreshThread:
     """A thread the claim found without checkpoints; its first read at the graph's start is
-    answered without Postgres, once."""
+    answered without Postgres, once. Whatever that first read asks, no later one is: a run
+    started from a checkpoint reads that one first, and its latest afterwards is its own."""
 
     __slots__ = ("read", "thread_id")
 
@@ -71,15 +72,10 @@ class FreshThread:
 
     def skips(self, config: RunnableConfig) -> bool:
         configurable = config.get("configurable") or {}
-        if (
-            self.read
-            or configurable.get("thread_id") != self.thread_id
-            or configurable.get("checkpoint_ns", "")
-            or configurable.get("checkpoint_id")
-        ):
+        if self.read or configurable.get("thread_id") != self.thread_id:
             return False
         self.read = True
-        return True
+        return not configurable.get("checkpoint_ns", "") and not configurable.get("checkpoint_id")
 
 
 fresh_thread: contextvars.ContextVar[FreshThread | None] = contextvars.ContextVar(

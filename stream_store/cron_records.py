@@ -140,6 +140,15 @@ class CronRecords:
             return None  # the thread was deleted meanwhile
         return _record(found[0]) if found else None
 
+    async def get_cron(self, cron_id: str, owner: str) -> CronRecord | None:
+        """The owner's cron; None for an unknown one or another owner's."""
+        found = await fetch_all(
+            self.pool,
+            f"SELECT {_COLUMNS} FROM runstream_crons WHERE cron_id = %s AND owner = %s",
+            (cron_id, owner),
+        )
+        return _record(found[0]) if found else None
+
     async def update_cron(
         self,
         cron_id: str,

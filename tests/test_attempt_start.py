@@ -173,3 +173,17 @@ async def test_a_first_message_starts_its_graph_without_reading_the_thread_again
         await services.run_records.finish_run(run.run_id, 1, RunStatus.SUCCEEDED)
         second = await lifecycle.claim((await lifecycle.submit(again)).run.run_id)
         assert second is not None and second.thread_has_checkpoints is True
+
+
+def test_a_fresh_threads_first_read_is_the_only_one_answered_whatever_it_asks() -> None:
+    """A run started from a checkpoint reads that checkpoint first; the thread's latest, read
+    later, is the run's own and must come from Postgres."""
+    latest: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    forked: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_id": "c"}}
+    other: RunnableConfig = {"configurable": {"thread_id": "u"}}
+    fresh = FreshThread("t")
+    assert not fresh.skips(other)  # another thread's read leaves it armed
+    assert not fresh.skips(forked)  # the first read of the thread, by id: read from Postgres
+    assert not fresh.skips(latest)  # and so is every read after it
+    first = FreshThread("t")
+    assert first.skips(latest) and not first.skips(latest)

@@ -1043,6 +1043,41 @@ async def test_a_stream_closed_by_its_client_cancels_the_run_with_on_disconnect_
     assert (await sdk.runs.get(kept["thread_id"], run["run_id"]))["status"] == "success"
 
 
+async def test_a_stream_the_server_cuts_at_shutdown_leaves_an_on_disconnect_cancel_run_going(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    """Only a client that goes away cancels its run: a server that stops cuts the stream so
+    that the client reconnects (to another server), and the run goes on."""
+    staying, stopping = await start_server(), await start_server()
+    await start_worker()
+    sdk = client_for(staying.url)
+    tid = (await sdk.threads.create())["thread_id"]
+    body = {
+        "assistant_id": "chat",
+        "input": human(words(60)),
+        "stream_mode": ["messages-tuple"],
+        "config": slow(),
+        "on_disconnect": "cancel",
+    }
+    async with (
+        httpx.AsyncClient(base_url=stopping.url, timeout=30) as http,
+        http.stream("POST", f"/threads/{tid}/runs/stream", json=body) as answer,
+    ):
+        assert answer.status_code == 200
+        lines = answer.aiter_lines()
+        while "messages" not in await anext(lines):
+            pass
+        # as `runstream serve` does on SIGTERM (server/commands.py), then stops
+        stopping.server.config.app.state.resources.follower.close_all()
+        with contextlib.suppress(httpx.HTTPError, StopAsyncIteration):
+            async for _ in lines:
+                pass
+    await stopping.stop()
+    [run] = await sdk.runs.list(tid)
+    await status_is(sdk, tid, run["run_id"], "success")
+    assert (await sdk.runs.join(tid, run["run_id"]))["messages"][-1]["content"] == words(60)
+
+
 async def test_multitask_reject_enqueue_and_interrupt(sdk: LangGraphClient) -> None:
     thread = await sdk.threads.create()
     tid = thread["thread_id"]

@@ -19,6 +19,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from server.langgraph.cron_scheduler import CronScheduler, slot_key
+from server.langgraph.schedules import next_run
 from server.langgraph.submit import submit_scheduled
 from server.langgraph.wire import RunCreate
 from server.resources import Resources, open_resources
@@ -156,6 +157,31 @@ async def test_a_cron_in_a_timezone_is_scheduled_in_its_local_time(sdk: LangGrap
     )
     assert cron["timezone"] == "Asia/Tokyo"
     assert when(cron["next_run_date"]).astimezone(UTC).hour == 0  # 09:00 in Tokyo (UTC+9)
+
+
+async def test_a_created_assistants_cron_can_change_its_run_request(sdk: LangGraphClient) -> None:
+    # the assistant is read before the cron's row is locked (one connection per request)
+    assistant = await sdk.assistants.create(graph_id="chat", name="news desk")
+    made = assistant["assistant_id"]
+    cron = await sdk.crons.create(made, schedule=EVERY_MINUTE, input=human("a"))
+    changed = await sdk.crons.update(cron["cron_id"], input=human("b"), metadata={"v": 2})
+    assert changed["payload"]["input"] == human("b") and changed["metadata"] == {"v": 2}
+    assert changed["assistant_id"] == assistant["assistant_id"]
+
+
+def test_a_slot_in_the_hour_clocks_go_back_is_never_one_already_past() -> None:
+    """cronsim gives a repeated local hour's first reading; the scheduler must not get a slot
+    at or before now (it would fire it over and over)."""
+    cases = [
+        ("45 1 * * *", "America/New_York", "2026-11-01T06:10:00+00:00"),  # 01:10, second time
+        ("30 2 * * *", "Europe/Berlin", "2025-10-26T01:05:00+00:00"),  # 02:05, second time
+        ("* * * * *", "America/New_York", "2026-11-01T06:10:00+00:00"),
+        ("*/15 1 * * *", "Europe/Berlin", "2026-10-25T00:50:00+00:00"),
+    ]
+    for schedule, timezone, after in cases:
+        slot = next_run(schedule, timezone, when(after), None)
+        assert slot is not None and slot > when(after), (schedule, timezone, slot)
+        assert slot - when(after) <= timedelta(hours=25)  # a daily slot, a day with 25 hours
 
 
 # -- bad input ------------------------------------------------------------------------------------

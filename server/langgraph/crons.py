@@ -8,6 +8,7 @@ never submit its run is refused then (422, 404) with nothing recorded. Firing it
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -26,7 +27,7 @@ from ..auth import Caller
 from ..resources import Resources
 from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
-from .submit import checked_run, unprocessable
+from .submit import check_run, checked_run, unprocessable
 from .views import assistant_of
 from .wire import Cron, CronCount, CronCreate, CronPatch, CronSearch, RunCreate
 
@@ -82,15 +83,18 @@ def _refuse_webhook(webhook: str | None) -> None:
         )
 
 
+def _run_request(payload: dict[str, Any]) -> RunCreate:
+    try:
+        return msgspec.convert(payload, RunCreate)
+    except msgspec.ValidationError as exc:
+        raise unprocessable(str(exc)) from None
+
+
 async def _checked_payload(
     resources: Resources, owner: str, payload: dict[str, Any], thread_id: str | None
 ) -> AssistantRecord:
     """The assistant of a cron's run request, checked as a run request is (422, 404)."""
-    try:
-        body = msgspec.convert(payload, RunCreate)
-    except msgspec.ValidationError as exc:
-        raise unprocessable(str(exc)) from None
-    return await checked_run(resources, owner, body, thread_id)
+    return await checked_run(resources, owner, _run_request(payload), thread_id)
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -137,14 +141,22 @@ async def _create(
 
 
 async def _patched(
-    resources: Resources, cron: CronRecord, body: CronPatch, schedule: str | None
+    resources: Resources,
+    cron: CronRecord,
+    body: CronPatch,
+    schedule: str | None,
+    assistant: AssistantRecord | None,
 ) -> dict[str, Any]:
     """The columns `body` changes, checked; `next_run_date` worked out again from now when
-    the schedule, its timezone, its end or `enabled` changes."""
+    the schedule, its timezone, its end or `enabled` changes. Runs in the transaction that
+    holds the cron's row, so it reads nothing: `assistant` (the cron's, read before) checks a
+    changed run request."""
     changes: dict[str, Any] = {}
     if fields := _run_fields(body):
         payload = {**cron.payload, **fields}
-        await _checked_payload(resources, cron.owner, payload, cron.thread_id)
+        if assistant is None:  # deleted meanwhile: the cron's slots are refused (404)
+            raise NotFound(f"assistant {cron.payload.get('assistant_id')} not found")
+        check_run(resources, cron.owner, _run_request(payload), cron.thread_id, assistant)
         changes["payload"] = payload
     if body.metadata is not None:
         changes["metadata"] = body.metadata
@@ -204,8 +216,19 @@ class CronsController(Controller):
         _refuse_webhook(data.webhook)
         checked_timezone(data.timezone)
         schedule = checked_schedule(data.schedule) if data.schedule is not None else None
+        assistant = None
+        if _run_fields(data):  # a PATCH cannot change the cron's assistant: read it first
+            current = await resources.cron_records.get_cron(cron_id, caller.owner)
+            if current is None:
+                raise NotFound(f"cron {cron_id} not found")
+            with contextlib.suppress(NotFound):
+                assistant = await assistant_of(
+                    resources, caller.owner, current.payload["assistant_id"]
+                )
         updated = await resources.cron_records.update_cron(
-            cron_id, caller.owner, lambda cron: _patched(resources, cron, data, schedule)
+            cron_id,
+            caller.owner,
+            lambda cron: _patched(resources, cron, data, schedule, assistant),
         )
         if updated is None:
             raise NotFound(f"cron {cron_id} not found")

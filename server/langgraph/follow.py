@@ -7,6 +7,7 @@ viewer by `stream.LangGraphStream`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
@@ -171,10 +172,12 @@ async def _to_the_end(
     *,
     opening: bytes = b"",
 ) -> AsyncGenerator[bytes]:
-    """`opening`, then the attachment's chunks until the run's LangGraph stream ends; cut
-    before that (the client went away, or the server stops), the run is cancelled when the
-    client asked for it, and `StreamCut` aborts the connection."""
+    """`opening`, then the attachment's chunks until the run's LangGraph stream ends. A client
+    that goes away before that cancels the run when it asked for it (`on_disconnect=cancel`);
+    a stream the server cuts (shutdown, Redis lost the stream) leaves the run alone and
+    `StreamCut` aborts the connection, so that the client reconnects."""
     finished = False
+    client_left = False
     try:
         if opening:
             yield opening
@@ -182,8 +185,13 @@ async def _to_the_end(
             if chunk:
                 yield chunk
         finished = attachment.complete
+    except (asyncio.CancelledError, GeneratorExit):
+        # the response's task cancelled on `http.disconnect` (server/event_stream.py), or the
+        # generator closed after it; not a server that is stopping
+        client_left = not resources.follower.closing
+        raise
     finally:
-        if not finished and cancel_on_disconnect:
+        if client_left and cancel_on_disconnect:
             await _cancel_quietly(resources, run)
     if not finished:
         raise StreamCut(f"following run {run.run_id} cut before its end")
@@ -191,8 +199,8 @@ async def _to_the_end(
 
 async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
     """Cancel `run` for a client that went away. It runs in the `finally` of a response the
-    client's disconnect cancelled (Litestar cancels the body's task group), so it is shielded:
-    unshielded, its first await would be cancelled too and the run would go on."""
+    client's disconnect cancelled; asyncio delivers that cancel once, and the shield keeps an
+    anyio cancel scope around the response (if one is ever added) from ending it early."""
     with anyio.CancelScope(shield=True):
         current = await resources.run_records.get_run(run.run_id, run.owner)
         if current is not None and current.status in (RunStatus.QUEUED, RunStatus.RUNNING):

@@ -51,6 +51,9 @@ def checked_schedule(schedule: str) -> str:
     return " ".join(fields)
 
 
+_MAX_SLOTS_PASSED = 120  # an every-minute schedule over a repeated hour, twice over
+
+
 def _local(moment: datetime, timezone: str | None) -> datetime:
     return moment.astimezone(ZoneInfo(timezone) if timezone else UTC)
 
@@ -59,9 +62,21 @@ def next_run(
     schedule: str, timezone: str | None, after: datetime, end_time: datetime | None
 ) -> datetime | None:
     """The schedule's first slot after `after`, in UTC; None when it comes after `end_time` (or
-    not at all)."""
+    not at all).
+
+    cronsim counts in local wall-clock time: in the hour a timezone repeats when its clocks go
+    back, it gives the hour's first reading, which can be before `after` (a scheduler would
+    fire that slot again and again). Such slots are passed over.
+    """
     try:
-        slot = next(CronSim(schedule, _local(after, timezone))).astimezone(UTC)
+        slots = CronSim(schedule, _local(after, timezone))
+        slot = next(slots).astimezone(UTC)
+        for _ in range(_MAX_SLOTS_PASSED):
+            if slot > after:
+                break
+            slot = next(slots).astimezone(UTC)
+        else:
+            return None
     except (CronSimError, StopIteration):
         return None
     if end_time is not None and slot > end_time:

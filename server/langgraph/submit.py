@@ -36,6 +36,7 @@ from .wire import RunCreate
 
 __all__ = [
     "assistant_configurable",
+    "check_run",
     "checked_run",
     "submit",
     "submit_batch",
@@ -279,10 +280,22 @@ async def checked_run(
     resources: Resources, owner: str, body: RunCreate, thread_id: str | None
 ) -> AssistantRecord:
     """Check a run request as its submit will (422, 404 for an unknown assistant, 413),
-    recording nothing: a cron's, when the cron is made or changed. Answers its assistant."""
+    recording nothing: a cron's, when the cron is made. Answers its assistant."""
     assistant = await assistant_of(resources, owner, body.assistant_id)
-    _new_run(resources, Caller(owner), body, thread_id, assistant)
+    check_run(resources, owner, body, thread_id, assistant)
     return assistant
+
+
+def check_run(
+    resources: Resources,
+    owner: str,
+    body: RunCreate,
+    thread_id: str | None,
+    assistant: AssistantRecord,
+) -> None:
+    """`checked_run` with the assistant already read: no Postgres (a cron's change is checked
+    inside the transaction that holds the cron's row)."""
+    _new_run(resources, Caller(owner), body, thread_id, assistant)
 
 
 async def submit_scheduled(

@@ -60,9 +60,12 @@ class BenchContext:
         return self.baselines.get(scenario, {}).get(name)
 
     @contextlib.asynccontextmanager
-    async def cluster(self, scenario: str) -> AsyncIterator[tuple[Namespace, Cluster]]:
-        """A fresh namespace and an empty cluster on it; both are torn down afterwards."""
-        namespace = Namespace.new(self.services, self.invocation, scenario)
+    async def cluster(
+        self, scenario: str, services: Services | None = None
+    ) -> AsyncIterator[tuple[Namespace, Cluster]]:
+        """A fresh namespace and an empty cluster on it; both are torn down afterwards.
+        `services`: others than the invocation's (the `cluster` scenario's Redis Cluster)."""
+        namespace = Namespace.new(services or self.services, self.invocation, scenario)
         cluster = Cluster(namespace.config, log_prefix="rs-bench-", ready_timeout_s=90)
         try:
             yield namespace, cluster

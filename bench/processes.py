@@ -15,11 +15,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 from redis.asyncio import Redis
 
 from .launcher import ProcessError
+
+if TYPE_CHECKING:
+    from stream_store.connections import RedisClients
 
 __all__ = ["Namespace", "Services", "machine_cpu"]
 
@@ -113,7 +117,22 @@ class Namespace:
         }
 
     def redis(self) -> Redis:
+        """A plain client: one Redis only (on a cluster, use `clients`)."""
         return Redis.from_url(self.services.redis_url)
+
+    async def clients(self) -> RedisClients:
+        """Redis as runstream's processes see it: on a Redis Cluster a cluster client and the
+        cluster's key layout (keys.py), on one Redis a plain client and the usual names."""
+        from stream_store.connections import open_redis_clients
+        from stream_store.settings import Settings
+
+        return await open_redis_clients(
+            Settings(
+                redis_url=self.services.redis_url,
+                database_url=self.services.database_url,
+                redis_prefix=self.prefix,
+            )
+        )
 
     async def drop(self) -> None:
         """Drop the schema and delete every key under the prefix, and arq's keys of its jobs."""
@@ -126,15 +145,15 @@ class Namespace:
                 cur = await conn.execute(
                     f'SELECT run_id, dispatch FROM "{self.schema}".runstream_runs'
                 )
-                jobs = [
-                    f"{run_id}:{d}"
-                    for run_id, last in await cur.fetchall()
-                    for d in range(1, last + 1)
-                ]
+                runs = await cur.fetchall()
             except psycopg.errors.UndefinedTable:
-                jobs = []
+                runs = []
             await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-        redis = self.redis()
+        clients = await self.clients()
+        redis, keys = clients.store, clients.keys
+        jobs = [keys.job_id(str(run_id), d) for run_id, last in runs for d in range(1, last + 1)]
+        # on a cluster the deployment's keys start with its hash tag, `{prefix}`
+        patterns = [f"{self.prefix}:*"] + ([f"{{{self.prefix}}}:*"] if clients.cluster else [])
         try:
             for start in range(0, len(jobs), 500):
                 await redis.unlink(
@@ -145,12 +164,13 @@ class Namespace:
                     )
                 )
             batch: list[bytes] = []
-            async for key in redis.scan_iter(match=f"{self.prefix}:*", count=1000):
-                batch.append(key)
-                if len(batch) >= 1000:
-                    await redis.unlink(*batch)
-                    batch = []
+            for pattern in patterns:
+                async for key in redis.scan_iter(match=pattern, count=1000):
+                    batch.append(key)
+                    if len(batch) >= 1000:
+                        await redis.unlink(*batch)
+                        batch = []
             if batch:
                 await redis.unlink(*batch)
         finally:
-            await redis.aclose()
+            await clients.aclose()

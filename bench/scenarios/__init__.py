@@ -27,6 +27,7 @@ MODULES = {
     "worker_kill": "worker_kill",
     "capacity": "capacity",
     "sse_floor": "sse_floor",
+    "cluster": "cluster",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
 from bench.api import TERMINAL_STATUSES, Api, parse_time, words
 from bench.context import BenchContext
+from bench.launcher import Process
 from bench.processes import Namespace
 from bench.report import Target, summary
 
@@ -85,6 +88,60 @@ async def in_process_floor(concurrency: int, text: str, model_s: float) -> dict[
     return summary(list(await asyncio.gather(*(one() for _ in range(concurrency)))))
 
 
+@dataclass
+class ConcurrentRound:
+    runs: list[dict[str, Any]]  # GET /v1/runs/{id} of each, once all are terminal
+    submit_s: float
+    wall_s: float  # first submit → last run terminal
+    worker_cpu_s: float
+
+    def ratios(self, model_s: float) -> tuple[list[float], list[float], list[float]]:
+        """Per run: created→finished / model time, started→finished / model time, and the
+        wait in the queue (created→started, ms)."""
+        total, execution, waits = [], [], []
+        for r in self.runs:
+            created, began, finished = (
+                parse_time(r["created_at"]),
+                parse_time(r["started_at"]),
+                parse_time(r["finished_at"]),
+            )
+            if created is None or began is None or finished is None:
+                continue
+            total.append((finished - created) / model_s)
+            execution.append((finished - began) / model_s)
+            waits.append((began - created) * 1000)
+        return total, execution, waits
+
+    @property
+    def failed(self) -> list[str]:
+        return [r["run_id"] for r in self.runs if r["status"] != "succeeded"]
+
+
+async def concurrent_round(
+    api: Api, namespace: Namespace, worker: Process, concurrency: int, text: str
+) -> ConcurrentRound:
+    """Submit `concurrency` runs of `text` together (20 requests in flight), wait until all
+    are terminal, then read each."""
+    limit = asyncio.Semaphore(20)
+
+    async def submit() -> str:
+        async with limit:
+            return str((await api.submit(text, delay_ms=DELAY_MS))["run_id"])
+
+    cpu_before = worker.cpu()
+    started = time.monotonic()
+    run_ids = await asyncio.gather(*(submit() for _ in range(concurrency)))
+    submit_s = time.monotonic() - started
+    await wait_settled(namespace, run_ids, timeout_s=600)
+    wall_s = time.monotonic() - started
+    worker_cpu = worker.cpu() - cpu_before
+    runs = []
+    for run_id in run_ids:
+        async with limit:
+            runs.append(await api.run(run_id))
+    return ConcurrentRound(runs, submit_s, wall_s, worker_cpu)
+
+
 async def run(ctx: BenchContext) -> None:
     concurrency = ctx.size(500, 50)
     model_s = (TOKENS - 1) * DELAY_MS / 1000
@@ -97,36 +154,10 @@ async def run(ctx: BenchContext) -> None:
             await api.wait_status(
                 (await api.submit("warm up", delay_ms=0))["run_id"], TERMINAL_STATUSES
             )
-            limit = asyncio.Semaphore(20)
-
-            async def submit() -> str:
-                async with limit:
-                    return str((await api.submit(text, delay_ms=DELAY_MS))["run_id"])
-
-            cpu_before = worker.cpu()
-            started = time.monotonic()
-            run_ids = await asyncio.gather(*(submit() for _ in range(concurrency)))
-            submit_s = time.monotonic() - started
-            await wait_settled(namespace, run_ids, timeout_s=600)
-            wall_s = time.monotonic() - started
-            worker_cpu = worker.cpu() - cpu_before
-            runs = []
-            for run_id in run_ids:
-                async with limit:
-                    runs.append(await api.run(run_id))
-    failed = [r["run_id"] for r in runs if r["status"] != "succeeded"]
-    total, execution, waits = [], [], []
-    for r in runs:
-        created, began, finished = (
-            parse_time(r["created_at"]),
-            parse_time(r["started_at"]),
-            parse_time(r["finished_at"]),
-        )
-        if created is None or began is None or finished is None:
-            continue
-        total.append((finished - created) / model_s)
-        execution.append((finished - began) / model_s)
-        waits.append((began - created) * 1000)
+            measured = await concurrent_round(api, namespace, worker, concurrency, text)
+    runs, failed = measured.runs, measured.failed
+    submit_s, wall_s, worker_cpu = measured.submit_s, measured.wall_s, measured.worker_cpu_s
+    total, execution, waits = measured.ratios(model_s)
     ratio, exec_ratio, wait = summary(total), summary(execution), summary(waits)
     label = f"{concurrency} runs"
     for stat in ("median", "p99"):

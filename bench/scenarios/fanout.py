@@ -102,8 +102,6 @@ async def fanout_round(
     delay_ms: int = DELAY_MS,
 ) -> FanoutRound:
     """Submit `runs` runs with the workers stopped, attach the viewers, then let them go."""
-    from stream_store.keys import KeySpace
-
     for worker in workers:
         worker.pause()
     try:
@@ -151,14 +149,14 @@ async def fanout_round(
     worker_cpu = sum(w.cpu() for w in workers) - worker_cpu
     machine_busy = machine_cpu()[0] - machine_busy
 
-    keys = KeySpace(namespace.prefix)
-    redis = namespace.redis()
+    clients = await namespace.clients()  # on a Redis Cluster too (the `cluster` scenario)
     try:
         lengths = {
-            run["run_id"]: await redis.xlen(keys.run_events(run["run_id"])) for run in submitted
+            run["run_id"]: await clients.store.xlen(clients.keys.run_events(run["run_id"]))
+            for run in submitted
         }
     finally:
-        await redis.aclose()
+        await clients.aclose()
     by_path = {path: owner for (_, path), owner in zip(targets, owners, strict=True)}
     complete = sum(
         1

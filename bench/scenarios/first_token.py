@@ -21,31 +21,37 @@ NEEDS = ("floor",)
 WARMUP = 3
 
 
+async def first_token_times(server_url: str, n: int) -> tuple[list[float], list[float]]:
+    """(submit → first token, POST → 202) in ms of `n` sequential runs, after `WARMUP` more."""
+    totals, posts = [], []
+    async with Api(server_url) as api:
+        for i in range(WARMUP + n):
+            start = time.perf_counter()
+            run = await api.submit(TTFT_TEXT, delay_ms=0)
+            accepted = time.perf_counter()
+            first = 0.0
+            terminal = False
+            async with await SseStream.open(server_url, run["stream_url"]) as sse:
+                async for batch in sse.batches():
+                    now = time.perf_counter()
+                    for event in batch:
+                        if event.event == b"token" and not first:
+                            first = now
+                        terminal = terminal or event.event in TERMINAL
+            if not (first and terminal):
+                raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
+            if i >= WARMUP:
+                totals.append((first - start) * 1000)
+                posts.append((accepted - start) * 1000)
+    return totals, posts
+
+
 async def run(ctx: BenchContext) -> None:
     n = ctx.size(50, 15)
-    totals, posts = [], []
     async with ctx.cluster(NAME) as (_, cluster):
         server = await cluster.server()
         await cluster.ready_worker()
-        async with Api(server.url) as api:
-            for i in range(WARMUP + n):
-                start = time.perf_counter()
-                run = await api.submit(TTFT_TEXT, delay_ms=0)
-                accepted = time.perf_counter()
-                first = 0.0
-                terminal = False
-                async with await SseStream.open(server.url, run["stream_url"]) as sse:
-                    async for batch in sse.batches():
-                        now = time.perf_counter()
-                        for event in batch:
-                            if event.event == b"token" and not first:
-                                first = now
-                            terminal = terminal or event.event in TERMINAL
-                if not (first and terminal):
-                    raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
-                if i >= WARMUP:
-                    totals.append((first - start) * 1000)
-                    posts.append((accepted - start) * 1000)
+        totals, posts = await first_token_times(server.url, n)
     stats, post_stats = summary(totals), summary(posts)
     floor = ctx.baseline("floor", "ttft_ms")
     # issue 5's times, and issue 12's ratios to the in-process floor

@@ -197,6 +197,12 @@ def _graph_error(exc: Exception, settings: Settings) -> str:
     return message[:1000]
 
 
+def _resume_mark(run: RunRecord) -> dict[str, str]:
+    """The id of the answer a `/v1` resume gave the run, while it has one."""
+    resume_id = (run.resume or {}).get("id")
+    return {"resume_id": resume_id} if resume_id else {}
+
+
 async def _stream_graph(
     state: WorkerState, attempt: Attempt, run: RunRecord, writer: AttemptWriter
 ) -> bool:
@@ -209,7 +215,8 @@ async def _stream_graph(
     configurable = state.graphs.caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
         "configurable": {**configurable, "thread_id": run.thread_id},
-        "metadata": {"run_id": run.run_id},
+        # in every checkpoint the attempt saves (runner/graph_input.py reads them back)
+        "metadata": {"run_id": run.run_id, **_resume_mark(run)},
     }
     callbacks = graph_callbacks(services.tracer)  # a span per node and model call, if traced
     if callbacks:

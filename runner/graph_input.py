@@ -11,6 +11,7 @@ of its own: an attempt after that continues from the run's latest, never forking
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import structlog
@@ -63,6 +64,22 @@ def _fork_config(run: RunRecord, config: dict[str, Any]) -> dict[str, Any] | Non
     return {**config, "configurable": {**config["configurable"], **at}}
 
 
+def _answer_taken(run: RunRecord, metadata: Mapping[str, Any], started: bool) -> bool:
+    """Whether the latest checkpoint was saved after the graph took the run's resume value, so
+    the interrupt waiting there (if any) is a later question, which the value must not answer
+    (a retry of a resumed run whose worker died after the graph asked again). A `/v1` resume
+    continues the same run: its checkpoints carry the answer's id (runner/execute.py). A
+    LangGraph resume is a new run: any checkpoint of its own comes after the answer.
+
+    Not caught: a node that asks twice, whose second question is saved on the same checkpoint
+    as the first answer; a retry then gives the value again.
+    """
+    resume = run.resume or {}
+    if "id" in resume:
+        return metadata.get("resume_id") == resume["id"]
+    return started and bool((run.kwargs or {}).get("command"))  # a LangGraph run
+
+
 def _input(run: RunRecord, forks: bool) -> dict[str, Any] | None:
     """The run's input; None (re-run from the checkpoint) for a fork without messages."""
     messages = input_messages(run)
@@ -95,7 +112,11 @@ async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> 
         )
     if steering is not None and not started:
         return GraphCall(steering, start)
-    if run.resume is not None and (state.interrupts or not started):
+    if (
+        run.resume is not None
+        and not _answer_taken(run, state.metadata or {}, started)
+        and (state.interrupts or not started)
+    ):
         # Not started and no interrupt waiting: `update_state` wrote the latest checkpoint
         # since the interrupt. LangGraph resumes from it all the same (the value answers the
         # next step's first `interrupt()`, or nothing); re-sending the input would restart.

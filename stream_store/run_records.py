@@ -11,6 +11,7 @@ agree with; that, not one long function, is why this module is longer than most.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -309,13 +310,17 @@ class RunRecords:
     ) -> RunRecord | None:
         """interrupted -> queued with the resume value, as a new dispatch of the same run.
 
-        `before_commit` gets the resumed run while its row is locked; raising rolls back.
+        The value gets an id of its own, which the checkpoints saved after it carry
+        (runner/graph_input.py): a retried attempt then knows whether the graph already took
+        the answer. `before_commit` gets the resumed run while its row is locked; raising rolls
+        back.
         """
+        resume = {"value": value, "id": uuid.uuid4().hex}
         return await self._update_run(
             "status = 'queued', resume = %s, interrupt = NULL, dispatch = dispatch + 1,"
             " queued_at = clock_timestamp(), settled_at = NULL, last_event_id = NULL",
             "run_id = %s AND owner = %s AND status = 'interrupted'",
-            (Jsonb({"value": value}), run_id, owner),
+            (Jsonb(resume), run_id, owner),
             before_commit=before_commit,
         )
 

@@ -13,10 +13,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, interrupt
 
 from runner.graph_input import graph_input
 from stream_store.checkpoints import FencedPostgresSaver
@@ -129,3 +131,56 @@ async def test_a_retry_after_the_graph_ended_runs_nothing(settings: Settings) ->
         )
         call = await graph_input(graph, attempt(run_id, thread_id, 2), config)
     assert call.input is ...
+
+
+def asks_twice(answers: list[Any]) -> Any:
+    """ask -> ask_again, each stopping at an `interrupt()`; `answers` logs what each got."""
+
+    async def ask(state: MessagesState) -> dict[str, Any]:
+        answers.append(("first", interrupt("first question")))
+        return {}
+
+    async def ask_again(state: MessagesState) -> dict[str, Any]:
+        answers.append(("second", interrupt("second question")))
+        return {}
+
+    return (
+        StateGraph(MessagesState)
+        .add_node("ask", ask)
+        .add_node("ask_again", ask_again)
+        .add_edge(START, "ask")
+        .add_edge("ask", "ask_again")
+        .add_edge("ask_again", END)
+    )
+
+
+async def test_a_retried_resume_never_gives_its_answer_to_the_next_question(
+    settings: Settings,
+) -> None:
+    """A run resumed with an answer, whose worker died after the graph asked its next question
+    (before the run was marked interrupted), retries without the answer: the next question is
+    asked again, not answered with the first one's answer."""
+    answers: list[Any] = []
+    async with open_services(settings) as services:
+        graph = asks_twice(answers).compile(checkpointer=FencedPostgresSaver(services.pool))  # type: ignore[arg-type]
+        run_id, thread_id = str(uuid.uuid4()), str(uuid.uuid4())
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        run = attempt(run_id, thread_id, 1)
+        await graph.ainvoke({"messages": []}, {**config, "metadata": {"run_id": run_id}})
+        resumed = msgspec.structs.replace(run, resume={"value": "yes", "id": "answer-1"})
+        marked = {**config, "metadata": {"run_id": run_id, "resume_id": "answer-1"}}
+        call = await graph_input(graph, resumed, config)
+        assert isinstance(call.input, Command) and call.input.resume == "yes"
+        await graph.ainvoke(call.input, marked)  # takes the answer, asks again; then "dies"
+        assert answers == [("first", "yes")]
+        retry = msgspec.structs.replace(resumed, attempt=2)
+        call = await graph_input(graph, retry, config)
+        assert call.input is None  # the answer was taken: not given again
+        await graph.ainvoke(call.input, marked)
+        assert answers == [("first", "yes")]  # the second question got no answer
+        state = await graph.aget_state(config)  # type: ignore[arg-type]
+        assert [i.value for i in state.interrupts] == ["second question"]
+        # a retry that comes before the graph took the answer still gives it
+        first_try = msgspec.structs.replace(resumed, resume={"value": "no", "id": "answer-2"})
+        call = await graph_input(graph, msgspec.structs.replace(first_try, attempt=3), config)
+        assert isinstance(call.input, Command) and call.input.resume == "no"

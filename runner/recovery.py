@@ -166,7 +166,9 @@ async def expire_idle_threads(services: Services) -> None:
         return
     for thread_id, owner in await services.thread_records.idle_threads(retention_s):
         try:
-            await delete_thread(services.thread_records, services.events, thread_id, owner)
+            await delete_thread(
+                services.thread_records, services.events, thread_id, owner, idle_s=retention_s
+            )
         except (NotFound, Conflict):
             continue  # deleted or used meanwhile
         logger.info("thread expired", thread_id=thread_id, retention_s=retention_s)

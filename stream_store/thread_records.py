@@ -74,6 +74,17 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
     langgraph_status: str | None = None
 
 
+# A thread retention may delete (its one parameter: the idle seconds): untouched that long,
+# nothing in flight, and no cron still to fire on it (deleting the thread deletes the cron).
+_IDLE = (
+    "t.updated_at < clock_timestamp() - make_interval(secs => %s)"
+    " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
+    "   AND r.status IN ('queued', 'running', 'interrupted'))"
+    " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
+    "   AND c.enabled AND c.next_run_date IS NOT NULL)"
+)
+
+
 class ThreadRecords:
     """Queries and changes of threads; one instance per process, over its connection pool."""
 
@@ -209,12 +220,7 @@ class ThreadRecords:
         rows = await fetch_all(
             self.pool,
             "SELECT t.thread_id::text AS thread_id, t.owner FROM runstream_threads t"
-            " WHERE t.updated_at < clock_timestamp() - make_interval(secs => %s)"
-            " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
-            "   AND r.status IN ('queued', 'running', 'interrupted'))"
-            " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
-            "   AND c.enabled AND c.next_run_date IS NOT NULL)"
-            " ORDER BY t.updated_at LIMIT %s",
+            f" WHERE {_IDLE} ORDER BY t.updated_at LIMIT %s",
             (idle_s, limit),
         )
         return [(row["thread_id"], row["owner"]) for row in rows]
@@ -238,21 +244,31 @@ class ThreadRecords:
         )
         return [(row["thread_id"], row["gone"], row["created_at"]) for row in rows]
 
-    async def delete_thread(self, thread_id: str, owner: str) -> list[str]:
+    async def delete_thread(
+        self, thread_id: str, owner: str, *, idle_s: int | None = None
+    ) -> list[str]:
         """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.
+
+        With `idle_s` (retention), only a thread still idle as `idle_threads` found it, checked
+        with its row and its crons' rows locked: a run or a cron that came since keeps it.
 
         Returns the ids of the deleted runs, whose streams the caller removes from Redis once
         this has committed (they expire on their own if that fails).
 
         Raises:
-            NotFound: unknown or not the owner's.
+            NotFound: unknown or not the owner's (or, with `idle_s`, no longer idle).
             Conflict: a run of the thread is queued, running or interrupted.
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            idle = "" if idle_s is None else f" AND {_IDLE}"
+            if idle_s is not None:  # a cron enabled meanwhile waits for this decision
+                await conn.execute(
+                    "SELECT 1 FROM runstream_crons WHERE thread_id = %s FOR SHARE", (thread_id,)
+                )
             cur = await conn.execute(
-                "SELECT thread_id FROM runstream_threads"
-                " WHERE thread_id = %s AND owner = %s FOR UPDATE",
-                (thread_id, owner),
+                "SELECT t.thread_id FROM runstream_threads t"
+                f" WHERE t.thread_id = %s AND t.owner = %s{idle} FOR UPDATE",
+                (thread_id, owner) if idle_s is None else (thread_id, owner, idle_s),
             )
             if await cur.fetchone() is None:
                 raise NotFound(f"thread {thread_id} not found")

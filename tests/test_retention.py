@@ -6,8 +6,13 @@ import asyncio
 
 import httpx
 import psycopg
+import pytest
 
+from stream_store.errors import NotFound
+from stream_store.run_submit import NewRun
+from stream_store.services import open_services
 from stream_store.settings import Settings
+from stream_store.threads import delete_thread
 from tests.conftest import StartWorker
 from tests.sse import read_events
 from tests.test_runs import run_body
@@ -43,3 +48,26 @@ class TestThreadRetention:
                 (done["thread_id"],),
             )
             assert await cur.fetchone() == (0,)
+
+    async def test_a_thread_used_after_it_was_found_idle_is_not_deleted(
+        self, settings: Settings
+    ) -> None:
+        """Retention deletes only a thread still idle when it deletes it: a run submitted (or a
+        cron set) between finding it and deleting it keeps it."""
+        async with open_services(settings) as services:
+            records, lifecycle = services.thread_records, services.lifecycle
+            new = NewRun(owner="o", graph="chat", input={"messages": []})
+            thread_id = (await lifecycle.submit(new)).run.thread_id
+            run = (await services.run_records.thread_runs(thread_id, "o"))[0]
+            await services.run_records.cancel_idle_run(run.run_id, "o")
+            await asyncio.sleep(1.1)
+            assert (thread_id, "o") in await records.idle_threads(1)
+            again = NewRun(owner="o", graph="chat", input={"messages": []}, thread_id=thread_id)
+            second = (await lifecycle.submit(again)).run  # used meanwhile
+            with pytest.raises(NotFound):
+                await delete_thread(records, services.events, thread_id, "o", idle_s=1)
+            assert await records.get_thread(thread_id, "o") is not None
+            await services.run_records.cancel_idle_run(second.run_id, "o")
+            await asyncio.sleep(1.1)
+            await delete_thread(records, services.events, thread_id, "o", idle_s=1)  # idle again
+            assert await records.get_thread(thread_id, "o") is None

@@ -29,26 +29,14 @@ from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
 from .submit import check_run, checked_run, unprocessable
 from .views import assistant_of
-from .wire import Cron, CronCount, CronCreate, CronPatch, CronSearch, RunCreate
+from .wire import Cron, CronCount, CronCreate, CronPatch, CronRun, CronSearch, RunCreate
 
 __all__ = ["CronsController", "create_for_thread", "cron_view"]
 
 logger = structlog.get_logger()
 
 # The fields of a cron's body that are its run's request (`RunCreate`), kept as its payload.
-_RUN_FIELDS = (
-    "input",
-    "metadata",
-    "config",
-    "context",
-    "interrupt_before",
-    "interrupt_after",
-    "multitask_strategy",
-    "stream_mode",
-    "stream_subgraphs",
-    "stream_resumable",
-    "durability",
-)
+_RUN_FIELDS = CronRun.__struct_fields__  # what a cron's `payload` keeps
 
 
 def cron_view(cron: CronRecord) -> Cron:

@@ -33,6 +33,7 @@ __all__ = [
     "CronCount",
     "CronCreate",
     "CronPatch",
+    "CronRun",
     "CronSearch",
     "HistoryRequest",
     "Run",
@@ -131,12 +132,10 @@ class RunCreate(Request):
     durability: Durability | None = None
 
 
-class CronCreate(Request):
-    """Body of `POST /runs/crons` and `POST /threads/{id}/runs/crons`: the schedule, and the
-    run each slot submits (`RunCreate`'s fields, kept as the cron's `payload`)."""
+class CronRun(Request):
+    """The run request fields of a cron's body (`RunCreate`'s, kept as the cron's `payload`):
+    both `CronCreate` and `CronPatch` take them."""
 
-    schedule: str
-    assistant_id: str
     input: Any = None
     metadata: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
@@ -148,6 +147,14 @@ class CronCreate(Request):
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
     durability: Durability | None = None
+
+
+class CronCreate(CronRun, kw_only=True):
+    """Body of `POST /runs/crons` and `POST /threads/{id}/runs/crons`: the schedule, and the
+    run each slot submits."""
+
+    schedule: str
+    assistant_id: str
     webhook: str | None = None  # not served (422)
     on_run_completed: OnRunCompleted | None = None  # stateless crons only
     end_time: datetime | None = None
@@ -155,23 +162,12 @@ class CronCreate(Request):
     timezone: str | None = None  # IANA; null: UTC
 
 
-class CronPatch(Request):
+class CronPatch(CronRun, kw_only=True):
     """Body of `PATCH /runs/crons/{id}` (`crons.update`): a field left out (or null, which the
     SDK leaves out) stays as it is, except `end_time`, which null clears."""
 
     schedule: str | None = None
     end_time: datetime | msgspec.UnsetType | None = msgspec.UNSET
-    input: Any = None
-    metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
-    context: dict[str, Any] | None = None
-    interrupt_before: str | list[str] | None = None
-    interrupt_after: str | list[str] | None = None
-    multitask_strategy: MultitaskStrategy | None = None
-    stream_mode: str | list[str] | None = None
-    stream_subgraphs: bool | None = None
-    stream_resumable: bool | None = None
-    durability: Durability | None = None
     webhook: str | None = None  # not served (422)
     on_run_completed: OnRunCompleted | None = None
     enabled: bool | None = None

@@ -105,6 +105,19 @@ class AssistantChange(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any]
 
 
+async def _locked(
+    conn: psycopg.AsyncConnection[DictRow], assistant_id: str, owner: str
+) -> AssistantRecord | None:
+    """The owner's assistant, its row locked until the transaction ends; None: not theirs."""
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM runstream_assistants"
+        " WHERE assistant_id = %s AND owner = %s FOR UPDATE",
+        (assistant_id, owner),
+    )
+    row = await cur.fetchone()
+    return _record(row) if row is not None else None
+
+
 def _record(row: DictRow) -> AssistantRecord:
     return msgspec.convert(row, AssistantRecord)
 
@@ -190,15 +203,10 @@ class AssistantRecords:
         owner's. The row is locked meanwhile, so two updates make two versions, one after the
         other. `change` may raise to change nothing."""
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                f"SELECT {_COLUMNS} FROM runstream_assistants"
-                " WHERE assistant_id = %s AND owner = %s FOR UPDATE",
-                (assistant_id, owner),
-            )
-            row = await cur.fetchone()
-            if row is None:
+            active = await _locked(conn, assistant_id, owner)
+            if active is None:
                 return None
-            fields = change(_record(row))
+            fields = change(active)
             cur = await conn.execute(
                 "UPDATE runstream_assistants SET graph = %s, name = %s, description = %s,"
                 " config = %s, context = %s, metadata = %s,"
@@ -229,13 +237,8 @@ class AssistantRecords:
         """Make `version` the active one: (the assistant or None when not the owner's,
         whether it has that version)."""
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                f"SELECT {_COLUMNS} FROM runstream_assistants"
-                " WHERE assistant_id = %s AND owner = %s FOR UPDATE",
-                (assistant_id, owner),
-            )
-            row = await cur.fetchone()
-            if row is None:
+            active = await _locked(conn, assistant_id, owner)
+            if active is None:
                 return None, False
             cur = await conn.execute(
                 f"UPDATE runstream_assistants a SET (version, {_VERSION_FIELDS}) ="
@@ -250,7 +253,7 @@ class AssistantRecords:
             )
             updated = await cur.fetchone()
         if updated is None:
-            return _record(row), False
+            return active, False
         return _record(updated), True
 
     async def versions(

@@ -21,10 +21,11 @@ graph starts. The claim already found out, in its own statement, whether the thr
 first read answers "none" without a round trip (nothing else writes a running run's thread).
 Later reads, and reads of a checkpoint by id or of a subgraph's namespace, go to Postgres.
 
-**On the caller's connection.** Deleting a thread and migrating run the checkpointer's
-statements on the caller's connection instead of one from the pool: inside the caller's
-transaction (a thread delete is all or nothing) and without a second checkout while the first
-holds locks (see `PgPool`).
+**On the caller's connection.** Deleting a thread, writing its state outside a run and
+migrating run the checkpointer's statements on the caller's connection instead of one from the
+pool: inside the caller's transaction (a thread delete is all or nothing; a state write commits
+under the thread's lock) and without a second checkout while the first holds locks (see
+`PgPool`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "FencedPostgresSaver",
     "FreshThread",
     "attempt_fence",
+    "checkpointer_on",
     "copy_thread_checkpoints",
     "delete_run_checkpoints",
     "delete_thread_checkpoints",
@@ -116,6 +118,12 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 if await cur.fetchone() is None:
                     raise Fenced(f"run {fence[0]}: attempt {fence[1]} no longer owns the run")
                 yield cur
+
+
+def checkpointer_on(conn: AsyncConnection[DictRow]) -> AsyncPostgresSaver:
+    """A saver whose reads and writes go through `conn`, in its transaction if it is in one
+    (LangGraph takes it from a graph call's config: `CONFIG_KEY_CHECKPOINTER`)."""
+    return AsyncPostgresSaver(conn)
 
 
 async def setup_checkpoints(conn: AsyncConnection[DictRow]) -> None:

@@ -9,11 +9,14 @@ server answers as 404. A thread made by a submit is made in the submit's transac
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
@@ -22,7 +25,7 @@ from .errors import Conflict, NotFound, postgres_errors
 from .events import ACTIVE_STATUSES
 from .pg import fetch_all
 
-__all__ = ["ThreadRecord", "ThreadRecords"]
+__all__ = ["HeldThread", "ThreadRecord", "ThreadRecords"]
 
 # Both dialects' thread statuses begin alike: busy while a run is queued or running, then
 # interrupted while one waits at its interrupt.
@@ -83,6 +86,13 @@ _IDLE = (
     " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
     "   AND c.enabled AND c.next_run_date IS NOT NULL)"
 )
+
+
+class HeldThread(NamedTuple):
+    """A thread locked for a write of its state (`ThreadRecords.hold_for_state_write`)."""
+
+    conn: AsyncConnection[DictRow]  # in the transaction that holds the locks
+    interrupted: bool  # a run of the thread waits at an interrupt
 
 
 class ThreadRecords:
@@ -243,6 +253,38 @@ class ThreadRecords:
             (thread_ids, seen),
         )
         return [(row["thread_id"], row["gone"], row["created_at"]) for row in rows]
+
+    @asynccontextmanager
+    async def hold_for_state_write(self, thread_id: str, owner: str) -> AsyncIterator[HeldThread]:
+        """A transaction for a write of the thread's state outside a run, made on its connection.
+
+        The thread's row is locked as a submit locks it, and the row of a run waiting at an
+        interrupt as a resume locks it: no run starts on the thread until the write commits, so
+        none starts from the state before it, and none is running (it would write over it).
+
+        Raises:
+            NotFound: unknown or not the owner's.
+            Conflict: a run of the thread is queued or running.
+        """
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT 1 FROM runstream_threads WHERE thread_id = %s AND owner = %s FOR UPDATE",
+                (thread_id, owner),
+            )
+            if await cur.fetchone() is None:
+                raise NotFound(f"thread {thread_id} not found")
+            cur = await conn.execute(
+                "SELECT status FROM runstream_runs WHERE thread_id = %s"
+                " AND status IN ('queued', 'running', 'interrupted') FOR UPDATE",
+                (thread_id,),
+            )
+            statuses = {row["status"] for row in await cur.fetchall()}
+            if statuses & {"queued", "running"}:
+                raise Conflict(
+                    f"thread {thread_id} has a run queued or running; update its state after",
+                    code="thread_busy",
+                )
+            yield HeldThread(conn, "interrupted" in statuses)
 
     async def delete_thread(
         self, thread_id: str, owner: str, *, idle_s: int | None = None

@@ -30,6 +30,7 @@ from langgraph_sdk.schema import StreamPart
 from runner.graphs import RunContext, approval, chat
 from runner.models import EchoChatModel
 from stream_store.settings import Settings
+from stream_store.thread_records import ThreadRecords
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import Cluster, TcpProxy
 from tests.sse import read_events
@@ -1216,6 +1217,49 @@ async def test_update_state_writes_a_checkpoint_the_next_run_starts_from(
     assert [c for _, c in messages_of(fork["values"])] == ["first", "first", "forked"]
 
 
+@contextlib.asynccontextmanager
+async def paused_state_writes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[asyncio.Event]:
+    """State writes wait, holding the thread's locks, until the yielded event is set; the
+    event's `entered` attribute is set once one holds them."""
+    original = ThreadRecords.hold_for_state_write
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def paused(self: ThreadRecords, thread_id: str, owner: str) -> AsyncIterator[Any]:
+        async with original(self, thread_id, owner) as held:
+            entered.set()
+            await release.wait()
+            yield held
+
+    monkeypatch.setattr(ThreadRecords, "hold_for_state_write", paused)
+    release.entered = entered  # type: ignore[attr-defined]
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+async def test_a_run_submitted_during_update_state_starts_from_the_updated_state(
+    sdk: LangGraphClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("first"))
+    async with paused_state_writes(monkeypatch) as release:
+        update = asyncio.create_task(
+            sdk.threads.update_state(tid, {"messages": ["added"]}, as_node="respond")
+        )
+        await release.entered.wait()  # type: ignore[attr-defined]
+        run = asyncio.create_task(sdk.runs.wait(tid, "chat", input=human("next")))
+        await asyncio.sleep(0.5)
+        assert not run.done()  # its submit waits for the update to commit
+        release.set()
+        await update
+        out = await run
+    # the run read the thread after the update: nothing of either is lost
+    assert [c for _, c in messages_of(out)] == ["first", "first", "added", "next", "next"]
+
+
 async def test_update_state_refuses_bad_values_a_busy_thread_and_a_thread_without_graph(
     sdk: LangGraphClient,
 ) -> None:
@@ -1483,6 +1527,33 @@ async def test_v1_resume_after_a_langgraph_update_state_continues_the_run_with_t
     assert final["next"] == [] and final["values"]["messages"][1]["tool_calls"][0]["args"] == {
         "content": "eggs"
     }
+
+
+async def test_a_v1_resume_sent_during_update_state_goes_on_from_the_updated_state(
+    sdk: LangGraphClient, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await v1_interrupted_run(client)
+    url = f"/v1/runs/{run['run_id']}"
+    asked = await sdk.threads.get_state(run["thread_id"])
+    async with paused_state_writes(monkeypatch) as release:
+        update = asyncio.create_task(
+            sdk.threads.update_state(
+                run["thread_id"], {"messages": [edited_proposal(asked, "eggs")]}, as_node="propose"
+            )
+        )
+        await release.entered.wait()  # type: ignore[attr-defined]
+        resume = asyncio.create_task(
+            client.post(f"{url}/resume", json={"resume": {"approve": True}})
+        )
+        await asyncio.sleep(0.5)
+        assert not resume.done()  # it waits for the update to commit
+        release.set()
+        await update
+        assert (await resume).status_code == 202
+    events = await v1_events(client, run["run_id"])
+    tool = [e.data["message"] for e in events if e.event == "message"][-2]
+    assert (tool["role"], tool["content"]) == ("tool", "saved note (4 characters)")  # "eggs"
+    assert events[-1].data["status"] == "succeeded"
 
 
 async def test_v1_run_after_update_state_as_the_interrupted_node_or_to_the_end(

@@ -17,10 +17,12 @@ import uuid
 from typing import Any
 
 import structlog
+from langchain_core.runnables import RunnableConfig
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import InvalidUpdateError
 
+from stream_store.checkpoints import checkpointer_on
 from stream_store.errors import Conflict, NotFound
-from stream_store.events import RunStatus
 from stream_store.thread_records import ThreadRecord
 
 from ..errors import ApiError
@@ -52,12 +54,6 @@ async def update_state(
         NotFound: `body.checkpoint` names no checkpoint of the thread.
         ApiError: 422 for values, a node or a checkpoint id the graph cannot take.
     """
-    runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
-    if any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs):
-        raise Conflict(
-            f"thread {thread.thread_id} has a run queued or running; update its state after",
-            code="thread_busy",
-        )
     graph = await graph_of_thread(resources, thread)
     if graph is None:
         raise Conflict(
@@ -80,16 +76,20 @@ async def update_state(
         if not isinstance(raw_id, str):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
         configurable["checkpoint_id"] = checked_checkpoint_id(raw_id)
-        snapshot = await graph.aget_state({"configurable": configurable})
-        if snapshot.created_at is None:
-            raise NotFound(f"thread {thread.thread_id} has no checkpoint {raw_id}")
-    try:
-        written = await graph.aupdate_state(
-            {"configurable": configurable}, values, as_node=body.as_node
-        )
-    except (InvalidUpdateError, ValueError) as exc:  # e.g. an ambiguous node, a reducer's no
-        raise ApiError(422, "invalid_request", str(exc).splitlines()[0][:300]) from None
-    if any(r.status == RunStatus.INTERRUPTED for r in runs):
+    threads = resources.thread_records
+    async with threads.hold_for_state_write(thread.thread_id, thread.owner) as held:
+        on_conn: RunnableConfig = {
+            "configurable": {**configurable, CONFIG_KEY_CHECKPOINTER: checkpointer_on(held.conn)}
+        }
+        if raw_id is not None:
+            snapshot = await graph.aget_state(on_conn)
+            if snapshot.created_at is None:
+                raise NotFound(f"thread {thread.thread_id} has no checkpoint {raw_id}")
+        try:
+            written = await graph.aupdate_state(on_conn, values, as_node=body.as_node)
+        except (InvalidUpdateError, ValueError) as exc:  # e.g. an ambiguous node, a reducer's no
+            raise ApiError(422, "invalid_request", str(exc).splitlines()[0][:300]) from None
+    if held.interrupted:
         head = await graph.aget_state(written)
         if not head.next:
             await resources.lifecycle.end_interrupted(thread.thread_id)

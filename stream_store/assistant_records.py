@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 from .connections import PgPool
 from .errors import postgres_errors
 from .pg import fetch_all
+from .thread_records import DeletedThreads, delete_langgraph_threads
 
 __all__ = [
     "ASSISTANT_SORT_COLUMNS",
@@ -116,6 +117,15 @@ async def _locked(
     )
     row = await cur.fetchone()
     return _record(row) if row is not None else None
+
+
+# The owner's threads that a run of an assistant ran on, or whose metadata names it
+# (`assistant_id`, as LangGraph's server sets it): LangGraph's `delete_threads`.
+_THREADS_OF = (
+    "SELECT thread_id::text AS thread_id FROM runstream_threads t WHERE owner = %s AND ("
+    " metadata ->> 'assistant_id' = %s OR EXISTS (SELECT 1 FROM runstream_runs r"
+    "   WHERE r.thread_id = t.thread_id AND r.kwargs ->> 'assistant_id' = %s))"
+)
 
 
 def _record(row: DictRow) -> AssistantRecord:
@@ -278,22 +288,40 @@ class AssistantRecords:
         )
         return [msgspec.convert(row, AssistantVersion) for row in found]
 
-    async def delete_assistant(self, assistant_id: str, owner: str) -> bool:
-        """Whether the owner had the assistant (it is gone now, with its versions and the
-        owner's crons that name it)."""
+    async def delete_assistant(
+        self, assistant_id: str, owner: str, *, with_threads: bool = False
+    ) -> DeletedThreads | None:
+        """Delete the owner's assistant with its versions and the owner's crons that name it;
+        `with_threads`: with its threads too (`_THREADS_OF`, LangGraph's `delete_threads`), their
+        runs and checkpoints. One transaction: all of it, or nothing.
+
+        The assistant's row is locked first, then the threads' (thread_records.py,
+        `delete_langgraph_threads`): a cron's create holds the assistant's row as it inserts
+        (`CronRecords.create_cron`), so no cron is left naming a deleted assistant.
+
+        Returns:
+            None when the owner has no such assistant; else its threads deleted, and their runs,
+            whose streams the caller removes from Redis once this has committed.
+
+        Raises:
+            Conflict: `with_threads`, and one of them has a queued or running run.
+        """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "DELETE FROM runstream_assistants WHERE assistant_id = %s AND owner = %s"
-                " RETURNING assistant_id",
-                (assistant_id, owner),
-            )
-            if await cur.fetchone() is None:
-                return False
+            if await _locked(conn, assistant_id, owner) is None:
+                return None
+            deleted = DeletedThreads([], [])
+            if with_threads:
+                cur = await conn.execute(_THREADS_OF, (owner, assistant_id, assistant_id))
+                threads = [row["thread_id"] for row in await cur.fetchall()]
+                deleted = await delete_langgraph_threads(conn, owner, threads)
             await conn.execute(
                 "DELETE FROM runstream_crons WHERE assistant_id = %s AND owner = %s",
                 (assistant_id, owner),
             )
-        return True
+            await conn.execute(
+                "DELETE FROM runstream_assistants WHERE assistant_id = %s", (assistant_id,)
+            )
+        return deleted
 
     async def active_runs(self, assistant_id: str, owner: str) -> list[str]:
         """Ids of the owner's queued and running runs of the assistant (one waiting at an
@@ -306,18 +334,6 @@ class AssistantRecords:
             (owner, assistant_id),
         )
         return [row["run_id"] for row in found]
-
-    async def threads_of(self, assistant_id: str, owner: str) -> list[str]:
-        """Ids of the owner's threads that a run of the assistant ran on, or whose metadata
-        names it (`assistant_id`, as LangGraph's server sets it)."""
-        found = await fetch_all(
-            self.pool,
-            "SELECT thread_id::text FROM runstream_threads t WHERE owner = %s AND ("
-            " metadata ->> 'assistant_id' = %s OR EXISTS (SELECT 1 FROM runstream_runs r"
-            "   WHERE r.thread_id = t.thread_id AND r.kwargs ->> 'assistant_id' = %s))",
-            (owner, assistant_id, assistant_id),
-        )
-        return [row["thread_id"] for row in found]
 
     def _matching(
         self,

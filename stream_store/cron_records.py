@@ -25,7 +25,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from .connections import PgPool
-from .errors import postgres_errors
+from .errors import NotFound, postgres_errors
 from .pg import execute, fetch_all
 
 __all__ = ["CRON_SORT_COLUMNS", "CronRecord", "CronRecords", "NewCron"]
@@ -105,40 +105,61 @@ class CronRecords:
     def __init__(self, pool: PgPool) -> None:
         self.pool = pool
 
-    async def create_cron(self, new: NewCron) -> CronRecord | None:
-        """A new cron; None when `new.thread_id` is not one of the owner's threads."""
-        try:
-            found = await fetch_all(
-                self.pool,
-                "INSERT INTO runstream_crons (cron_id, owner, graph, assistant_id, thread_id,"
-                " schedule, timezone, payload, metadata, on_run_completed, enabled, end_time,"
-                " next_run_date)"
-                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
-                " WHERE %s::uuid IS NULL OR EXISTS (SELECT 1 FROM runstream_threads"
-                "   WHERE thread_id = %s AND owner = %s)"
-                f" RETURNING {_COLUMNS}",
-                (
-                    str(uuid.uuid4()),
-                    new.owner,
-                    new.graph,
-                    new.assistant_id,
-                    new.thread_id,
-                    new.schedule,
-                    new.timezone,
-                    Jsonb(new.payload),
-                    Jsonb(new.metadata),
-                    new.on_run_completed,
-                    new.enabled,
-                    new.end_time,
-                    new.next_run_date,
-                    new.thread_id,
-                    new.thread_id,
-                    new.owner,
-                ),
-            )
-        except psycopg.errors.ForeignKeyViolation:
-            return None  # the thread was deleted meanwhile
-        return _record(found[0]) if found else None
+    async def create_cron(self, new: NewCron) -> CronRecord:
+        """A new cron.
+
+        A created assistant's row is held (`FOR KEY SHARE`) until the insert commits: an
+        assistant's delete locks it first (`AssistantRecords.delete_assistant`), so either
+        the delete waits and then deletes this cron with the assistant's others, or this waits
+        and finds the assistant gone. No cron is left naming a deleted assistant.
+
+        Raises:
+            NotFound: `new.assistant_id` is not the owner's assistant (deleted since it was
+                checked), or `new.thread_id` not one of the owner's threads.
+        """
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            if new.assistant_id is not None:
+                cur = await conn.execute(
+                    "SELECT 1 FROM runstream_assistants WHERE assistant_id = %s AND owner = %s"
+                    " FOR KEY SHARE",
+                    (new.assistant_id, new.owner),
+                )
+                if await cur.fetchone() is None:
+                    raise NotFound(f"assistant {new.assistant_id} not found")
+            try:
+                cur = await conn.execute(
+                    "INSERT INTO runstream_crons (cron_id, owner, graph, assistant_id, thread_id,"
+                    " schedule, timezone, payload, metadata, on_run_completed, enabled, end_time,"
+                    " next_run_date)"
+                    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                    " WHERE %s::uuid IS NULL OR EXISTS (SELECT 1 FROM runstream_threads"
+                    "   WHERE thread_id = %s AND owner = %s)"
+                    f" RETURNING {_COLUMNS}",
+                    (
+                        str(uuid.uuid4()),
+                        new.owner,
+                        new.graph,
+                        new.assistant_id,
+                        new.thread_id,
+                        new.schedule,
+                        new.timezone,
+                        Jsonb(new.payload),
+                        Jsonb(new.metadata),
+                        new.on_run_completed,
+                        new.enabled,
+                        new.end_time,
+                        new.next_run_date,
+                        new.thread_id,
+                        new.thread_id,
+                        new.owner,
+                    ),
+                )
+            except psycopg.errors.ForeignKeyViolation:  # the thread was deleted meanwhile
+                raise NotFound(f"thread {new.thread_id} not found") from None
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound(f"thread {new.thread_id} not found")
+        return _record(row)
 
     async def get_cron(self, cron_id: str, owner: str) -> CronRecord | None:
         """The owner's cron; None for an unknown one or another owner's."""

@@ -46,6 +46,7 @@ from .log import EventLog
 from .queue import RunQueue
 from .run_records import RunRecord, RunRecords
 from .run_submit import Created, NewRun, RunSubmitter
+from .thread_records import DeletedRun
 
 __all__ = ["RetryPlan", "RunLifecycle"]
 
@@ -294,6 +295,19 @@ class RunLifecycle:
             await self._outcome(run, run.attempt)
             logger.info("interrupted run ended by a state update", run_id=run.run_id)
         return ended
+
+    async def tell_deleted(self, runs: Sequence[DeletedRun]) -> None:
+        """Runs deleted with their thread while they waited at an interrupt: nothing will
+        resume them, so their viewers get `cancelled` and the end (as when LangGraph's thread
+        delete cancels them first) before the streams go. A stream already gone, or Redis
+        refusing, leaves them to find the run gone on their next attach."""
+        cancelled = RunStatus.CANCELLED
+        for run in runs:
+            status = encode_data(RunStatusData(status=cancelled, attempt=run.attempt))
+            done = encode_data(DoneData(status=cancelled, output=None))  # type: ignore[arg-type]
+            with contextlib.suppress(StreamGone, StoreUnavailable):
+                await self.events.append(run.run_id, run.attempt, "run", status, status=cancelled)
+                await self.events.append(run.run_id, run.attempt, "done", done)
 
     # -- worker ------------------------------------------------------------------------------
 

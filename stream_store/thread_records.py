@@ -25,7 +25,14 @@ from .errors import Conflict, NotFound, postgres_errors
 from .events import ACTIVE_STATUSES
 from .pg import fetch_all
 
-__all__ = ["HeldThread", "ThreadRecord", "ThreadRecords"]
+__all__ = [
+    "DeletedRun",
+    "DeletedThreads",
+    "HeldThread",
+    "ThreadRecord",
+    "ThreadRecords",
+    "delete_langgraph_threads",
+]
 
 # Both dialects' thread statuses begin alike: busy while a run is queued or running, then
 # interrupted while one waits at its interrupt.
@@ -86,6 +93,21 @@ _IDLE = (
     " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
     "   AND c.enabled AND c.next_run_date IS NOT NULL)"
 )
+
+
+class DeletedRun(NamedTuple):
+    """A run deleted with its thread (`delete_langgraph_threads`)."""
+
+    run_id: str
+    attempt: int
+    interrupted: bool  # it waited at an interrupt: its viewers are still attached
+
+
+class DeletedThreads(NamedTuple):
+    """What `delete_langgraph_threads` deleted."""
+
+    thread_ids: list[str]
+    runs: list[DeletedRun]
 
 
 class HeldThread(NamedTuple):
@@ -286,6 +308,13 @@ class ThreadRecords:
                 )
             yield HeldThread(conn, "interrupted" in statuses)
 
+    async def delete_langgraph_threads(
+        self, owner: str, thread_ids: Sequence[str]
+    ) -> DeletedThreads:
+        """`delete_langgraph_threads` in a transaction of its own: LangGraph's prune."""
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            return await delete_langgraph_threads(conn, owner, thread_ids)
+
     async def delete_thread(
         self, thread_id: str, owner: str, *, idle_s: int | None = None
     ) -> list[str]:
@@ -324,3 +353,50 @@ class ThreadRecords:
             await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
             await delete_thread_checkpoints(conn, thread_id)
         return [r["run_id"] for r in runs]
+
+
+async def delete_langgraph_threads(
+    conn: AsyncConnection[DictRow], owner: str, thread_ids: Sequence[str]
+) -> DeletedThreads:
+    """Delete the owner's threads among `thread_ids` with their runs and checkpoints, in
+    `conn`'s transaction: all of them or, while one has a queued or running run, none (an
+    interrupted run is over to LangGraph, and goes with its thread). Ids no longer the owner's
+    threads are skipped.
+
+    The rows are locked in id order before the check, and the runs' rows after them: a submit
+    locks its thread's row (run_submit.py), a resume or a cancel its run's, so what the check
+    sees holds until the commit, and two such deletes cannot deadlock on each other.
+
+    Returns the threads and runs deleted; the caller removes the runs' streams from Redis once
+    the transaction has committed (as `delete_thread` does), after telling the viewers of the
+    interrupted ones (`stream_store.threads`).
+
+    Raises:
+        Conflict: a thread has a queued or running run; it names them.
+    """
+    cur = await conn.execute(
+        "SELECT thread_id::text AS thread_id FROM runstream_threads"
+        " WHERE thread_id = ANY(%s::uuid[]) AND owner = %s ORDER BY thread_id FOR UPDATE",
+        (list(thread_ids), owner),
+    )
+    locked = [row["thread_id"] for row in await cur.fetchall()]
+    if not locked:
+        return DeletedThreads([], [])
+    cur = await conn.execute(
+        "SELECT run_id::text AS run_id, thread_id::text AS thread_id, status, attempt"
+        " FROM runstream_runs WHERE thread_id = ANY(%s::uuid[]) ORDER BY run_id FOR UPDATE",
+        (locked,),
+    )
+    runs = await cur.fetchall()
+    busy = sorted({r["thread_id"] for r in runs if r["status"] in ("queued", "running")})
+    if busy:
+        raise Conflict(
+            f"threads with a queued or running run cannot be deleted: {', '.join(busy)};"
+            " cancel their runs first",
+            code="thread_busy",
+        )
+    await conn.execute("DELETE FROM runstream_threads WHERE thread_id = ANY(%s::uuid[])", (locked,))
+    for thread_id in locked:
+        await delete_thread_checkpoints(conn, thread_id)
+    deleted = [DeletedRun(r["run_id"], r["attempt"], r["status"] == "interrupted") for r in runs]
+    return DeletedThreads(locked, deleted)

@@ -1,14 +1,17 @@
-"""Deleting a thread across both stores, the one way the API and the retention sweep share."""
+"""Deleting threads across both stores: a thread (the one way the API and the retention sweep
+share), or an assistant with its threads. Postgres decides; the runs' streams go after."""
 
 from __future__ import annotations
 
 import structlog
 
+from .assistant_records import AssistantRecords
 from .errors import StoreUnavailable
+from .lifecycle import RunLifecycle
 from .log import EventLog
-from .thread_records import ThreadRecords
+from .thread_records import DeletedThreads, ThreadRecords
 
-__all__ = ["delete_thread"]
+__all__ = ["delete_assistant", "delete_langgraph_threads", "delete_thread"]
 
 logger = structlog.get_logger()
 
@@ -34,9 +37,61 @@ async def delete_thread(
         Conflict: a run of the thread is queued, running or interrupted.
     """
     run_ids = await thread_records.delete_thread(thread_id, owner, idle_s=idle_s)
+    await _delete_streams(events, run_ids, "thread deleted", thread_id=thread_id)
+
+
+async def delete_assistant(
+    assistant_records: AssistantRecords,
+    lifecycle: RunLifecycle,
+    assistant_id: str,
+    owner: str,
+    *,
+    with_threads: bool,
+) -> bool:
+    """Delete the owner's assistant (with its threads: LangGraph's `delete_threads`) in one
+    Postgres transaction (`AssistantRecords.delete_assistant`), then its threads' runs'
+    streams, as `delete_thread` does, once the viewers of the runs that waited at an interrupt
+    are told they were cancelled; whether the owner had it.
+
+    Raises:
+        Conflict: `with_threads`, and one of them has a queued or running run.
+    """
+    deleted = await assistant_records.delete_assistant(
+        assistant_id, owner, with_threads=with_threads
+    )
+    if deleted is None:
+        return False
+    await _after_delete(lifecycle, deleted, "assistant deleted", assistant_id=assistant_id)
+    return True
+
+
+async def delete_langgraph_threads(
+    thread_records: ThreadRecords, lifecycle: RunLifecycle, owner: str, thread_ids: list[str]
+) -> int:
+    """Delete the owner's threads among `thread_ids` (LangGraph's prune), all or none, as
+    `delete_assistant` deletes its threads; how many were deleted.
+
+    Raises:
+        Conflict: one of them has a queued or running run.
+    """
+    deleted = await thread_records.delete_langgraph_threads(owner, thread_ids)
+    await _after_delete(lifecycle, deleted, "threads pruned", count=str(len(deleted.thread_ids)))
+    return len(deleted.thread_ids)
+
+
+async def _after_delete(
+    lifecycle: RunLifecycle, deleted: DeletedThreads, what: str, **where: str
+) -> None:
+    """Once the delete has committed: the end to the viewers of runs that waited at an
+    interrupt, then the runs' streams."""
+    await lifecycle.tell_deleted([run for run in deleted.runs if run.interrupted])
+    run_ids = [run.run_id for run in deleted.runs]
+    await _delete_streams(lifecycle.events, run_ids, what, **where)
+
+
+async def _delete_streams(events: EventLog, run_ids: list[str], what: str, **where: str) -> None:
+    """The deleted runs' streams, after the commit; left to expire if Redis refuses."""
     try:
         await events.delete(run_ids)
     except StoreUnavailable as exc:
-        logger.warning(
-            "thread deleted; its streams are left to expire", thread_id=thread_id, error=str(exc)
-        )
+        logger.warning(f"{what}; its streams are left to expire", **where, error=str(exc))

@@ -8,6 +8,7 @@ Wire details: docs/langgraph.md, "Assistants".
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from psycopg import AsyncConnection
 
 from server.langgraph.conversions import assistant_id_for
 from server.resources import Resources, open_resources
@@ -339,6 +341,83 @@ async def test_delete_threads_deletes_the_threads_the_assistant_ran_on(
     async with await schema_connection(settings) as conn:
         cur = await conn.execute("SELECT count(*) FROM runstream_assistant_versions")
         assert await cur.fetchone() == (0,)
+
+
+async def blocked_on(holder: AsyncConnection[Any], call: asyncio.Task[Any]) -> None:
+    """Wait until `call` is done or waits on a lock `holder` holds (its transaction still
+    open), so a test can let the two meet in one order, without sleeping."""
+
+    async def waiting_or_done() -> bool:
+        cur = await holder.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity"
+            " WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid)))"
+        )
+        row = await cur.fetchone()
+        return call.done() or bool(row and row[0])
+
+    await eventually(waiting_or_done, "the call to wait on the held lock")
+
+
+async def test_delete_threads_is_all_or_nothing_when_a_run_comes_in_meanwhile(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    """The busy check and the deletes are one transaction under the threads' locks: a run
+    submitted on one of them while the delete goes on makes it 409 with every thread kept."""
+    aid = (await sdk.assistants.create(**pirate()))["assistant_id"]
+    first = (await sdk.threads.create(metadata={"assistant_id": aid}))["thread_id"]
+    second = (await sdk.threads.create(metadata={"assistant_id": aid}))["thread_id"]
+    async with await schema_connection(settings) as holder:
+        async with holder.transaction():  # a submit on `first`: its row locked, a run queued
+            await holder.execute(
+                "SELECT 1 FROM runstream_threads WHERE thread_id = %s FOR UPDATE", (first,)
+            )
+            await holder.execute(
+                "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input)"
+                " SELECT %s, thread_id, owner, 'persona', 'queued', '{}'"
+                " FROM runstream_threads WHERE thread_id = %s",
+                (str(uuid.uuid4()), first),
+            )
+            delete = asyncio.create_task(sdk.assistants.delete(aid, delete_threads=True))
+            await blocked_on(holder, delete)
+        busy = await refused(delete, 409)
+        assert busy["code"] == "thread_busy" and first in busy["detail"], busy
+        for kept in (first, second):
+            assert (await sdk.threads.get(kept))["thread_id"] == kept
+        assert len(await sdk.assistants.get_versions(aid)) == 1
+        await holder.execute(  # that run ends: the delete goes through, all of it
+            "UPDATE runstream_runs SET status = 'cancelled' WHERE thread_id = %s", (first,)
+        )
+        await holder.execute(  # a run waiting at an interrupt is over, to LangGraph
+            "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input)"
+            " SELECT %s, thread_id, owner, 'persona', 'interrupted', '{}'"
+            " FROM runstream_threads WHERE thread_id = %s",
+            (str(uuid.uuid4()), second),
+        )
+    await sdk.assistants.delete(aid, delete_threads=True)
+    for gone in (first, second):
+        await refused(sdk.threads.get(gone), 404)
+    await refused(sdk.assistants.get(aid), 404)
+
+
+async def test_a_cron_made_while_its_assistant_is_deleted_is_404_and_not_left_behind(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    """A cron's insert holds its assistant's row: a delete under way makes the create 404, as
+    after the delete, instead of leaving a cron that names no assistant."""
+    aid = (await sdk.assistants.create(**pirate()))["assistant_id"]
+    async with await schema_connection(settings) as holder:
+        async with holder.transaction():  # the delete's transaction, not yet committed
+            await holder.execute("DELETE FROM runstream_assistants WHERE assistant_id = %s", (aid,))
+            await holder.execute("DELETE FROM runstream_crons WHERE assistant_id = %s", (aid,))
+            create = asyncio.create_task(
+                sdk.crons.create(aid, schedule=EVERY_MINUTE, input=human("x"))
+            )
+            await blocked_on(holder, create)
+        error = await refused(create, 404)
+        assert error["detail"] == f"assistant {aid} not found", error
+        cur = await holder.execute("SELECT count(*) FROM runstream_crons")
+        assert await cur.fetchone() == (0,)
+    assert await sdk.crons.search() == []
 
 
 # -- bad input and isolation ------------------------------------------------------------------

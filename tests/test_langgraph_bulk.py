@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
 from stream_store.limits import BATCH_MAX_RUNS
 from tests.conftest import ServerHandle, StartServer, StartWorker
-from tests.test_langgraph_api import client_for, human
+from tests.sse import Received, iter_events
+from tests.test_langgraph_api import client_for, human, v1_interrupted_run
 
 
 @pytest.fixture
@@ -105,3 +108,29 @@ async def test_prune_skips_another_callers_threads(
     for strategy in ("delete", "keep_latest"):
         assert await bob.threads.prune([thread_id], strategy=strategy) == {"pruned_count": 0}
     assert await alice.threads.get_history(thread_id) == history
+
+
+async def test_prune_ends_the_stream_of_a_run_waiting_at_an_interrupt(
+    sdk: LangGraphClient, client: httpx.AsyncClient
+) -> None:
+    """Its viewers are told it was cancelled (nothing will resume it) before its stream goes,
+    as when a thread delete cancels it first."""
+    run = await v1_interrupted_run(client)
+    received: list[Received] = []
+    attached = asyncio.Event()
+
+    async def watch() -> None:
+        async for event in iter_events(client, f"/v1/runs/{run['run_id']}/events"):
+            received.append(event)
+            attached.set()  # replayed: the viewer follows the run live from here
+
+    watching = asyncio.create_task(watch())
+    await asyncio.wait_for(attached.wait(), 10)
+    assert await sdk.threads.prune([run["thread_id"]]) == {"pruned_count": 1}
+    await asyncio.wait_for(watching, 10)
+    assert [(e.event, e.data) for e in received[-2:]] == [
+        ("run", {"status": "cancelled", "attempt": 1}),
+        ("done", {"status": "cancelled", "output": None}),
+    ]
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(run["thread_id"])

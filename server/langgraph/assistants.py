@@ -33,13 +33,13 @@ from stream_store.limits import (
     ASSISTANT_NAME_MAX_CHARS,
 )
 from stream_store.quotas import CallerQuotas
+from stream_store.threads import delete_assistant
 
 from .. import inputs
 from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
 from .submit import unprocessable
-from .threads import delete_langgraph_thread
 from .views import (
     assistant_of,
     assistant_view,
@@ -324,32 +324,29 @@ class AssistantsController(Controller):
         caller: Caller,
         delete_threads: Annotated[str | None, Parameter(required=False)] = None,
     ) -> None:
-        """LangGraph's delete: the assistant's queued and running runs are cancelled, its
-        versions and crons go with it; its runs stay. `delete_threads=true`: so do the
-        threads it ran on (each as `DELETE /threads/{id}`; 409 with nothing changed while
-        one of them has a queued or running run)."""
+        """LangGraph's delete: the assistant's versions and crons go with it, then its queued
+        and running runs are cancelled; its runs stay. `delete_threads=true`: the threads it
+        ran on go too, with their runs and state, in the same transaction (409 with nothing
+        changed while one of them has a queued or running run; an interrupted run is over, and
+        goes with its thread)."""
         assistant = await _own(resources, caller, assistant_id)
-        records = resources.assistant_records
-        if (delete_threads or "").lower() == "true":
-            ids = await records.threads_of(assistant.assistant_id, caller.owner)
-            threads = await resources.thread_records.search_threads(
-                caller.owner, metadata={}, status=None, limit=max(1, len(ids)), offset=0, ids=ids
-            )
-            if busy := [t.thread_id for t in threads if t.langgraph_status == "busy"]:
-                raise Conflict(
-                    "the assistant's threads with a queued or running run cannot be deleted:"
-                    f" {', '.join(busy)}; cancel their runs first",
-                    code="thread_busy",
-                )
-            for thread in threads:
-                await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
-        for run_id in await records.active_runs(assistant.assistant_id, caller.owner):
+        if not await delete_assistant(
+            resources.assistant_records,
+            resources.lifecycle,
+            assistant.assistant_id,
+            caller.owner,
+            with_threads=(delete_threads or "").lower() == "true",
+        ):
+            raise NotFound(f"assistant {assistant_id} not found")
+        # After the delete: a run submitted meanwhile (its check saw the assistant) is
+        # cancelled too.
+        for run_id in await resources.assistant_records.active_runs(
+            assistant.assistant_id, caller.owner
+        ):
             run = await resources.run_records.get_run(run_id, caller.owner)
             if run is not None and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
                 with contextlib.suppress(Conflict):  # it ended meanwhile
                     await resources.lifecycle.cancel(run)
-        if not await records.delete_assistant(assistant.assistant_id, caller.owner):
-            raise NotFound(f"assistant {assistant_id} not found")
         logger.info("assistant deleted", assistant_id=assistant.assistant_id)
 
     @post("/{assistant_id:str}/versions", status_code=200, summary="An assistant's versions")

@@ -122,8 +122,6 @@ async def _create(
             next_run_date=next_run(schedule, timezone, datetime.now(UTC), end_time),
         )
     )
-    if cron is None:
-        raise NotFound(f"thread {thread_id} not found")
     logger.info("cron created", cron_id=cron.cron_id, thread_id=thread_id)
     return cron_view(cron)
 

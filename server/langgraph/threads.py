@@ -11,7 +11,7 @@ from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_thread
+from stream_store.threads import delete_langgraph_threads, delete_thread
 
 from .. import inputs
 from ..auth import Caller
@@ -123,12 +123,18 @@ class ThreadsController(Controller):
     async def prune(
         self, data: ThreadPrune, resources: Resources, caller: Caller
     ) -> dict[str, int]:
-        """`delete`: as `DELETE /threads/{id}`, for each. `keep_latest`: each thread keeps only
-        its current state (LangGraph's checkpointer prunes the rest; history then shows one
-        state). Ids that are unknown or another caller's are skipped and not counted, as a
-        missing thread is. A thread with a queued or running run refuses the whole prune
-        (409) before anything changes."""
+        """`delete`: as `DELETE /threads/{id}` for each, in one transaction under the threads'
+        locks. `keep_latest`: each thread keeps only its current state (LangGraph's
+        checkpointer prunes the rest; history then shows one state). Ids that are unknown or
+        another caller's are skipped and not counted, as a missing thread is. A thread with a
+        queued or running run refuses the whole prune (409) before anything changes."""
         ids = list(dict.fromkeys(inputs.object_id(i, "thread") for i in data.thread_ids))
+        if data.strategy == "delete":
+            count = await delete_langgraph_threads(
+                resources.thread_records, resources.lifecycle, caller.owner, ids
+            )
+            logger.info("threads pruned", count=count, strategy=data.strategy)
+            return {"pruned_count": count}
         threads = await resources.thread_records.search_threads(
             caller.owner, metadata={}, status=None, limit=max(1, len(ids)), offset=0, ids=ids
         )
@@ -137,13 +143,7 @@ class ThreadsController(Controller):
                 f"threads with a queued or running run cannot be pruned: {', '.join(busy)}",
                 code="thread_busy",
             )
-        if data.strategy == "keep_latest":
-            await resources.checkpointer.aprune(
-                [t.thread_id for t in threads], strategy="keep_latest"
-            )
-        else:
-            for thread in threads:
-                await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
+        await resources.checkpointer.aprune([t.thread_id for t in threads], strategy="keep_latest")
         logger.info("threads pruned", count=len(threads), strategy=data.strategy)
         return {"pruned_count": len(threads)}
 

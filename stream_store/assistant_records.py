@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from .connections import PgPool
 from .errors import postgres_errors
+from .owner_caps import make_room
 from .pg import fetch_all
 from .thread_records import DeletedThreads, delete_langgraph_threads
 
@@ -151,9 +152,16 @@ class AssistantRecords:
     def __init__(self, pool: PgPool) -> None:
         self.pool = pool
 
-    async def create_assistant(self, new: NewAssistant) -> AssistantRecord | None:
-        """A new assistant at version 1; None when its id is taken (by anyone)."""
+    async def create_assistant(
+        self, new: NewAssistant, *, limit: int = 0
+    ) -> AssistantRecord | None:
+        """A new assistant at version 1; None when its id is taken (by anyone).
+
+        Raises:
+            Conflict: the owner already has `limit` assistants (`owner_caps`).
+        """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            await make_room(conn, new.owner, "assistants", limit)
             cur = await conn.execute(
                 f"INSERT INTO runstream_assistants (assistant_id, owner, {_VERSION_FIELDS})"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"

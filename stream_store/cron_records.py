@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 
 from .connections import PgPool
 from .errors import NotFound, postgres_errors
+from .owner_caps import make_room
 from .pg import execute, fetch_all
 
 __all__ = ["CRON_SORT_COLUMNS", "CronRecord", "CronRecords", "NewCron"]
@@ -105,7 +106,7 @@ class CronRecords:
     def __init__(self, pool: PgPool) -> None:
         self.pool = pool
 
-    async def create_cron(self, new: NewCron) -> CronRecord:
+    async def create_cron(self, new: NewCron, *, limit: int = 0) -> CronRecord:
         """A new cron.
 
         A created assistant's row is held (`FOR KEY SHARE`) until the insert commits: an
@@ -116,8 +117,10 @@ class CronRecords:
         Raises:
             NotFound: `new.assistant_id` is not the owner's assistant (deleted since it was
                 checked), or `new.thread_id` not one of the owner's threads.
+            Conflict: the owner already has `limit` crons (`owner_caps`).
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            await make_room(conn, new.owner, "crons", limit)
             if new.assistant_id is not None:
                 cur = await conn.execute(
                     "SELECT 1 FROM runstream_assistants WHERE assistant_id = %s AND owner = %s"

@@ -26,6 +26,8 @@ __all__ = [
     "BATCH_MAX_RUNS",
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
+    "DEFAULT_MAX_ASSISTANTS",
+    "DEFAULT_MAX_CRONS",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
@@ -96,3 +98,5 @@ DEFAULT_MAX_SUBMITS_PER_MINUTE = 120  # POST /v1/runs, /v1/threads/{id}/runs and
 DEFAULT_MAX_ACTIVE_RUNS = 50  # the caller's runs that are queued or running
 DEFAULT_MAX_SSE_CONNECTIONS = 100  # the caller's open GET /v1/runs/{id}/events responses
 DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN = 10  # ... of those, opened with one stream token
+DEFAULT_MAX_ASSISTANTS = 100  # the caller's created assistants (LangGraph API)
+DEFAULT_MAX_CRONS = 100  # the caller's crons (LangGraph API)

@@ -167,6 +167,8 @@ class Settings:
     max_active_runs: int = limits.DEFAULT_MAX_ACTIVE_RUNS
     max_sse_connections: int = limits.DEFAULT_MAX_SSE_CONNECTIONS
     max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
+    max_assistants: int = limits.DEFAULT_MAX_ASSISTANTS
+    max_crons: int = limits.DEFAULT_MAX_CRONS
     worker_concurrency: int = 100
     worker_metrics_port: int = 0  # the worker's /metrics on RUNSTREAM_HOST; 0: none
     job_timeout_s: int = 3600
@@ -277,6 +279,8 @@ class Settings:
                 env, "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
             ),
             max_active_runs=_int(env, "RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
+            max_assistants=_int(env, "RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
+            max_crons=_int(env, "RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
             max_sse_connections=_int(
                 env, "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
             ),

@@ -420,6 +420,44 @@ async def test_a_cron_made_while_its_assistant_is_deleted_is_404_and_not_left_be
     assert await sdk.crons.search() == []
 
 
+async def test_a_caller_keeps_at_most_its_limit_of_assistants_and_crons_even_when_racing(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    server = await start_server(
+        graphs=GRAPHS, api_keys=API_KEYS, cron_interval_s=0, max_assistants=2, max_crons=2
+    )
+    await start_worker(graphs=GRAPHS, api_keys=API_KEYS)
+    alice, bob = client_for(server.url, "key-a"), client_for(server.url, "key-b")
+    # five at once, two places: the count is taken under the caller's lock
+    tried = await asyncio.gather(
+        *(alice.assistants.create(**pirate()) for _ in range(5)), return_exceptions=True
+    )
+    made = [a["assistant_id"] for a in tried if isinstance(a, dict)]
+    assert len(made) == 2, tried
+    over = await refused(alice.assistants.create(**pirate()), 409)
+    assert over["code"] == "too_many_assistants" and "RUNSTREAM_MAX_ASSISTANTS" in over["detail"]
+    assert await alice.assistants.count(graph_id="persona") == 2 + 1  # and the graph's own
+    await bob.assistants.create(**pirate())  # another caller's places are its own
+    crons = await asyncio.gather(
+        *(
+            alice.crons.create(made[0], schedule=EVERY_MINUTE, input=human(str(i)))
+            for i in range(5)
+        ),
+        return_exceptions=True,
+    )
+    assert len([c for c in crons if isinstance(c, dict)]) == 2, crons
+    over = await refused(
+        alice.crons.create("persona", schedule=EVERY_MINUTE, input=human("x")), 409
+    )
+    assert over["code"] == "too_many_crons"
+    assert len(await alice.crons.search()) == 2
+    # deleting one makes room again
+    await alice.assistants.delete(made[1])
+    await alice.assistants.create(**pirate())
+    await alice.crons.delete((await alice.crons.search())[0]["cron_id"])
+    await alice.crons.create("persona", schedule=EVERY_MINUTE, input=human("y"))
+
+
 # -- bad input and isolation ------------------------------------------------------------------
 
 

@@ -217,7 +217,8 @@ class AssistantsController(Controller):
                     config=config,
                     context=context,
                     metadata=metadata,
-                )
+                ),
+                limit=resources.settings.max_assistants,
             )
             if created is not None:
                 logger.info("assistant created", assistant_id=assistant_id, graph=graph)

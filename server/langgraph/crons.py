@@ -120,7 +120,8 @@ async def _create(
             enabled=body.enabled,
             end_time=end_time,
             next_run_date=next_run(schedule, timezone, datetime.now(UTC), end_time),
-        )
+        ),
+        limit=resources.settings.max_crons,
     )
     logger.info("cron created", cron_id=cron.cron_id, thread_id=thread_id)
     return cron_view(cron)

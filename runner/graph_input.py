@@ -11,12 +11,11 @@ of its own: an attempt after that continues from the run's latest, never forking
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import structlog
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Send
+from langgraph.types import Command, Send, StateSnapshot
 
 from stream_store.messages import input_messages
 from stream_store.run_records import RunRecord
@@ -64,19 +63,25 @@ def _fork_config(run: RunRecord, config: dict[str, Any]) -> dict[str, Any] | Non
     return {**config, "configurable": {**config["configurable"], **at}}
 
 
-def _answer_taken(run: RunRecord, metadata: Mapping[str, Any], started: bool) -> bool:
-    """Whether the latest checkpoint was saved after the graph took the run's resume value, so
-    the interrupt waiting there (if any) is a later question, which the value must not answer
-    (a retry of a resumed run whose worker died after the graph asked again). A `/v1` resume
-    continues the same run: its checkpoints carry the answer's id (runner/execute.py). A
-    LangGraph resume is a new run: any checkpoint of its own comes after the answer.
+def _answer_taken(run: RunRecord, state: StateSnapshot, started: bool) -> bool:
+    """Whether the graph already took the run's resume value, so the interrupt waiting now (if
+    any) is a later question, which the value must not answer (a retry of a resumed run whose
+    worker died after the graph asked again).
 
-    Not caught: a node that asks twice, whose second question is saved on the same checkpoint
-    as the first answer; a retry then gives the value again.
+    The question the value answers has an id (`interrupt_id`, recorded when the run was
+    interrupted): waiting at other questions and not at that one, the graph took it. That
+    holds when one node asks twice, whose second question is saved on the checkpoint the
+    first answer went to. Otherwise, the latest checkpoint was saved after the answer: a `/v1`
+    resume continues the same run, and its checkpoints carry the answer's id
+    (runner/execute.py); a LangGraph resume is a new run, and any checkpoint of its own comes
+    after the answer.
     """
     resume = run.resume or {}
+    asked = resume.get("interrupt_id")
+    if asked and state.interrupts and all(i.id != asked for i in state.interrupts):
+        return True
     if "id" in resume:
-        return metadata.get("resume_id") == resume["id"]
+        return (state.metadata or {}).get("resume_id") == resume["id"]
     return started and bool((run.kwargs or {}).get("command"))  # a LangGraph run
 
 
@@ -112,11 +117,18 @@ async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> 
         )
     if steering is not None and not started:
         return GraphCall(steering, start)
+    taken = run.resume is not None and _answer_taken(run, state, started)
     if (
-        run.resume is not None
-        and not _answer_taken(run, state.metadata or {}, started)
-        and (state.interrupts or not started)
+        taken
+        and state.interrupts
+        and all(t.interrupts or t.result is not None for t in state.tasks)
     ):
+        # The graph took the answer and waits at its next question, which the attempt that
+        # died asked: ask it again without running anything. Running the node again would not
+        # do: when one node asks twice, its checkpoint still holds the spent answer, and
+        # LangGraph would give it to the second question.
+        return GraphCall(..., config)
+    if run.resume is not None and not taken and (state.interrupts or not started):
         # Not started and no interrupt waiting: `update_state` wrote the latest checkpoint
         # since the interrupt. LangGraph resumes from it all the same (the value answers the
         # next step's first `interrupt()`, or nothing); re-sending the input would restart.

@@ -346,7 +346,9 @@ class RunLifecycle:
 
     async def interrupt(self, run: RunRecord, value: Any, interrupt_id: str | None = None) -> bool:
         """running -> interrupted; False when the attempt no longer held the run."""
-        interrupted = await self.run_records.interrupt_run(run.run_id, run.attempt, value)
+        interrupted = await self.run_records.interrupt_run(
+            run.run_id, run.attempt, value, interrupt_id
+        )
         if interrupted is None:
             logger.warning("run changed hands before it paused; writing nothing")
             return False

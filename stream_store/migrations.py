@@ -168,6 +168,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runstream_crons_assistant ON runstream_crons (assistant_id)
         WHERE assistant_id IS NOT NULL;
     """,
+    # The id of the interrupt an interrupted run waits at (LangGraph's `Interrupt.id`, one per
+    # question, even for two asked by one node): a resume's answer records which question it
+    # answers, so that a retried attempt never gives it to the next one (runner/graph_input.py).
+    """
+    ALTER TABLE runstream_runs ADD COLUMN interrupt_id text;
+    """,
 ]
 
 

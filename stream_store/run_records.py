@@ -31,8 +31,8 @@ __all__ = ["RUN_COLUMNS", "BeforeCommit", "RunRecord", "RunRecords"]
 RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
     " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
-    " finished_at, error, interrupt, output, last_event_id, stream_modes, kwargs, traceparent,"
-    " attempt_traceparent"
+    " finished_at, error, interrupt, interrupt_id, output, last_event_id, stream_modes, kwargs,"
+    " traceparent, attempt_traceparent"
 )
 # A queued run of a thread may go next when nothing else of its thread is in flight.
 _MAY_GO_NEXT = (
@@ -65,6 +65,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     finished_at: datetime | None = None
     error: dict[str, Any] | None = None
     interrupt: Any = None
+    interrupt_id: str | None = None  # LangGraph's id of the question `interrupt` is
     output: dict[str, Any] | None = None
     last_event_id: str | None = None
     # Extra LangGraph stream modes the worker records (`values`, `updates`), and the LangGraph
@@ -282,13 +283,15 @@ class RunRecords:
             ),
         )
 
-    async def interrupt_run(self, run_id: str, attempt: int, interrupt: Any) -> RunRecord | None:
+    async def interrupt_run(
+        self, run_id: str, attempt: int, interrupt: Any, interrupt_id: str | None = None
+    ) -> RunRecord | None:
         """running -> interrupted: the graph is waiting for `/resume`."""
         return await self._update_run(
-            "status = 'interrupted', interrupt = %s, resume = NULL,"
+            "status = 'interrupted', interrupt = %s, interrupt_id = %s, resume = NULL,"
             " settled_at = clock_timestamp(), last_event_id = NULL",
             _HELD_BY_ATTEMPT,
-            (Jsonb(interrupt), run_id, attempt),
+            (Jsonb(interrupt), interrupt_id, run_id, attempt),
         )
 
     async def cancel_idle_run(
@@ -310,14 +313,16 @@ class RunRecords:
     ) -> RunRecord | None:
         """interrupted -> queued with the resume value, as a new dispatch of the same run.
 
-        The value gets an id of its own, which the checkpoints saved after it carry
-        (runner/graph_input.py): a retried attempt then knows whether the graph already took
-        the answer. `before_commit` gets the resumed run while its row is locked; raising rolls
-        back.
+        The value gets an id of its own, which the checkpoints saved after it carry, and the id
+        of the question it answers (`interrupt_id`, when the graph gave one): a retried attempt
+        then knows whether the graph already took the answer (runner/graph_input.py).
+        `before_commit` gets the resumed run while its row is locked; raising rolls back.
         """
         resume = {"value": value, "id": uuid.uuid4().hex}
         return await self._update_run(
-            "status = 'queued', resume = %s, interrupt = NULL, dispatch = dispatch + 1,"
+            "status = 'queued',"
+            " resume = %s || jsonb_strip_nulls(jsonb_build_object('interrupt_id', interrupt_id)),"
+            " interrupt = NULL, interrupt_id = NULL, dispatch = dispatch + 1,"
             " queued_at = clock_timestamp(), settled_at = NULL, last_event_id = NULL",
             "run_id = %s AND owner = %s AND status = 'interrupted'",
             (Jsonb(resume), run_id, owner),

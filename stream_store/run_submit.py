@@ -171,6 +171,10 @@ class RunSubmitter:
                 )
             else:
                 busy, superseded = await self._admit_on_thread(conn, new, new.thread_id)
+                asked = [r.interrupt_id for r in superseded if r.interrupt_id]
+                if new.resume is not None and asked:
+                    # the question the answer is for (runner/graph_input.py, `_answer_taken`)
+                    new.resume = {**new.resume, "interrupt_id": asked[0]}
                 thread = _TOUCHED_THREAD
                 thread_values = (new.title, Jsonb(new.thread_metadata), new.thread_id)
             cur = await conn.execute(

@@ -175,8 +175,7 @@ async def test_a_retried_resume_never_gives_its_answer_to_the_next_question(
         assert answers == [("first", "yes")]
         retry = msgspec.structs.replace(resumed, attempt=2)
         call = await graph_input(graph, retry, config)
-        assert call.input is None  # the answer was taken: not given again
-        await graph.ainvoke(call.input, marked)
+        assert call.input is ...  # the answer was taken: not given again; the run waits
         assert answers == [("first", "yes")]  # the second question got no answer
         state = await graph.aget_state(config)  # type: ignore[arg-type]
         assert [i.value for i in state.interrupts] == ["second question"]
@@ -184,3 +183,63 @@ async def test_a_retried_resume_never_gives_its_answer_to_the_next_question(
         first_try = msgspec.structs.replace(resumed, resume={"value": "no", "id": "answer-2"})
         call = await graph_input(graph, msgspec.structs.replace(first_try, attempt=3), config)
         assert isinstance(call.input, Command) and call.input.resume == "no"
+
+
+def asks_twice_in_one_node(answers: list[Any]) -> Any:
+    """One node asking two questions, one `interrupt()` after the other."""
+
+    async def ask_both(state: MessagesState) -> dict[str, Any]:
+        answers.append(("first", interrupt("first question")))
+        answers.append(("second", interrupt("second question")))
+        return {}
+
+    return (
+        StateGraph(MessagesState)
+        .add_node("ask_both", ask_both)
+        .add_edge(START, "ask_both")
+        .add_edge("ask_both", END)
+    )
+
+
+async def test_a_retried_resume_never_answers_the_next_question_of_the_same_node(
+    settings: Settings,
+) -> None:
+    """The node's second question is saved on the checkpoint the first answer went to, so no
+    later checkpoint says the answer was taken: the question's id does."""
+    answers: list[Any] = []
+    async with open_services(settings) as services:
+        graph = asks_twice_in_one_node(answers).compile(
+            checkpointer=FencedPostgresSaver(services.pool)  # type: ignore[arg-type]
+        )
+        run_id, thread_id = str(uuid.uuid4()), str(uuid.uuid4())
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        marked = {**config, "metadata": {"run_id": run_id}}
+        await graph.ainvoke({"messages": []}, marked)
+        asked = await graph.aget_state(config)  # type: ignore[arg-type]
+        first_id = asked.interrupts[0].id
+        # as `resume_run` records it: the answer, its id, and the question it answers
+        answer = {"value": "yes", "id": "answer-1", "interrupt_id": first_id}
+        resumed = msgspec.structs.replace(attempt(run_id, thread_id, 1), resume=answer)
+        call = await graph_input(graph, resumed, config)
+        assert isinstance(call.input, Command) and call.input.resume == "yes"
+        with_answer = {**config, "metadata": {"run_id": run_id, "resume_id": "answer-1"}}
+        await graph.ainvoke(call.input, with_answer)  # takes the answer, asks again; "dies"
+        assert answers == [("first", "yes")]
+        again = await graph.aget_state(config)  # type: ignore[arg-type]
+        assert again.config == asked.config  # no checkpoint since the first question
+        assert [i.value for i in again.interrupts] == ["second question"]
+        assert again.interrupts[0].id != first_id
+        call = await graph_input(graph, msgspec.structs.replace(resumed, attempt=2), config)
+        # nothing runs: the run waits at the second question (the attempt reads it from the
+        # checkpoint and says `pending`); running the node again would answer it with the
+        # spent answer its checkpoint still holds
+        assert call.input is ...
+        # the next answer goes to the second question
+        answer = {"value": "no", "id": "answer-2", "interrupt_id": again.interrupts[0].id}
+        resumed = msgspec.structs.replace(resumed, attempt=3, resume=answer)
+        call = await graph_input(graph, resumed, config)
+        assert isinstance(call.input, Command) and call.input.resume == "no"
+        answers.clear()
+        await graph.ainvoke(call.input, with_answer)
+        assert answers == [("first", "yes"), ("second", "no")]
+        assert (await graph.aget_state(config)).next == ()  # type: ignore[arg-type]

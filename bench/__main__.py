@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import secrets
@@ -165,8 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     started = time.monotonic()
     print(f"bench: {', '.join(names)}" + (" (quick)" if args.quick else ""), flush=True)
+    run = asyncio.run
+    with contextlib.suppress(ImportError):  # the loop runstream's processes run on
+        import uvloop
+
+        run = uvloop.run
     try:
-        asyncio.run(run_all(args, names, report))
+        run(run_all(args, names, report))
     except KeyboardInterrupt:
         print("\nbench: interrupted; reporting what was measured", file=sys.stderr)
     report.meta["duration_s"] = time.monotonic() - started

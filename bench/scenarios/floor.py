@@ -2,7 +2,10 @@
 
 No queue, no Redis, no HTTP: `runner.graphs.chat` compiled with an `InMemorySaver`, streamed
 with `stream_mode="messages"`, fake model delay 0. Its token rate (tokens over the whole
-stream) and time to first token are what the served figures are compared with.
+stream) and time to first token are what the served figures are compared with. It runs as a
+worker process does: on uvloop (the bench's loop) and with the worker's garbage-collector
+settings (`server.heap`), taken once the graph is loaded; without them the floor was slower
+than runstream's own worker (issue 12).
 """
 
 from __future__ import annotations
@@ -64,8 +67,10 @@ async def run(ctx: BenchContext) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     from runner.graphs import chat
+    from server.heap import settle_heap
 
     graph = chat.compile(checkpointer=InMemorySaver())
+    settle_heap()  # as the worker does once loaded (the bench's own process, from here on)
     await _stream(graph, TTFT_TEXT)  # warm up imports and caches
     ttfts = [(await _stream(graph, TTFT_TEXT))[1] * 1000 for _ in range(ctx.size(50, 15))]
     rates = []

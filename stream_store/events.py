@@ -15,6 +15,7 @@ import msgspec
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "LAST_POSITION",
     "TERMINAL_EVENTS",
     "TERMINAL_STATUSES",
     "CustomData",
@@ -161,6 +162,7 @@ def decode_data(raw: bytes) -> Any:
 
 
 _U64 = 2**64 - 1
+LAST_POSITION = (_U64, _U64)  # the last stream id Redis can hand out: nothing follows it
 
 
 def is_event_id(value: str) -> bool:

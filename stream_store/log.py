@@ -23,7 +23,7 @@ from redis.asyncio import RedisCluster
 from .batch_sender import BatchSender
 from .connections import StoreRedis, register_script
 from .errors import redis_errors
-from .events import TERMINAL_EVENTS, RunStatus
+from .events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
 from .keys import KeySpace
 from .limits import (
     DEFAULT_INTERRUPTED_TTL_S,
@@ -259,6 +259,8 @@ class EventLog:
 
     async def read_range(self, run_id: str, after: str, count: int = 1000) -> list[StoredEvent]:
         """Up to `count` events strictly after `after` ("0-0" reads from the start)."""
+        if parse_event_id(after) == LAST_POSITION:
+            return []  # Redis refuses an exclusive start there ("invalid start ID")
         with redis_errors(run_id):
             entries = await self.redis.xrange(
                 self.keys.run_events(run_id), min=f"({after}", max="+", count=count

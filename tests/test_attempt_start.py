@@ -187,3 +187,11 @@ def test_a_fresh_threads_first_read_is_the_only_one_answered_whatever_it_asks() 
     assert not fresh.skips(latest)  # and so is every read after it
     first = FreshThread("t")
     assert first.skips(latest) and not first.skips(latest)
+
+
+async def test_nothing_is_read_after_the_last_position(events: EventLog) -> None:
+    """Redis refuses `XRANGE (<last possible id>`; nothing can follow that id anyway."""
+    run_id = await _queued(events)
+    last = f"{2**64 - 1}-{2**64 - 1}"
+    assert await events.read_range(run_id, last) == []
+    assert len(await events.read_range(run_id, "0-0")) == 1

@@ -113,6 +113,9 @@ class TestEventIdParsing:
         written = f"{'0' * zeros[0]}{ms}-{'0' * zeros[1]}{seq}"
         assume(is_event_id(written))  # past 20 digits it is refused: stricter than Redis
         after = inputs.event_id(written)
+        # Redis refuses an exclusive start at the last possible id; `EventLog.read_range`
+        # answers it itself (nothing follows it): test_nothing_is_read_after_the_last_position
+        assume(parse_event_id(after) != (U64, U64))
         redis.delete(stream_key)
         for position in sorted(stored):  # XADD refuses an id not above the last one
             redis.xadd(stream_key, {"e": "x"}, id=id_text(position))

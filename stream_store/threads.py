@@ -1,5 +1,6 @@
-"""Deleting threads across both stores: a thread (the one way the API and the retention sweep
-share), or an assistant with its threads. Postgres decides; the runs' streams go after."""
+"""Deleting threads across both stores: a thread (the one way `/v1` and the retention sweep
+share), LangGraph's threads (its thread delete and prune), or an assistant with its threads.
+Postgres decides; the runs' streams go after."""
 
 from __future__ import annotations
 
@@ -68,14 +69,14 @@ async def delete_assistant(
 async def delete_langgraph_threads(
     thread_records: ThreadRecords, lifecycle: RunLifecycle, owner: str, thread_ids: list[str]
 ) -> int:
-    """Delete the owner's threads among `thread_ids` (LangGraph's prune), all or none, as
-    `delete_assistant` deletes its threads; how many were deleted.
+    """Delete the owner's threads among `thread_ids` (LangGraph's thread delete and prune), all
+    or none, as `delete_assistant` deletes its threads; how many were deleted.
 
     Raises:
         Conflict: one of them has a queued or running run.
     """
     deleted = await thread_records.delete_langgraph_threads(owner, thread_ids)
-    await _after_delete(lifecycle, deleted, "threads pruned", count=str(len(deleted.thread_ids)))
+    await _after_delete(lifecycle, deleted, "threads deleted", count=str(len(deleted.thread_ids)))
     return len(deleted.thread_ids)
 
 

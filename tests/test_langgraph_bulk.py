@@ -110,11 +110,11 @@ async def test_prune_skips_another_callers_threads(
     assert await alice.threads.get_history(thread_id) == history
 
 
-async def test_prune_ends_the_stream_of_a_run_waiting_at_an_interrupt(
-    sdk: LangGraphClient, client: httpx.AsyncClient
+@pytest.mark.parametrize("how", ["prune", "delete"])
+async def test_prune_or_delete_ends_the_stream_of_a_run_waiting_at_an_interrupt(
+    sdk: LangGraphClient, client: httpx.AsyncClient, how: str
 ) -> None:
-    """Its viewers are told it was cancelled (nothing will resume it) before its stream goes,
-    as when a thread delete cancels it first."""
+    """Its viewers are told it was cancelled (nothing will resume it) before its stream goes."""
     run = await v1_interrupted_run(client)
     received: list[Received] = []
     attached = asyncio.Event()
@@ -126,7 +126,10 @@ async def test_prune_ends_the_stream_of_a_run_waiting_at_an_interrupt(
 
     watching = asyncio.create_task(watch())
     await asyncio.wait_for(attached.wait(), 10)
-    assert await sdk.threads.prune([run["thread_id"]]) == {"pruned_count": 1}
+    if how == "prune":
+        assert await sdk.threads.prune([run["thread_id"]]) == {"pruned_count": 1}
+    else:
+        await sdk.threads.delete(run["thread_id"])
     await asyncio.wait_for(watching, 10)
     assert [(e.event, e.data) for e in received[-2:]] == [
         ("run", {"status": "cancelled", "attempt": 1}),

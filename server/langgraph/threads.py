@@ -11,7 +11,7 @@ from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_langgraph_threads, delete_thread
+from stream_store.threads import delete_langgraph_threads
 
 from .. import inputs
 from ..auth import Caller
@@ -41,18 +41,9 @@ from .wire import (
     ThreadState,
 )
 
-__all__ = ["ThreadsController", "delete_langgraph_thread"]
+__all__ = ["ThreadsController"]
 
 logger = structlog.get_logger()
-
-
-async def delete_langgraph_thread(resources: Resources, thread_id: str, owner: str) -> None:
-    """LangGraph's thread delete: its interrupted run is over (runstream's would wait for a
-    resume), so it is cancelled first; then the thread goes with its runs and state."""
-    for run in await resources.run_records.thread_runs(thread_id, owner):
-        if run.status == "interrupted":
-            await resources.lifecycle.cancel(run)
-    await delete_thread(resources.thread_records, resources.events, thread_id, owner)
 
 
 class ThreadsController(Controller):
@@ -168,8 +159,14 @@ class ThreadsController(Controller):
 
     @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
+        """As a prune of the one thread: its interrupted run is over (runstream's own would
+        wait for a resume) and goes with it, its viewers told it was cancelled."""
         thread = await owned_thread(resources, thread_id, caller)
-        await delete_langgraph_thread(resources, thread.thread_id, caller.owner)
+        ids = [thread.thread_id]
+        if not await delete_langgraph_threads(
+            resources.thread_records, resources.lifecycle, caller.owner, ids
+        ):
+            raise NotFound(f"thread {thread_id} not found")  # deleted meanwhile
 
     @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
     async def join_stream(

@@ -100,6 +100,24 @@ def compare(
     )
 
 
+def compare_stats(
+    ctx: BenchContext,
+    name: str,
+    summaries: Mapping[str, Mapping[str, float]],
+    unit: str,
+    stats: tuple[str, ...] = ("median", "p99"),
+) -> None:
+    """A row per statistic of each side's summary; `name` has a `{stat}` to fill."""
+    for stat in stats:
+        compare(
+            ctx,
+            name.format(stat=stat),
+            {label: summary.get(stat) for label, summary in summaries.items()},
+            unit,
+            stats=dict(summaries["cluster"]),
+        )
+
+
 async def first_token(ctx: BenchContext, backends: dict[str, Backend], n: int) -> None:
     """`n` runs on each, in `ROUNDS` rounds that alternate which goes first: whichever is
     measured first is otherwise a few % slower (warm-up, drift of the machine's load)."""
@@ -113,14 +131,7 @@ async def first_token(ctx: BenchContext, backends: dict[str, Backend], n: int) -
             post_ms[label] += accepted
     stats = {label: summary(values) for label, values in totals.items()}
     posts = {label: summary(values) for label, values in post_ms.items()}
-    for stat in ("median", "p99"):
-        compare(
-            ctx,
-            f"submit → first token, {stat}",
-            {label: s[stat] for label, s in stats.items()},
-            "ms",
-            stats=stats["cluster"],
-        )
+    compare_stats(ctx, "submit → first token, {stat}", stats, "ms")
     compare(
         ctx,
         "POST /v1/runs → 202, median",
@@ -157,14 +168,8 @@ async def fan_out(
         "/s",
         notes=f"offered {rounds['cluster'].offered:,.0f}/s",
     )
-    for stat in ("p50", "p99"):
-        compare(
-            ctx,
-            f"{shape}: XADD→receipt {stat}",
-            {label: r.latency.get(stat) for label, r in rounds.items()},
-            "ms",
-            stats=rounds["cluster"].latency,
-        )
+    latencies = {label: r.latency for label, r in rounds.items()}
+    compare_stats(ctx, shape + ": XADD→receipt {stat}", latencies, "ms", ("p50", "p99"))
     compare(
         ctx,
         f"{shape}: server CPU per delivered event",
@@ -199,14 +204,7 @@ async def concurrent(ctx: BenchContext, backends: dict[str, Backend], concurrenc
         notes=f"first submit → last run terminal; model time {model_s:.2f} s",
     )
     ratios = {k: summary(r.ratios(model_s)[0]) for k, r in rounds.items()}
-    for stat in ("median", "p99"):
-        compare(
-            ctx,
-            f"{label}: created→finished / model time, {stat}",
-            {k: s[stat] for k, s in ratios.items()},
-            "x",
-            stats=ratios["cluster"],
-        )
+    compare_stats(ctx, label + ": created→finished / model time, {stat}", ratios, "x")
     compare(
         ctx,
         f"{label}: succeeded",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import structlog
+from litestar.types import HTTPResponseBodyEvent, Send
 
 from stream_store.errors import StreamGone
 from stream_store.events import parse_event_id
@@ -15,16 +19,50 @@ from stream_store.log import EventLog
 from stream_store.run_records import RunRecord
 
 from .errors import ApiError
+from .event_stream import BODY_SEND
 from .fanout import StreamFollower
 from .feed import Frame, Viewer, sse_frame
 
-__all__ = ["Attachment", "Dialect", "RunstreamDialect", "check_resume_point"]
+__all__ = ["Attachment", "BlockedWrite", "Dialect", "RunstreamDialect", "check_resume_point"]
 
 logger = structlog.get_logger()
 
 PING = b": ping\n\n"  # a bare comment (Litestar's encoder would add an empty data line)
 REPLAY_PAGE = 1000
 MAX_CHUNK = 64 * 1024  # bytes per write when coalescing a burst of live frames
+
+
+Burst = tuple[bytes, int]  # one write of live frames, and its oldest event's append time (ms)
+
+
+@dataclass(slots=True)
+class BlockedWrite:
+    """A direct write the client's socket could not take at once: the server's `send` waits
+    on `blocked` (uvicorn's flow control), and the viewer's task finishes it, then `rest`."""
+
+    sending: Coroutine[Any, Any, None]
+    blocked: Any  # what the send yielded: the future it waits on
+    oldest_ms: int
+    rest: list[Burst]
+
+    async def finish(self) -> None:
+        """Drive the send to its end, as a task would (it cannot be awaited: it was started)."""
+        blocked = self.blocked
+        while True:
+            if blocked is not None:
+                blocked._asyncio_future_blocking = False  # taken, as a task takes it
+            try:
+                if blocked is None:
+                    await asyncio.sleep(0)  # a bare yield: the send only gave way to the loop
+                else:
+                    await blocked
+            except BaseException:
+                self.sending.close()
+                raise
+            try:
+                blocked = self.sending.send(None)
+            except StopIteration:
+                return
 
 
 class Dialect(Protocol):
@@ -86,8 +124,9 @@ class Attachment:
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
     live feed replays again, the same way, without leaving the connection. Every
-    write is marked (`Viewer.write_started`), so the follower can cut off a client that stopped
-    reading.
+    write that waits on the client is marked (`Viewer.write_started`), so the follower can cut
+    off a client that stopped reading. Live frames are mostly written without waking the
+    viewer's task (`_live`).
     """
 
     def __init__(
@@ -111,6 +150,11 @@ class Attachment:
         self.last = parse_event_id(after)
         self.ended = False  # the terminal event is sent, or the stream was reset
         self.complete = False  # the dialect's last event is sent: the response may end cleanly
+        # Live frames written without the viewer's task (`_write_directly`) leave it these:
+        self._send: Send | None = None
+        self._viewer: Viewer | None = None
+        self._blocked: BlockedWrite | None = None  # a write to finish
+        self._left: list[Frame] = []  # frames from a `retry` on, which need a look at Redis
 
     async def frames(self) -> AsyncIterator[bytes]:
         viewer = await self.follower.subscribe(self.run_id, self.ping_interval_s)
@@ -189,36 +233,118 @@ class Attachment:
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Live frames, whatever the feed holds past the viewer per write (a burst), until the
         end or until `take` gives None (it fell behind, or the server is shutting down); a ping
-        when the follower's ticker finds it quiet for its interval."""
-        while True:
-            frames = viewer.take()
-            if frames is None:
-                return
-            if not frames:
-                if viewer.ping_due(time.monotonic()):
-                    yield self.dialect.ping
-                else:
-                    await viewer.wait()
-                continue
-            for chunk, oldest_ms in await self._bursts(frames):
-                yield chunk  # resumed once the write is done
-                self.follower.metrics.delivered(oldest_ms)
-            if self.ended:
-                return
+        when the follower's ticker finds it quiet for its interval.
 
-    async def _bursts(self, frames: list[Frame]) -> list[tuple[bytes, int]]:
+        While it waits, the viewer writes new frames directly from the follower's wake-up
+        (`_write_directly`) when the response's `send` is known (`BODY_SEND`): the task is
+        woken only for what needs it (a write the client's socket cannot take yet, a `retry`,
+        the end, a ping, falling behind, a close)."""
+        metrics = self.follower.metrics
+        send = BODY_SEND.get()
+        # its calls are driven by hand (`_write_directly`): only a coroutine function's will do
+        self._send = send if inspect.iscoroutinefunction(send) else None
+        if self._send is not None:
+            self._viewer = viewer
+            viewer.direct = self._write_directly
+        try:
+            while True:
+                if self._blocked is not None:
+                    blocked, self._blocked = self._blocked, None
+                    await blocked.finish()  # marked as a write by `_write_directly`
+                    viewer.write_ended()
+                    metrics.delivered(blocked.oldest_ms)
+                    for chunk, oldest_ms in blocked.rest:
+                        yield chunk
+                        metrics.delivered(oldest_ms)
+                if self._left:
+                    left, self._left = self._left, []
+                    for chunk, oldest_ms in await self._bursts(left):
+                        yield chunk
+                        metrics.delivered(oldest_ms)
+                if self.ended:
+                    return
+                frames = viewer.take()
+                if frames is None:
+                    return
+                if not frames:
+                    if viewer.ping_due(time.monotonic()):
+                        yield self.dialect.ping
+                    else:
+                        await viewer.wait()
+                    continue
+                for chunk, oldest_ms in await self._bursts(frames):
+                    yield chunk  # resumed once the write is done
+                    metrics.delivered(oldest_ms)
+        finally:
+            viewer.direct = None
+
+    def _write_directly(self) -> bool:
+        """Write the frames past the waiting viewer's position through the response's `send`,
+        from the follower's wake-up instead of the viewer's task (a task's wake-up and the
+        layers it resumes cost more than the write). True: the viewer may go on waiting.
+
+        A send that does not finish at once (the client's socket is full) is left to the
+        task (`BlockedWrite`), as are frames from a `retry` on and the end of the stream; a
+        send that fails closes the viewer, whose client then reconnects and replays.
+        """
+        assert self._send is not None and self._viewer is not None
+        viewer = self._viewer
+        frames = viewer.take()
+        if frames is None:
+            return False
+        bursts, self._left = self._bursts_until_check(frames)
+        for index, (chunk, oldest_ms) in enumerate(bursts):
+            body: HTTPResponseBodyEvent = {
+                "type": "http.response.body",
+                "body": chunk,
+                "more_body": True,
+            }
+            sending: Coroutine[Any, Any, None] = self._send(body)  # type: ignore[assignment]
+            try:
+                blocked = sending.send(None)
+            except StopIteration:
+                self.follower.metrics.delivered(oldest_ms)
+                continue
+            except Exception:
+                logger.warning("a direct write failed; closing the viewer", exc_info=True)
+                viewer.closed = True
+                return False
+            self._blocked = BlockedWrite(sending, blocked, oldest_ms, bursts[index + 1 :])
+            viewer.write_started()  # its task ends it: the cut-off counts the wait
+            return False
+        if bursts:
+            viewer.wrote()
+        return not (self.ended or self._left)
+
+    async def _bursts(self, frames: list[Frame]) -> list[Burst]:
+        """`frames` as few writes (`_bursts_until_check`), looking at Redis at each `retry`:
+        when the stream was reset there, the viewer's stream ends."""
+        bursts, left = self._bursts_until_check(frames)
+        while left:
+            if await self._stream_was_reset():
+                self.ended = True  # Redis lost the stream; on reconnect: 410
+                break
+            more, left = self._bursts_until_check(left, checked=left[0])
+            bursts += more
+        return bursts
+
+    def _bursts_until_check(
+        self, frames: list[Frame], checked: Frame | None = None
+    ) -> tuple[list[Burst], list[Frame]]:
         """`frames` as few writes (up to `MAX_CHUNK` bytes each), each with its oldest event's
         append time (Redis ms; its delivery is timed): one send per burst rather than one per
         event, which is most of the cost of a fast run. Frames the replay sent already are
-        skipped."""
-        bursts: list[tuple[bytes, int]] = []
+        skipped. Stops before a `retry` frame other than `checked` and returns the frames from
+        it on: whether Redis lost the stream there takes a look at Redis."""
+        bursts: list[Burst] = []
         chunk = bytearray()
         oldest = 0
-        for frame in frames:
+        left: list[Frame] = []
+        for index, frame in enumerate(frames):
             if frame.position <= self.last:  # sent by the replay already
                 continue
-            if frame.event == "retry" and await self._stream_was_reset():
-                self.ended = True  # Redis lost the stream; on reconnect: 410
+            if frame.event == "retry" and frame is not checked:
+                left = frames[index:]
                 break
             if not chunk:
                 oldest = frame.position[0]
@@ -232,7 +358,7 @@ class Attachment:
                 chunk.clear()
         if chunk:
             bursts.append((bytes(chunk), oldest))
-        return bursts
+        return bursts, left
 
     async def _stream_was_reset(self) -> bool:
         record = await self.events.live_record(self.run_id)

@@ -86,6 +86,7 @@ def _serve_process(
     import uvicorn
 
     from .app import create_app
+    from .event_stream import with_server_send
 
     tracer_provider = tracer_provider_from_env("server")
     app = create_app(settings, tracer_provider=tracer_provider)
@@ -107,7 +108,7 @@ def _serve_process(
             await super().serve(sockets)  # type: ignore[arg-type]
 
     config = uvicorn.Config(
-        app,
+        with_server_send(app),
         host=host,
         port=port,
         log_config=None,

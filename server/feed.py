@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from litestar.response import ServerSentEventMessage
@@ -91,6 +92,7 @@ class RunFeed:
         "cursor",
         "floor",
         "frames",
+        "loop",
         "ready",
         "size",
         "viewers",
@@ -105,8 +107,10 @@ class RunFeed:
         self.viewers: set[Viewer] = set()
         self.frames: list[Frame] = []
         self.base = 0
-        self.waiters: list[asyncio.Future[None]] = []
+        self.waiters: list[tuple[asyncio.Future[None], Viewer]] = []
         self._timer: asyncio.TimerHandle | None = None
+        # kept: Python 3.11's `get_running_loop` makes a getpid(2) call, once per wait
+        self.loop = asyncio.get_running_loop()
 
     @property
     def head(self) -> int:
@@ -163,21 +167,27 @@ class RunFeed:
         return held[start:], held[-1]
 
     def frames_arrived(self) -> None:
-        """Wake the viewers for new frames: at once, or for a run with many viewers, at the end
+        """Hand new frames to the viewers: at once, or for a run with many viewers, at the end
         of the coalescing window that the first of them opened."""
         if len(self.viewers) < COALESCE_VIEWERS:
-            self.wake()
+            self.wake(frames=True)
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self.wake)
+            self._timer = self.loop.call_later(COALESCE_S, self.wake, True)
 
-    def wake(self) -> None:
-        """Resume every viewer waiting on the feed (new frames, a close, or a ping due)."""
+    def wake(self, frames: bool = False) -> None:
+        """Resume every viewer waiting on the feed (a close, or a ping due). For new frames
+        (`frames`), a waiting viewer that writes directly (`Viewer.direct`) writes them here
+        and goes on waiting, unless it needs its task (see `server.attach`)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         waiters, self.waiters = self.waiters, []
-        for waiter in waiters:
-            if not waiter.done():
+        for waiter, viewer in waiters:
+            if waiter.done():
+                continue  # its task was cancelled
+            if frames and viewer.direct is not None and viewer.direct():
+                self.waiters.append((waiter, viewer))
+            else:
                 waiter.set_result(None)
 
 
@@ -197,6 +207,7 @@ class Viewer:
         "_swept_write",
         "_waited_s",
         "closed",
+        "direct",
         "feed",
         "lagging",
         "ping_interval_s",
@@ -218,6 +229,9 @@ class Viewer:
         self._swept_write = -1
         self._waited_s = 0.0
         self.task = asyncio.current_task()
+        # While the viewer waits: writes the frames past its position without waking its task,
+        # and says whether it may go on waiting (False: wake it).
+        self.direct: Callable[[], bool] | None = None
 
     def take(self) -> list[Frame] | None:
         """The frames after the viewer's position (maybe none), or None: it is closed, or it
@@ -237,8 +251,8 @@ class Viewer:
 
     async def wait(self) -> None:
         """Until the feed has news for its viewers (or a ping is due)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self.feed.waiters.append(waiter)
+        waiter = self.feed.loop.create_future()
+        self.feed.waiters.append((waiter, self))
         await waiter  # its own future: cancelling this task leaves the other viewers waiting
 
     def rejoin(self) -> None:
@@ -256,6 +270,10 @@ class Viewer:
 
     def write_ended(self) -> None:
         self.writes += 1
+        self.quiet_since = time.monotonic()
+
+    def wrote(self) -> None:
+        """A direct write ended as soon as it started: nothing waited on the client."""
         self.quiet_since = time.monotonic()
 
     def swept(self, interval_s: float) -> float:

@@ -12,6 +12,7 @@ Labels are bounded: `graph` is one of the registered graph names or `other`, `st
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -25,8 +26,14 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from .connections import PgPool
 from .events import RunStatus
@@ -36,6 +43,7 @@ __all__ = [
     "OTHER_GRAPH",
     "FanoutMetrics",
     "GraphLabels",
+    "LoopHistogram",
     "PoolCollector",
     "ServerMetrics",
     "WorkerMetrics",
@@ -150,18 +158,47 @@ class FanoutMetrics:
             "Viewers whose client stopped reading and whose connection was closed",
             registry=registry,
         )
-        self.delivery_seconds = Histogram(
+        self.delivery_seconds = LoopHistogram(
             "runstream_event_delivery_seconds",
             "From an event's append to Redis (its stream id's ms) to its live write to a viewer",
-            buckets=DELIVERY_BUCKETS,
-            registry=registry,
+            DELIVERY_BUCKETS,
         )
+        registry.register(self.delivery_seconds)
 
     def delivered(self, appended_ms: int) -> None:
         """A live write whose oldest event was appended at `appended_ms` (Redis's clock, the ms
         part of its id) reached the client. Once per write: the event's parsed id, not its
         text (parsing it again was half of this call's cost)."""
         self.delivery_seconds.observe(max(0.0, time.time() - appended_ms / 1000))
+
+
+class LoopHistogram(Collector):
+    """A histogram observed only from the event loop's thread: a bucket count and a sum, no
+    lock. prometheus_client's `Histogram` takes a lock per observation, and the delivery
+    histogram is observed once per write to every viewer (a microsecond each, a tenth of a
+    write's cost to the server)."""
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = tuple(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # bounds are inclusive
+        self.sum += value
+
+    def collect(self) -> Iterable[Metric]:
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        bounds = (*map(floatToGoString, self.bounds), "+Inf")
+        for bound, count in zip(bounds, self.counts, strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(
+            self.name, self.documentation, buckets=buckets, sum_value=self.sum
+        )
 
 
 class ServerMetrics:

@@ -31,12 +31,15 @@ from bench.launcher import free_port
 from runner.worker import build_worker
 from server.app import create_app
 from server.embedded import EmbeddedServices
+from server.event_stream import with_server_send
 from server.logs import configure_logging
 from stream_store.settings import Settings
 from tests.pgbouncer import PgBouncer
 from tests.redis_cluster import LocalRedisCluster
 
 if TYPE_CHECKING:
+    from litestar import Litestar
+
     from tests.processes import Cluster
 
 configure_logging("warning", cache=False)
@@ -187,6 +190,7 @@ class ServerHandle:
         self.url = url
         self.server = server
         self.task = task
+        self.app: Litestar | None = None  # runstream's app, when it is what runs
 
     async def stop(self) -> None:
         self.server.should_exit = True
@@ -227,7 +231,9 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
     handles: list[ServerHandle] = []
 
     async def start(**changes: Any) -> ServerHandle:
-        handle = await serve_in_loop(create_app(replace(settings, **changes)))
+        app = create_app(replace(settings, **changes))
+        handle = await serve_in_loop(with_server_send(app))  # as `runstream serve` runs it
+        handle.app = app
         handles.append(handle)
         return handle
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 from arq.worker import Worker
 
+from server.attach import BlockedWrite
 from server.feed import Frame, RunFeed, Viewer, sse_frame
 from stream_store.log import StoredEvent
 from tests.conftest import ServerHandle, StartServer
@@ -75,6 +77,79 @@ class TestManyViewers:
         reference = results[0]
         assert reference[-1].event == "done"
         assert all(result == reference for result in results)
+
+
+class TestSlowViewer:
+    """A client that reads slower than the run writes gets every event, once, in order."""
+
+    async def test_a_viewer_slower_than_its_socket_gets_every_event_once_in_order(
+        self, start_server: StartServer, worker: Worker
+    ) -> None:
+        # 6 MB of events that the client leaves unread for a second: more than the sockets'
+        # buffers hold, so the server's writes wait on the client (a direct write the viewer's
+        # task finishes, server/attach.py), then the client reads as fast as it can.
+        server = await start_server(
+            max_body_bytes=8 << 20, max_message_chars=8 << 20, viewer_queue_size=4096
+        )
+        text = " ".join(f"t{i}-" + "x" * 1000 for i in range(6000))
+        host, port = server.url.removeprefix("http://").split(":")
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            run = (await http.post("/v1/runs", json=run_body(text))).json()
+            path = f"/v1/runs/{run['run_id']}/events"
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            await asyncio.sleep(1)
+            raw = b""
+            while chunk := await asyncio.wait_for(reader.read(1 << 16), 30):
+                raw += chunk
+            writer.close()
+            expected = await read_events(http, path)
+        _, _, stream = raw.partition(b"\r\n\r\n")
+        ids = [
+            line.removeprefix(b"id: ").decode()
+            for line in stream.split(b"\r\n")
+            if line.startswith(b"id: ")
+        ]
+        assert expected[-1].event == "done" and len(expected) > 6000
+        assert ids == [event.id for event in expected]
+        assert stream.count(b"event: done") == 1
+
+
+class TestBlockedDirectWrite:
+    """A direct write that the client's socket cannot take yet is finished by the viewer's
+    task, in order, or closed with it."""
+
+    @staticmethod
+    def blocked_send(gate: asyncio.Event, written: list[bytes]) -> BlockedWrite:
+        async def send(message: dict[str, Any]) -> None:
+            await gate.wait()  # as uvicorn's send waits on its flow control
+            written.append(message["body"])
+
+        sending = send({"type": "http.response.body", "body": b"first", "more_body": True})
+        blocked = sending.send(None)  # as `_write_directly` starts it
+        return BlockedWrite(sending, blocked, 0, [(b"second", 0)])
+
+    async def test_the_task_finishes_it_once_the_socket_takes_it(self) -> None:
+        gate, written = asyncio.Event(), []
+        write = self.blocked_send(gate, written)
+        finishing = asyncio.create_task(write.finish())
+        await asyncio.sleep(0.01)
+        assert not finishing.done() and written == []
+        gate.set()
+        await asyncio.wait_for(finishing, 1)
+        assert written == [b"first"] and write.rest == [(b"second", 0)]
+
+    async def test_cancelling_the_task_closes_the_send(self) -> None:
+        gate, written = asyncio.Event(), []
+        write = self.blocked_send(gate, written)
+        finishing = asyncio.create_task(write.finish())
+        await asyncio.sleep(0.01)
+        finishing.cancel()
+        await asyncio.gather(finishing, return_exceptions=True)
+        assert finishing.cancelled() and write.sending.cr_frame is None  # closed
+        gate.set()
+        await asyncio.sleep(0.01)
+        assert written == []
 
 
 class TestCutOffCounting:

@@ -1069,7 +1069,7 @@ async def test_a_stream_the_server_cuts_at_shutdown_leaves_an_on_disconnect_canc
         while "messages" not in await anext(lines):
             pass
         # as `runstream serve` does on SIGTERM (server/commands.py), then stops
-        stopping.server.config.app.state.resources.follower.close_all()
+        stopping.app.state.resources.follower.close_all()
         with contextlib.suppress(httpx.HTTPError, StopAsyncIteration):
             async for _ in lines:
                 pass

@@ -198,7 +198,7 @@ async def test_what_it_does_not_serve_is_refused_before_it_starts(
 
 def thread_watch(server: ServerHandle) -> ThreadWatch:
     """The server process's one watcher of the threads its idle thread streams wait on."""
-    watch: ThreadWatch = server.server.config.app.state.resources.thread_watch
+    watch: ThreadWatch = server.app.state.resources.thread_watch
     return watch
 
 

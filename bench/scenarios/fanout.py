@@ -203,7 +203,8 @@ def report_round(ctx: BenchContext, label: str, fan: FanoutRound) -> None:
         f"{label}: XADD→receipt p99",
         fan.latency.get("p99"),
         "ms",
-        targets=[Target("<=", 100)],
+        # issue 12: 100 ms for one run's thousand viewers, 250 ms for a hundred runs' hundred
+        targets=[Target("<=", 100 if fan.runs == 1 else 250)],
         stats=fan.latency,
     )
     r = fan.result

@@ -13,8 +13,9 @@ The seam rule (no gap, no duplicate) and the feeds themselves are in `server/fee
 Waiting is cheap too: a viewer with nothing to read parks one future on its feed, and the
 follower hands the feed's waiting viewers their new frames once per batch read (for a run with
 many viewers, once per short window: `COALESCE_S`), mostly by writing them to each client
-itself rather than waking each viewer's task (`Attachment._live`). Keep-alive pings come from one ticker per process that wakes a
-feed when one of its viewers has been quiet for its ping interval, not from a timer per wait.
+itself rather than waking each viewer's task (`Attachment._live`). Keep-alive pings come from
+one ticker per process that wakes a feed when one of its viewers has been quiet for its ping
+interval, not from a timer per wait.
 """
 
 from __future__ import annotations

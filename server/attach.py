@@ -21,7 +21,7 @@ from stream_store.run_records import RunRecord
 from .errors import ApiError
 from .event_stream import BODY_SEND
 from .fanout import StreamFollower
-from .feed import Frame, Viewer, sse_frame
+from .feed import Frame, RunFeed, Viewer, sse_frame
 
 __all__ = ["Attachment", "BlockedWrite", "Dialect", "RunstreamDialect", "check_resume_point"]
 
@@ -117,6 +117,15 @@ def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) ->
     return record.first_id
 
 
+def _loaded(feed: RunFeed, loading: asyncio.Future[None] | None) -> None:
+    """The replay that read the stream's start for `feed` is done with it (the history handed
+    over, or not): the viewers waiting for it go on."""
+    if loading is not None and feed.history_loading is loading:
+        feed.history_loading = None
+    if loading is not None and not loading.done():
+        loading.set_result(None)
+
+
 class Attachment:
     """One viewer's SSE response: a replay (from Redis, or from the feed's buffer when it holds
     every event the viewer lacks), then live frames from the follower, until the terminal event.
@@ -176,7 +185,13 @@ class Attachment:
     async def _replay(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Everything after `last_id` up to where the viewer's live frames begin, a page per
         write: from the feed's memory when it holds all of it, else from Redis."""
-        held = viewer.feed.history(self.last, self.first_id, viewer.position)
+        feed = viewer.feed
+        held = feed.history(self.last, self.first_id, viewer.position)
+        if held is None and self.last_id == "0-0" and feed.history_loading is not None:
+            # another viewer is reading the stream's start for the feed: wait for it rather
+            # than read it again (a run's viewers mostly arrive together)
+            await asyncio.shield(feed.history_loading)
+            held = feed.history(self.last, self.first_id, viewer.position)
         if held is not None:
             frames, newest_held = held
             for start in range(0, len(frames), REPLAY_PAGE):
@@ -189,25 +204,37 @@ class Attachment:
                 self.ended = self.complete = True  # the client has the last event already
             return
         # A replay from the stream's start hands the feed what it read, up to where the feed's
-        # own frames begin, for the viewers after it (`RunFeed.add_history`).
-        history: list[Frame] | None = [] if self.last_id == "0-0" else None
+        # own frames begin, for the viewers after it (`RunFeed.add_history`), as soon as it has
+        # read that far: before its own client is written to.
+        history: list[Frame] | None = None
+        loading: asyncio.Future[None] | None = None
+        if self.last_id == "0-0" and feed.floor != (0, 0) and feed.history_loading is None:
+            history = []
+            loading = feed.history_loading = feed.loop.create_future()
         read = False
-        while True:
-            page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
-            read = read or bool(page)
-            frames = [sse_frame(event) for event in page]
-            if history is not None:
-                floor = viewer.feed.floor
-                history += [frame for frame in frames if frame.position <= floor]
-                if len(history) > viewer.feed.size:
-                    history = None
-            chunk = self._render(frames)
-            if chunk:
-                yield chunk
-            if self.ended or len(page) < REPLAY_PAGE:
-                break
-        if history:
-            viewer.feed.add_history(history)
+        try:
+            while True:
+                page = await self.events.read_range(self.run_id, self.last_id, count=REPLAY_PAGE)
+                read = read or bool(page)
+                frames = [sse_frame(event) for event in page]
+                if history is not None:
+                    floor = feed.floor
+                    history += [frame for frame in frames if frame.position <= floor]
+                    if len(history) > feed.size:
+                        history = None  # more than the buffer may hold
+                    elif len(page) < REPLAY_PAGE or (frames and frames[-1].position >= floor):
+                        feed.add_history(history)
+                        history = None
+                    if history is None:
+                        _loaded(feed, loading)
+                        loading = None
+                chunk = self._render(frames)
+                if chunk:
+                    yield chunk
+                if self.ended or len(page) < REPLAY_PAGE:
+                    break
+        finally:
+            _loaded(feed, loading)
         if read:
             return  # had the newest event been the end, and sent, this replay would have read it
         newest = await self.events.last_event(self.run_id)

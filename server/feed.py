@@ -83,7 +83,8 @@ class RunFeed:
     also serve a new viewer's replay from memory when the viewer resumes after `floor`. A
     viewer that replays the stream from its start through `floor` from Redis hands the feed
     what it read (`add_history`), and the viewers after it replay from memory instead of
-    each reading the stream again.
+    each reading the stream again; those that arrive while it reads wait for it
+    (`history_loading`).
     """
 
     __slots__ = (
@@ -92,6 +93,7 @@ class RunFeed:
         "cursor",
         "floor",
         "frames",
+        "history_loading",
         "loop",
         "ready",
         "size",
@@ -111,6 +113,8 @@ class RunFeed:
         self._timer: asyncio.TimerHandle | None = None
         # kept: Python 3.11's `get_running_loop` makes a getpid(2) call, once per wait
         self.loop = asyncio.get_running_loop()
+        # set while a viewer reads the stream's start for `add_history`; done when it is through
+        self.history_loading: asyncio.Future[None] | None = None
 
     @property
     def head(self) -> int:

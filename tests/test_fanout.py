@@ -79,6 +79,35 @@ class TestManyViewers:
         assert all(result == reference for result in results)
 
 
+class TestViewersArrivingTogether:
+    """Viewers that attach together to a live run read its start from Redis once."""
+
+    async def test_one_reads_the_stream_start_the_others_replay_it_from_memory(
+        self, start_server: StartServer, worker: Worker
+    ) -> None:
+        server = await start_server()
+        assert server.app is not None
+        events = server.app.state.resources.events
+        reads: list[str] = []
+        read_range = events.read_range
+
+        async def counted(run_id: str, after: str, count: int) -> Any:
+            reads.append(after)
+            return await read_range(run_id, after, count=count)
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            run = (await http.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
+            path = f"/v1/runs/{run['run_id']}/events"
+            await read_events(http, path, limit=20)  # the run is under way; its feed is gone
+            events.read_range = counted  # type: ignore[method-assign]
+            try:
+                results = await asyncio.gather(*(watch(server.url, path, 0) for _ in range(20)))
+            finally:
+                events.read_range = read_range  # type: ignore[method-assign]
+        assert results[0][-1].event == "done" and all(r == results[0] for r in results)
+        assert reads.count("0-0") == 1, reads
+
+
 class TestSlowViewer:
     """A client that reads slower than the run writes gets every event, once, in order."""
 

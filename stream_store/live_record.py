@@ -59,6 +59,6 @@ class TakeOver(StrEnum):
     """What `EventLog.take_over` found."""
 
     TAKEN = "taken"  # attempt + 1 now owns the run (also when an earlier take-over did it)
-    ALIVE = "alive"  # the attempt's lease still runs: leave it alone
+    ALIVE = "alive"  # its lease still runs, or its holder is not among the gone: leave it
     MISSING = "missing"  # the record is gone: expired, deleted, or lost by Redis
     STALE = "stale"  # the record is at another attempt: the run already moved on

@@ -232,8 +232,8 @@ class EventLog:
         force: bool = False,
         gone_workers: Sequence[str] = (),
     ) -> TakeOver:
-        """Fence out `attempt` if its lease ran out, or its worker is among `gone_workers`
-        (or, `force`, anyway)."""
+        """Fence out `attempt` if its lease ran out, or, given `gone_workers`, only if its
+        worker is among them (or, `force`, anyway)."""
         keys = [self.keys.run_record(run_id)]
         args = [attempt, "1" if force else "", *gone_workers]
         return TakeOver(await self._call(self._take_over, run_id, keys, args))

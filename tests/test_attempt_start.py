@@ -134,6 +134,23 @@ async def test_repair_leaves_the_outcome_to_the_attempt_holding_the_lease(
         assert last is not None and last.event == "done"
 
 
+async def test_a_gone_workers_pass_leaves_an_attempt_whose_lease_is_not_taken_yet(
+    events: EventLog,
+) -> None:
+    """Between a claim in Postgres and its lease in Redis, an attempt has no holder: a reaper
+    that found a dead worker must not take it for that worker's (found by the chaos test)."""
+    run_id = await _queued(events)
+    assert await events.claim(run_id, 1, 5.0, RUNNING, "dead") is Claimed.RUNNING
+    assert await events.take_over(run_id, 1, gone_workers=["dead"]) is TakeOver.TAKEN
+    # attempt 2 is claimed in Postgres by a live worker; its lease is not yet in Redis
+    assert await events.take_over(run_id, 2, gone_workers=["dead"]) is TakeOver.ALIVE
+    assert await events.claim(run_id, 2, 5.0, RUNNING, "alive") is Claimed.RETRY
+    assert await events.take_over(run_id, 2, gone_workers=["dead"]) is TakeOver.ALIVE
+    # the lease pass still takes an attempt whose lease was never taken, once it is due
+    other = await _queued(events)
+    assert await events.take_over(other, 1) is TakeOver.TAKEN
+
+
 class CountedSaver(FencedPostgresSaver):
     """The worker's saver, counting the checkpoint reads that reach Postgres."""
 

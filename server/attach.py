@@ -120,9 +120,11 @@ def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) ->
 def _loaded(feed: RunFeed, loading: asyncio.Future[None] | None) -> None:
     """The replay that read the stream's start for `feed` is done with it (the history handed
     over, or not): the viewers waiting for it go on."""
-    if loading is not None and feed.history_loading is loading:
+    if loading is None:
+        return
+    if feed.history_loading is loading:
         feed.history_loading = None
-    if loading is not None and not loading.done():
+    if not loading.done():
         loading.set_result(None)
 
 
@@ -275,33 +277,33 @@ class Attachment:
             viewer.direct = self._write_directly
         try:
             while True:
+                # what a direct write left to the task first, else the frames past the viewer
+                bursts: list[Burst] = []
                 if self._blocked is not None:
                     blocked, self._blocked = self._blocked, None
                     await blocked.finish()  # marked as a write by `_write_directly`
                     viewer.write_ended()
                     metrics.delivered(blocked.oldest_ms)
-                    for chunk, oldest_ms in blocked.rest:
-                        yield chunk
-                        metrics.delivered(oldest_ms)
+                    bursts = blocked.rest
                 if self._left:
                     left, self._left = self._left, []
-                    for chunk, oldest_ms in await self._bursts(left):
-                        yield chunk
-                        metrics.delivered(oldest_ms)
-                if self.ended:
-                    return
-                frames = viewer.take()
-                if frames is None:
-                    return
-                if not frames:
-                    if viewer.ping_due(time.monotonic()):
-                        yield self.dialect.ping
-                    else:
-                        await viewer.wait()
-                    continue
-                for chunk, oldest_ms in await self._bursts(frames):
+                    bursts = bursts + await self._bursts(left)
+                if not bursts and not self.ended:
+                    frames = viewer.take()
+                    if frames is None:
+                        return
+                    if not frames:
+                        if viewer.ping_due(time.monotonic()):
+                            yield self.dialect.ping
+                        else:
+                            await viewer.wait()
+                        continue
+                    bursts = await self._bursts(frames)
+                for chunk, oldest_ms in bursts:
                     yield chunk  # resumed once the write is done
                     metrics.delivered(oldest_ms)
+                if self.ended:
+                    return
         finally:
             viewer.direct = None
 

@@ -26,6 +26,8 @@ from stream_store.errors import (
     IdempotencyMismatch,
     LimitReached,
     NotFound,
+    QueryTimeout,
+    QuotaExceeded,
     StoreError,
     StoreUnavailable,
     StreamGone,
@@ -63,6 +65,8 @@ _STORE_STATUS: list[tuple[type[StoreError], int]] = [
     (Conflict, 409),
     (StreamGone, 410),
     (IdempotencyMismatch, 422),
+    (QuotaExceeded, 413),
+    (QueryTimeout, 422),
     (LimitReached, 429),
     (StoreUnavailable, 503),
 ]

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from opentelemetry.trace import Tracer
 
 from runner.graphs import GraphRegistry
+from stream_store.caller_queries import CallerQueries, open_caller_queries
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import GraphLabels, ServerMetrics
 from stream_store.services import Services, open_services
@@ -33,6 +34,7 @@ class Resources(Services):
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched
     thread_watch: ThreadWatch  # the new runs of the threads that idle thread streams wait on
+    queries: CallerQueries  # the store's and the searches' connections, bounded per caller
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
 
@@ -46,7 +48,10 @@ async def open_resources(
     tokens = StreamTokens(settings)
     graphs = GraphRegistry(settings.graphs)
     graphs.validate()
-    async with open_services(settings, tracer=tracer) as services:
+    async with (
+        open_services(settings, tracer=tracer) as services,
+        open_caller_queries(settings) as queries,
+    ):
         metrics = ServerMetrics(GraphLabels(graphs.names()))
         metrics.watch_pool(services.pool)
         # The queue's node: the queue and the workers' beats are there on a Redis Cluster too.
@@ -76,6 +81,7 @@ async def open_resources(
                 deployment=deployment,
                 run_reads=RunReads(services.run_records),
                 thread_watch=thread_watch,
+                queries=queries,
             )
         finally:
             await thread_watch.stop()

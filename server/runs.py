@@ -21,6 +21,7 @@ from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 from . import inputs
 from .attach import Attachment, check_resume_point
 from .auth import Caller, caller_from_request
+from .budgets import WRITE
 from .errors import ApiError
 from .event_stream import EventStream
 from .resources import Resources
@@ -208,12 +209,12 @@ class RunsController(Controller):
             quotas.hold(slot, frames), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
-    @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run")
+    @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run", opt=WRITE)
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
         run = await owned_run(resources, run_id, caller)
         return run_out(resources, await resources.lifecycle.cancel(run))
 
-    @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt")
+    @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt", opt=WRITE)
     async def resume(
         self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
     ) -> RunOut:

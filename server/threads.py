@@ -26,6 +26,7 @@ from stream_store.threads import delete_thread
 
 from . import inputs
 from .auth import Caller
+from .budgets import WRITE
 from .resources import Resources
 from .runs import IdempotencyHeader, run_out, submit_run
 
@@ -128,7 +129,7 @@ class ThreadsController(Controller):
             idempotency_key=idempotency_key,
         )
 
-    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good")
+    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good", opt=WRITE)
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         tid = inputs.object_id(thread_id, "thread")
         await delete_thread(resources.thread_records, resources.events, tid, caller.owner)

@@ -22,12 +22,12 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from .connections import PgPool
-from .errors import postgres_errors
+from .errors import Conflict, postgres_errors
 from .owner_caps import make_room
 from .pg import fetch_all
 from .thread_records import DeletedThreads, delete_langgraph_threads
@@ -105,6 +105,25 @@ class AssistantChange(msgspec.Struct, kw_only=True):
     config: dict[str, Any]
     context: dict[str, Any]
     metadata: dict[str, Any]
+
+
+async def _refuse_past_versions(
+    conn: AsyncConnection[DictRow], assistant_id: str, limit: int
+) -> None:
+    """Every version is kept (an assistant can be set back to any): a cap bounds what one
+    caller's patches keep (`RUNSTREAM_MAX_ASSISTANT_VERSIONS`). Run under the row's lock."""
+    cur = await conn.execute(
+        "SELECT count(*) AS kept FROM runstream_assistant_versions WHERE assistant_id = %s",
+        (assistant_id,),
+    )
+    counted = await cur.fetchone()
+    if counted is not None and counted["kept"] >= limit:
+        raise Conflict(
+            f"assistant {assistant_id} has {counted['kept']} versions and"
+            f" RUNSTREAM_MAX_ASSISTANT_VERSIONS allows {limit}; delete the assistant and"
+            " create it again to start over",
+            code="too_many_versions",
+        )
 
 
 async def _locked(
@@ -216,14 +235,22 @@ class AssistantRecords:
         assistant_id: str,
         owner: str,
         change: Callable[[AssistantRecord], AssistantChange],
+        *,
+        max_versions: int = 0,
     ) -> AssistantRecord | None:
         """A new version from `change(active version)`, made the active one; None: not the
         owner's. The row is locked meanwhile, so two updates make two versions, one after the
-        other. `change` may raise to change nothing."""
+        other. `change` may raise to change nothing.
+
+        Raises:
+            Conflict: 409 `too_many_versions`, the assistant has `max_versions` (0: no limit).
+        """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
             active = await _locked(conn, assistant_id, owner)
             if active is None:
                 return None
+            if max_versions:
+                await _refuse_past_versions(conn, assistant_id, max_versions)
             fields = change(active)
             cur = await conn.execute(
                 "UPDATE runstream_assistants SET graph = %s, name = %s, description = %s,"

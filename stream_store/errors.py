@@ -8,7 +8,9 @@ StoreError
 ├── Fenced               a newer attempt owns the run; the write was refused
 ├── StreamGone           the run's stream expired or was lost                 (410)
 ├── StreamTooLarge       the run's stream is at a bound; the worker fails the run
-└── LimitReached         the caller is at one of its per-caller limits        (429)
+├── LimitReached         the caller is at one of its per-caller limits        (429)
+├── QuotaExceeded        the caller keeps as much of something as it may      (413)
+└── QueryTimeout         a query the caller shaped ran past its timeout       (422)
 
 Redis errors are translated in one place, `redis_errors` (`from_redis` for an error a pipeline
 returns instead of raising): the stream scripts' `FENCED`, `GONE` and `TOO_LARGE` replies become
@@ -33,6 +35,8 @@ __all__ = [
     "IdempotencyMismatch",
     "LimitReached",
     "NotFound",
+    "QueryTimeout",
+    "QuotaExceeded",
     "StoreError",
     "StoreUnavailable",
     "StreamGone",
@@ -123,6 +127,20 @@ class LimitReached(StoreError):
     def __init__(self, message: str, *, code: str, retry_after_s: int) -> None:
         super().__init__(message, code=code)
         self.retry_after_s = max(1, retry_after_s)
+
+
+class QuotaExceeded(StoreError):
+    """The caller keeps as much of something as it may (store items or bytes, checkpoints,
+    versions): waiting does not help, deleting does (413)."""
+
+    code = "quota_exceeded"
+
+
+class QueryTimeout(StoreError):
+    """Postgres cancelled a query the caller shaped at its statement timeout (422): the same
+    request would take as long again."""
+
+    code = "query_timeout"
 
 
 def from_redis(exc: RedisError, run_id: str | None = None) -> StoreError:

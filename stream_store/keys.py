@@ -66,9 +66,10 @@ class KeySpace:
         """String with a short TTL: one reaper at a time writes a run's outcome from Postgres."""
         return f"{self._run(run_id)}:repair"
 
-    def caller_submits(self, owner: str) -> str:
-        """Sorted set: the caller's submits of the last minute, scored by Redis time (ms)."""
-        return f"{self.prefix}:caller:{{{owner}}}:submits"
+    def caller_window(self, owner: str, budget: str) -> str:
+        """Sorted set: the caller's requests of one budget (`submits`, `writes`, `queries`) in
+        the last minute, scored by Redis time (ms)."""
+        return f"{self.prefix}:caller:{{{owner}}}:{budget}"
 
     def caller_streams(self, owner: str) -> str:
         """Sorted set: the caller's open SSE connections, scored by when each lapses (ms)."""

@@ -27,24 +27,39 @@ __all__ = [
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
     "DEFAULT_MAX_ASSISTANTS",
+    "DEFAULT_MAX_ASSISTANT_VERSIONS",
+    "DEFAULT_MAX_CHECKPOINT_BYTES",
+    "DEFAULT_MAX_CONCURRENT_QUERIES",
     "DEFAULT_MAX_CRONS",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
+    "DEFAULT_MAX_QUERIES_PER_MINUTE",
     "DEFAULT_MAX_RESUME_BYTES",
     "DEFAULT_MAX_RUN_EVENTS",
     "DEFAULT_MAX_RUN_MESSAGES",
     "DEFAULT_MAX_RUN_STREAM_BYTES",
     "DEFAULT_MAX_SSE_CONNECTIONS",
     "DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN",
+    "DEFAULT_MAX_STORE_BYTES",
+    "DEFAULT_MAX_STORE_ITEMS",
     "DEFAULT_MAX_SUBMITS_PER_MINUTE",
+    "DEFAULT_MAX_THREAD_CHECKPOINTS",
+    "DEFAULT_MAX_WRITES_PER_MINUTE",
+    "DEFAULT_QUERY_TIMEOUT_MS",
     "GRAPH_NAME_MAX_CHARS",
     "IDEMPOTENCY_KEY_MAX_CHARS",
     "JSON_MAX_DEPTH",
     "MAX_FAKE_TOKEN_DELAY_MS",
     "MESSAGE_ID_MAX_CHARS",
     "METADATA_KEY_MAX_CHARS",
+    "QUERY_TURN_TIMEOUT_S",
     "SSE_RETRY_AFTER_S",
+    "STORE_FILTER_MAX_BYTES",
+    "STORE_FILTER_MAX_DEPTH",
+    "STORE_FILTER_MAX_FIELDS",
+    "STORE_KEY_MAX_BYTES",
+    "STORE_NAMESPACE_MAX_BYTES",
     "SUBMIT_WINDOW_S",
 ]
 
@@ -72,6 +87,20 @@ SUBMIT_WINDOW_S = 60
 # ends, a client disconnects), so this is a hint. A 429 for submits says when a slot frees.
 ACTIVE_RUNS_RETRY_AFTER_S = 5
 SSE_RETRY_AFTER_S = 5
+# LangGraph's store: a namespace's labels joined with `.` and an item's key, each in UTF-8
+# bytes. Both go into one B-tree index entry (with the owner's label), which Postgres caps at
+# about 2,700 bytes: past it an insert fails.
+STORE_NAMESPACE_MAX_BYTES = 1000
+STORE_KEY_MAX_BYTES = 1000
+# A store search's `filter`: each field is one SQL condition (or up to six, with operators) on
+# every item under the prefix, so their number bounds the query's cost; its compact JSON and
+# the nesting of the values it compares bound the rest.
+STORE_FILTER_MAX_FIELDS = 32
+STORE_FILTER_MAX_BYTES = 16 * 1024
+STORE_FILTER_MAX_DEPTH = 8
+# How long a caller-shaped query waits for its caller's turn (`RUNSTREAM_MAX_CONCURRENT_QUERIES`)
+# before the request is answered 429.
+QUERY_TURN_TIMEOUT_S = 10.0
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
 
@@ -100,3 +129,21 @@ DEFAULT_MAX_SSE_CONNECTIONS = 100  # the caller's open GET /v1/runs/{id}/events 
 DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN = 10  # ... of those, opened with one stream token
 DEFAULT_MAX_ASSISTANTS = 100  # the caller's created assistants (LangGraph API)
 DEFAULT_MAX_CRONS = 100  # the caller's crons (LangGraph API)
+DEFAULT_MAX_ASSISTANT_VERSIONS = 100  # versions kept of one assistant (each PATCH adds one)
+# Every write that is not a submit (store puts and deletes, thread copies and state writes,
+# patches, deletes, cancels), any 60 s.
+DEFAULT_MAX_WRITES_PER_MINUTE = 600
+# Requests whose query the caller shapes (store reads and searches, thread, assistant and cron
+# searches and counts, thread history), any 60 s.
+DEFAULT_MAX_QUERIES_PER_MINUTE = 1200
+# ... of those, how many one caller runs at once in one server process; the rest wait their turn.
+DEFAULT_MAX_CONCURRENT_QUERIES = 2
+# How long one such query may run before Postgres cancels it (its statement_timeout).
+DEFAULT_QUERY_TIMEOUT_MS = 5000
+# What one caller keeps in LangGraph's store: items, and bytes of their values.
+DEFAULT_MAX_STORE_ITEMS = 10_000
+DEFAULT_MAX_STORE_BYTES = 100 * 1024 * 1024
+# Checkpoints: a state write or a copy is refused on a thread with this many checkpoints, or for
+# a caller whose threads' checkpoints hold this many bytes (runs themselves are never stopped).
+DEFAULT_MAX_THREAD_CHECKPOINTS = 10_000
+DEFAULT_MAX_CHECKPOINT_BYTES = 1024 * 1024 * 1024

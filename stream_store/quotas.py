@@ -1,9 +1,10 @@
 """Per-caller quotas kept in Redis, so that every server process counts against the same numbers.
 
-Two of the three per-caller limits live here (docs/security.md, "Per-caller limits"):
+Most per-caller limits live here (docs/security.md, "Per-caller limits"):
 
-- submits per minute: a sliding log per caller (`scripts/take_submit.lua`), one EVALSHA per
-  submit; a submit refused here is not counted;
+- requests per minute, in three budgets (`Budget`): submits (runs and threads), other writes,
+  and the queries a caller shapes (store, searches, history). Each is a sliding log per caller
+  (`scripts/take_submit.lua`), one EVALSHA per request; a request refused here is not counted;
 - open SSE connections, per caller and per stream token: sorted sets of connection ids scored
   by when each lapses (`scripts/take_stream_slot.lua`). A slot is taken at attach (one EVALSHA),
   renewed by its server every ping interval together with all of the process's other slots (one
@@ -28,6 +29,7 @@ import math
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from enum import Enum
 from importlib.resources import files
 from typing import Any
 
@@ -40,7 +42,7 @@ from .errors import LimitReached, StoreUnavailable, redis_errors
 from .keys import KeySpace
 from .settings import Settings
 
-__all__ = ["SLOT_TTL_PINGS", "CallerQuotas", "StreamSlot", "open_caller_quotas"]
+__all__ = ["SLOT_TTL_PINGS", "Budget", "CallerQuotas", "StreamSlot", "open_caller_quotas"]
 
 logger = structlog.get_logger()
 
@@ -55,6 +57,22 @@ _CLOCK = (_SCRIPTS / "_fence.lua").read_text()  # `now_ms()`: Redis's clock, as 
 _TAKE_SUBMIT = f"{_CLOCK}\n{(_SCRIPTS / 'take_submit.lua').read_text()}"
 _TAKE_SLOT = f"{_CLOCK}\n{(_SCRIPTS / 'take_stream_slot.lua').read_text()}"
 _RENEW_SLOTS = f"{_CLOCK}\n{(_SCRIPTS / 'renew_stream_slots.lua').read_text()}"
+
+
+class Budget(Enum):
+    """A per-minute budget of one caller's requests: the value names its Redis key."""
+
+    SUBMITS = "submits"  # runs, threads, assistants and crons created
+    WRITES = "writes"  # every other write: store puts, copies, state writes, patches, deletes
+    QUERIES = "queries"  # queries the caller shapes: store reads, searches, counts, history
+
+
+# Each budget's setting, and the code of its 429.
+_BUDGET_SETTING = {
+    Budget.SUBMITS: ("RUNSTREAM_MAX_SUBMITS_PER_MINUTE", "too_many_submits"),
+    Budget.WRITES: ("RUNSTREAM_MAX_WRITES_PER_MINUTE", "too_many_writes"),
+    Budget.QUERIES: ("RUNSTREAM_MAX_QUERIES_PER_MINUTE", "too_many_queries"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +93,11 @@ class CallerQuotas:
     def __init__(self, redis: StoreRedis, keys: KeySpace, settings: Settings) -> None:
         self._redis = redis
         self._keys = keys
-        self._submits_per_minute = settings.max_submits_per_minute
+        self._per_minute = {
+            Budget.SUBMITS: settings.max_submits_per_minute,
+            Budget.WRITES: settings.max_writes_per_minute,
+            Budget.QUERIES: settings.max_queries_per_minute,
+        }
         self._per_caller = settings.max_sse_connections
         self._per_token = settings.max_sse_connections_per_token
         self._renew_s = settings.ping_interval_s
@@ -88,29 +110,34 @@ class CallerQuotas:
         self._wake = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
 
-    # -- submits ----------------------------------------------------------------------------
+    # -- requests per minute ---------------------------------------------------------------
 
     async def take_submit(self, owner: str) -> None:
-        """Count one submit (a run or a thread) of `owner`.
+        """Count one submit (a run, a thread, an assistant or a cron) of `owner`."""
+        await self.take(owner, Budget.SUBMITS)
+
+    async def take(self, owner: str, budget: Budget) -> None:
+        """Count one request of `owner` against `budget`.
 
         Raises:
-            LimitReached: `owner` submitted `RUNSTREAM_MAX_SUBMITS_PER_MINUTE` times in the last
-                minute; `retry_after_s` is when the oldest of those leaves the window.
+            LimitReached: `owner` made the budget's number of such requests in the last minute;
+                `retry_after_s` is when the oldest of those leaves the window.
             StoreUnavailable: Redis did not answer.
         """
-        limit = self._submits_per_minute
+        limit = self._per_minute[budget]
         if not limit:
             return
         with redis_errors():
             wait_ms = await self._take_submit(
-                keys=[self._keys.caller_submits(owner)],
+                keys=[self._keys.caller_window(owner, budget.value)],
                 args=[limit, limits.SUBMIT_WINDOW_S * 1000, uuid.uuid4().hex],
             )
         if wait_ms:
+            setting, code = _BUDGET_SETTING[budget]
             raise LimitReached(
-                f"{limit} submits in the last minute is the most allowed"
-                f" (RUNSTREAM_MAX_SUBMITS_PER_MINUTE); retry after the Retry-After seconds",
-                code="too_many_submits",
+                f"{limit} {budget.value} in the last minute is the most allowed"
+                f" ({setting}); retry after the Retry-After seconds",
+                code=code,
                 retry_after_s=math.ceil(int(wait_ms) / 1000),
             )
 

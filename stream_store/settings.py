@@ -169,6 +169,15 @@ class Settings:
     max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
     max_assistants: int = limits.DEFAULT_MAX_ASSISTANTS
     max_crons: int = limits.DEFAULT_MAX_CRONS
+    max_assistant_versions: int = limits.DEFAULT_MAX_ASSISTANT_VERSIONS
+    max_writes_per_minute: int = limits.DEFAULT_MAX_WRITES_PER_MINUTE
+    max_queries_per_minute: int = limits.DEFAULT_MAX_QUERIES_PER_MINUTE
+    max_concurrent_queries: int = limits.DEFAULT_MAX_CONCURRENT_QUERIES
+    query_timeout_ms: int = limits.DEFAULT_QUERY_TIMEOUT_MS
+    max_store_items: int = limits.DEFAULT_MAX_STORE_ITEMS
+    max_store_bytes: int = limits.DEFAULT_MAX_STORE_BYTES
+    max_thread_checkpoints: int = limits.DEFAULT_MAX_THREAD_CHECKPOINTS
+    max_checkpoint_bytes: int = limits.DEFAULT_MAX_CHECKPOINT_BYTES
     worker_concurrency: int = 100
     worker_metrics_port: int = 0  # the worker's /metrics on RUNSTREAM_HOST; 0: none
     job_timeout_s: int = 3600
@@ -281,6 +290,29 @@ class Settings:
             max_active_runs=_int(env, "RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
             max_assistants=_int(env, "RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
             max_crons=_int(env, "RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
+            max_assistant_versions=_int(
+                env, "RUNSTREAM_MAX_ASSISTANT_VERSIONS", limits.DEFAULT_MAX_ASSISTANT_VERSIONS
+            ),
+            max_writes_per_minute=_int(
+                env, "RUNSTREAM_MAX_WRITES_PER_MINUTE", limits.DEFAULT_MAX_WRITES_PER_MINUTE
+            ),
+            max_queries_per_minute=_int(
+                env, "RUNSTREAM_MAX_QUERIES_PER_MINUTE", limits.DEFAULT_MAX_QUERIES_PER_MINUTE
+            ),
+            max_concurrent_queries=_int(
+                env, "RUNSTREAM_MAX_CONCURRENT_QUERIES", limits.DEFAULT_MAX_CONCURRENT_QUERIES
+            ),
+            query_timeout_ms=_int(
+                env, "RUNSTREAM_QUERY_TIMEOUT_MS", limits.DEFAULT_QUERY_TIMEOUT_MS, minimum=1
+            ),
+            max_store_items=_int(env, "RUNSTREAM_MAX_STORE_ITEMS", limits.DEFAULT_MAX_STORE_ITEMS),
+            max_store_bytes=_int(env, "RUNSTREAM_MAX_STORE_BYTES", limits.DEFAULT_MAX_STORE_BYTES),
+            max_thread_checkpoints=_int(
+                env, "RUNSTREAM_MAX_THREAD_CHECKPOINTS", limits.DEFAULT_MAX_THREAD_CHECKPOINTS
+            ),
+            max_checkpoint_bytes=_int(
+                env, "RUNSTREAM_MAX_CHECKPOINT_BYTES", limits.DEFAULT_MAX_CHECKPOINT_BYTES
+            ),
             max_sse_connections=_int(
                 env, "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
             ),

@@ -35,8 +35,17 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .connections import PgPool
+from .errors import QuotaExceeded
 
-__all__ = ["STORE_TTL", "OwnerStore", "open_store", "owner_label", "setup_store"]
+__all__ = [
+    "STORE_TTL",
+    "OwnerStore",
+    "make_store_room",
+    "open_store",
+    "owner_label",
+    "owner_store_on",
+    "setup_store",
+]
 
 # Items put with a `ttl` (minutes) are hidden once it has passed, and deleted by the hourly
 # sweep; reading an item restarts its TTL, as on LangGraph's server.
@@ -64,6 +73,70 @@ async def open_store(pool: PgPool) -> AsyncIterator[AsyncPostgresStore]:
         yield store
     finally:
         await _stop_tasks(store)
+
+
+@contextlib.asynccontextmanager
+async def owner_store_on(conn: AsyncConnection[DictRow], owner: str) -> AsyncIterator[OwnerStore]:
+    """`owner`'s view of the store with every statement on `conn`, in its transaction: the
+    server's store routes run there, under their statement timeout (`caller_queries`)."""
+    store = AsyncPostgresStore(conn, ttl=STORE_TTL)
+    try:
+        yield OwnerStore(store, owner)
+    finally:
+        await _stop_tasks(store)
+
+
+# The advisory-lock class (first of two int4 keys) under which a put counts its owner's items.
+_STORE_LOCK = 0x73746F72  # "stor"
+
+
+async def make_store_room(
+    conn: AsyncConnection[DictRow],
+    owner: str,
+    item: tuple[tuple[str, ...], str, int],
+    *,
+    max_items: int,
+    max_bytes: int,
+) -> None:
+    """Refuse a put of `item` (namespace, key, bytes of its value as JSON) that would leave
+    `owner` with more than `max_items` items or `max_bytes` bytes of values (0: no limit), in
+    `conn`'s transaction before the put, under the owner's lock (held to its end), so that
+    puts at once cannot pass together. An item the put replaces does not count.
+
+    Stored values count as Postgres keeps them (`pg_column_size`, after compression), the new
+    one as its JSON: a little generous to the caller, and no value is read back to count it.
+    Items past their TTL count until the hourly sweep deletes them.
+
+    Raises:
+        QuotaExceeded: 413 `store_full`.
+    """
+    if not max_items and not max_bytes:
+        return
+    namespace, key, size = item
+    label = owner_label(owner)
+    prefix = ".".join((label, *namespace))
+    pattern = label.replace("_", "\\_") + ".%"  # `_` is a LIKE wildcard; `-` and the rest not
+    async with conn.pipeline():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_STORE_LOCK, owner))
+        cur = await conn.execute(
+            "SELECT count(*) AS items, coalesce(sum(pg_column_size(value)), 0) AS bytes"
+            " FROM store WHERE prefix LIKE %s AND NOT (prefix = %s AND key = %s)",
+            (pattern, prefix, key),
+        )
+    kept = await cur.fetchone()
+    items, stored = (int(kept["items"]), int(kept["bytes"])) if kept else (0, 0)
+    if max_items and items + 1 > max_items:
+        raise QuotaExceeded(
+            f"you keep {items} store items and RUNSTREAM_MAX_STORE_ITEMS allows {max_items};"
+            " delete some before putting more",
+            code="store_full",
+        )
+    if max_bytes and stored + size > max_bytes:
+        raise QuotaExceeded(
+            f"your store items hold {stored} bytes, this one {size}, and"
+            f" RUNSTREAM_MAX_STORE_BYTES allows {max_bytes}; delete some before putting more",
+            code="store_full",
+        )
 
 
 async def _stop_tasks(store: AsyncPostgresStore) -> None:

@@ -19,6 +19,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from .checkpoint_quota import CheckpointQuota
 from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from .connections import PgPool
 from .errors import Conflict, NotFound, postgres_errors
@@ -148,11 +149,19 @@ class ThreadRecords:
         )
 
     async def copy_thread(
-        self, thread_id: str, owner: str, metadata: dict[str, Any]
+        self,
+        thread_id: str,
+        owner: str,
+        metadata: dict[str, Any],
+        quota: CheckpointQuota | None = None,
     ) -> ThreadRecord | None:
         """A new thread of `owner` with `metadata` and a copy of `thread_id`'s checkpoints
         (not its runs), taken from one snapshot; None when `thread_id` is not the owner's.
-        A LangGraph route's: read with its LangGraph status."""
+        A LangGraph route's: read with its LangGraph status.
+
+        Raises:
+            QuotaExceeded: the copy would pass a cap of `quota`.
+        """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur = await conn.execute(
@@ -161,6 +170,8 @@ class ThreadRecords:
             )
             if await cur.fetchone() is None:
                 return None
+            if quota is not None:
+                await quota.check(conn, owner, thread_id, copy=True)
             cur = await conn.execute(
                 "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
                 f" VALUES (%s, %s, %s) RETURNING {_LANGGRAPH_THREAD_COLUMNS}",
@@ -277,7 +288,9 @@ class ThreadRecords:
         return [(row["thread_id"], row["gone"], row["created_at"]) for row in rows]
 
     @asynccontextmanager
-    async def hold_for_state_write(self, thread_id: str, owner: str) -> AsyncIterator[HeldThread]:
+    async def hold_for_state_write(
+        self, thread_id: str, owner: str, quota: CheckpointQuota | None = None
+    ) -> AsyncIterator[HeldThread]:
         """A transaction for a write of the thread's state outside a run, made on its connection.
 
         The thread's row is locked as a submit locks it, and the row of a run waiting at an
@@ -287,6 +300,7 @@ class ThreadRecords:
         Raises:
             NotFound: unknown or not the owner's.
             Conflict: a run of the thread is queued or running.
+            QuotaExceeded: one more checkpoint would pass a cap of `quota`.
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
@@ -306,6 +320,8 @@ class ThreadRecords:
                     f"thread {thread_id} has a run queued or running; update its state after",
                     code="thread_busy",
                 )
+            if quota is not None:
+                await quota.check(conn, owner, thread_id, copy=False)
             yield HeldThread(conn, "interrupted" in statuses)
 
     async def delete_langgraph_threads(

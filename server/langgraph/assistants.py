@@ -37,6 +37,7 @@ from stream_store.threads import delete_assistant
 
 from .. import inputs
 from ..auth import Caller
+from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..resources import Resources
 from .submit import unprocessable
@@ -229,7 +230,7 @@ class AssistantsController(Controller):
             return assistant_view(existing)
         raise Conflict(f"Assistant {assistant_id} already exists", code="assistant_exists")
 
-    @post("/search", status_code=200, summary="The graphs' assistants and the caller's")
+    @post("/search", status_code=200, summary="The graphs' assistants and the caller's", opt=QUERY)
     async def search(
         self,
         resources: Resources,
@@ -256,7 +257,7 @@ class AssistantsController(Controller):
             headers["X-Pagination-Next"] = str(body.offset + body.limit)
         return Response(views, headers=headers)
 
-    @post("/count", status_code=200, summary="How many assistants match")
+    @post("/count", status_code=200, summary="How many assistants match", opt=QUERY)
     async def count(
         self,
         resources: Resources,
@@ -297,27 +298,30 @@ class AssistantsController(Controller):
     async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:
         return assistant_view(await assistant_of(resources, caller.owner, assistant_id))
 
-    @patch("/{assistant_id:str}", summary="Change an assistant: a new version, made active")
+    @patch(
+        "/{assistant_id:str}", summary="Change an assistant: a new version, made active", opt=WRITE
+    )
     async def update(
         self,
         assistant_id: str,
         data: AssistantPatch,
         resources: Resources,
-        quotas: CallerQuotas,
         caller: Caller,
     ) -> Assistant:
         current = await _own(resources, caller, assistant_id)
         _checked_text(data.name, data.description)
-        _change(resources, data, current)  # checked before the submit is taken
-        await quotas.take_submit(caller.owner)
+        _change(resources, data, current)  # checked before anything is locked
         updated = await resources.assistant_records.update_assistant(
-            current.assistant_id, caller.owner, lambda now: _change(resources, data, now)
+            current.assistant_id,
+            caller.owner,
+            lambda now: _change(resources, data, now),
+            max_versions=resources.settings.max_assistant_versions,
         )
         if updated is None:
             raise NotFound(f"assistant {assistant_id} not found")
         return assistant_view(updated)
 
-    @delete("/{assistant_id:str}", status_code=204, summary="Delete an assistant")
+    @delete("/{assistant_id:str}", status_code=204, summary="Delete an assistant", opt=WRITE)
     async def remove(
         self,
         assistant_id: str,
@@ -350,7 +354,12 @@ class AssistantsController(Controller):
                     await resources.lifecycle.cancel(run)
         logger.info("assistant deleted", assistant_id=assistant.assistant_id)
 
-    @post("/{assistant_id:str}/versions", status_code=200, summary="An assistant's versions")
+    @post(
+        "/{assistant_id:str}/versions",
+        status_code=200,
+        summary="An assistant's versions",
+        opt=QUERY,
+    )
     async def versions(
         self,
         assistant_id: str,
@@ -373,7 +382,12 @@ class AssistantsController(Controller):
             raise NotFound(f"assistant {assistant_id} not found")
         return [version_view(v) for v in found]
 
-    @post("/{assistant_id:str}/latest", status_code=200, summary="Make a version the active one")
+    @post(
+        "/{assistant_id:str}/latest",
+        status_code=200,
+        summary="Make a version the active one",
+        opt=WRITE,
+    )
     async def set_latest(
         self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller
     ) -> Assistant:

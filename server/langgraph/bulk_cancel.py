@@ -15,6 +15,7 @@ from stream_store.run_records import RunRecord
 
 from .. import inputs
 from ..auth import Caller
+from ..budgets import WRITE
 from ..resources import Resources
 from ..runs import owned_run
 from .submit import unprocessable
@@ -51,7 +52,7 @@ class BulkCancelController(Controller):
     path = "/runs/cancel"
     tags = ["langgraph"]
 
-    @post("/", status_code=204, summary="Cancel runs by id or by status")
+    @post("/", status_code=204, summary="Cancel runs by id or by status", opt=WRITE)
     async def cancel_many(
         self,
         data: BulkCancel,

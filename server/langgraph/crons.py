@@ -24,6 +24,7 @@ from stream_store.quotas import CallerQuotas
 
 from .. import inputs
 from ..auth import Caller
+from ..budgets import QUERY, WRITE
 from ..resources import Resources
 from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
@@ -195,7 +196,7 @@ class CronsController(Controller):
     ) -> Cron:
         return await _create(resources, quotas, caller, data, None)
 
-    @patch("/{cron_id:str}", summary="Change a cron's schedule, run request or state")
+    @patch("/{cron_id:str}", summary="Change a cron's schedule, run request or state", opt=WRITE)
     async def update(
         self, cron_id: str, data: CronPatch, resources: Resources, caller: Caller
     ) -> Cron:
@@ -221,13 +222,13 @@ class CronsController(Controller):
             raise NotFound(f"cron {cron_id} not found")
         return cron_view(updated)
 
-    @delete("/{cron_id:str}", status_code=204, summary="Delete a cron (its runs stay)")
+    @delete("/{cron_id:str}", status_code=204, summary="Delete a cron (its runs stay)", opt=WRITE)
     async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
         cron_id = inputs.object_id(cron_id, "cron")
         if not await resources.cron_records.delete_cron(cron_id, caller.owner):
             raise NotFound(f"cron {cron_id} not found")
 
-    @post("/search", status_code=200, summary="The caller's crons")
+    @post("/search", status_code=200, summary="The caller's crons", opt=QUERY)
     async def search(
         self,
         resources: Resources,
@@ -255,7 +256,7 @@ class CronsController(Controller):
             return [{k: v for k, v in view.items() if k in body.select} for view in views]
         return views
 
-    @post("/count", status_code=200, summary="How many of the caller's crons match")
+    @post("/count", status_code=200, summary="How many of the caller's crons match", opt=QUERY)
     async def count(
         self,
         resources: Resources,

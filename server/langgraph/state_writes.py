@@ -9,6 +9,8 @@ An update of a thread waiting at an interrupt is LangGraph's human in the loop: 
 afterwards (a LangGraph run's `command`, or `/v1` resuming the waiting run) goes on from the
 updated checkpoint (runner/graph_input.py). An update that leaves the graph nothing to run ends
 the waiting run, as LangGraph's server then calls the thread idle.
+
+Both are refused past the caller's checkpoint caps (`stream_store.checkpoint_quota`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import InvalidUpdateError
 
+from stream_store.checkpoint_quota import CheckpointQuota
 from stream_store.checkpoints import checkpointer_on
 from stream_store.errors import Conflict, NotFound
+from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecord
 
 from ..errors import ApiError
@@ -42,6 +46,11 @@ def checked_checkpoint_id(value: str) -> str:
         return str(uuid.UUID(value))
     except ValueError:
         raise ApiError(422, "invalid_request", "Invalid checkpoint ID: must be a UUID") from None
+
+
+def checkpoint_quota(settings: Settings) -> CheckpointQuota:
+    """The caps on checkpoints a state write or a copy may add (docs/security.md)."""
+    return CheckpointQuota(settings.max_thread_checkpoints, settings.max_checkpoint_bytes)
 
 
 async def update_state(
@@ -77,7 +86,8 @@ async def update_state(
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
         configurable["checkpoint_id"] = checked_checkpoint_id(raw_id)
     threads = resources.thread_records
-    async with threads.hold_for_state_write(thread.thread_id, thread.owner) as held:
+    quota = checkpoint_quota(resources.settings)
+    async with threads.hold_for_state_write(thread.thread_id, thread.owner, quota) as held:
         on_conn: RunnableConfig = {
             "configurable": {**configurable, CONFIG_KEY_CHECKPOINTER: checkpointer_on(held.conn)}
         }
@@ -112,7 +122,9 @@ async def copy_thread(resources: Resources, thread: ThreadRecord) -> ThreadRecor
     runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     name = graph_name(thread, runs[-1] if runs else None)
     metadata = {**thread.metadata, **({"graph_id": name} if name else {})}
-    copied = await resources.thread_records.copy_thread(thread.thread_id, thread.owner, metadata)
+    copied = await resources.thread_records.copy_thread(
+        thread.thread_id, thread.owner, metadata, checkpoint_quota(resources.settings)
+    )
     if copied is None:
         raise NotFound(f"thread {thread.thread_id} not found")
     logger.info("thread copied", thread_id=thread.thread_id, copy=copied.thread_id)

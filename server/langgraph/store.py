@@ -4,19 +4,29 @@ namespaces. Each caller sees only its own items (`stream_store.store.OwnerStore`
 A namespace is a list of labels; the SDKs refuse labels with `.` (the store joins labels with
 it), and so does the server, with the other labels the store cannot keep. Every refusal is a
 422 naming the field, before the store is touched.
+
+A caller shapes these queries (a filter, a prefix, an offset), so each runs on the connections
+for such queries (`stream_store.caller_queries`: a pool of their own, a turn per caller, a
+statement timeout), with its filter bounded here; a put counts the caller's items and bytes
+first (`RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`). docs/security.md,
+"Per-caller limits", has the numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Controller, Response, delete, get, post, put
 from litestar.params import Parameter
 
-from stream_store.store import OwnerStore
+from stream_store import limits
+from stream_store.store import OwnerStore, make_store_room, owner_store_on
 
 from ..auth import Caller
+from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..resources import Resources
 from .wire import StoreDelete, StoreListNamespaces, StorePut, StoreSearch
@@ -39,6 +49,11 @@ def _namespace(labels: Sequence[str], field: str, *, required: bool = False) -> 
     """
     if required and not labels:
         raise _unprocessable(f"{field} must have at least one label")
+    if len(".".join(labels).encode()) > limits.STORE_NAMESPACE_MAX_BYTES:
+        raise _unprocessable(
+            f"{field} must be at most {limits.STORE_NAMESPACE_MAX_BYTES} bytes"
+            " with its labels joined by '.'"
+        )
     for place, label in enumerate(labels):
         if not label or "." in label or "\x00" in label:
             raise _unprocessable(
@@ -52,19 +67,67 @@ def _namespace(labels: Sequence[str], field: str, *, required: bool = False) -> 
 def _key(key: str) -> str:
     if "\x00" in key:
         raise _unprocessable("key must not contain the NUL character")
+    if len(key.encode()) > limits.STORE_KEY_MAX_BYTES:
+        raise _unprocessable(f"key must be at most {limits.STORE_KEY_MAX_BYTES} bytes")
     return key
 
 
 def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A search filter the store can run: `{field: value}` or `{field: {"$op": value}}`."""
-    for field, condition in (value or {}).items():
+    """A search filter the store can run: `{field: value}` or `{field: {"$op": value}}`, within
+    the bounds on its fields, its size and its values' nesting (`stream_store.limits`): each
+    field is a condition on every item under the prefix."""
+    if not value:
+        return value
+    if len(value) > limits.STORE_FILTER_MAX_FIELDS:
+        raise _unprocessable(
+            f"filter has {len(value)} fields; at most {limits.STORE_FILTER_MAX_FIELDS} are allowed"
+        )
+    if len(msgspec.json.encode(value)) > limits.STORE_FILTER_MAX_BYTES:
+        raise _unprocessable(
+            f"filter must be at most {limits.STORE_FILTER_MAX_BYTES} bytes as compact JSON"
+        )
+    for field, condition in value.items():
         if isinstance(condition, dict) and (unknown := set(condition) - _FILTER_OPERATORS):
             operators = ", ".join(sorted(_FILTER_OPERATORS))
             raise _unprocessable(
                 f"filter.{field[:80]}: unknown operator {sorted(unknown)[0][:40]!r};"
                 f" use one of {operators}"
             )
+        if _depth(condition) > limits.STORE_FILTER_MAX_DEPTH:
+            raise _unprocessable(
+                f"filter.{field[:80]}: values may nest at most"
+                f" {limits.STORE_FILTER_MAX_DEPTH} levels deep"
+            )
     return value
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests arrays and objects (a scalar: 0)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _owner_store(
+    resources: Resources, caller: Caller, put: tuple[tuple[str, ...], str, int] | None = None
+) -> AsyncIterator[OwnerStore]:
+    """The caller's store on a connection for its queries, after the room for `put` (namespace,
+    key, bytes of the value) was made."""
+    async with resources.queries.connection(caller.owner) as conn:
+        if put is not None:
+            settings = resources.settings
+            await make_store_room(
+                conn,
+                caller.owner,
+                put,
+                max_items=settings.max_store_items,
+                max_bytes=settings.max_store_bytes,
+            )
+        async with owner_store_on(conn, caller.owner) as store:
+            yield store
 
 
 class StoreController(Controller):
@@ -73,13 +136,15 @@ class StoreController(Controller):
     path = "/store"
     tags = ["langgraph"]
 
-    @put("/items", status_code=204, summary="Store or replace an item")
+    @put("/items", status_code=204, summary="Store or replace an item", opt=WRITE)
     async def put_item(self, data: StorePut, resources: Resources, caller: Caller) -> None:
         namespace = _namespace(data.namespace, "namespace", required=True)
-        store = OwnerStore(resources.store, caller.owner)
-        await store.aput(namespace, _key(data.key), data.value, index=data.index, ttl=data.ttl)
+        key = _key(data.key)
+        size = len(msgspec.json.encode(data.value))
+        async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
+            await store.aput(namespace, key, data.value, index=data.index, ttl=data.ttl)
 
-    @get("/items", summary="An item, or null")
+    @get("/items", summary="An item, or null", opt=QUERY)
     async def get_item(
         self,
         resources: Resources,
@@ -89,38 +154,45 @@ class StoreController(Controller):
         refresh_ttl: Annotated[bool | None, Parameter(required=False)] = None,
     ) -> Response[dict[str, Any] | None]:
         labels = _namespace(namespace.split(".") if namespace else [], "namespace")
-        store = OwnerStore(resources.store, caller.owner)
-        item = await store.aget(labels, _key(key), refresh_ttl=refresh_ttl)
+        async with _owner_store(resources, caller) as store:
+            item = await store.aget(labels, _key(key), refresh_ttl=refresh_ttl)
         return Response(item.dict() if item is not None else None)
 
-    @delete("/items", status_code=204, summary="Delete an item")
+    @delete("/items", status_code=204, summary="Delete an item", opt=WRITE)
     async def delete_item(self, data: StoreDelete, resources: Resources, caller: Caller) -> None:
         namespace = _namespace(data.namespace, "namespace")
-        await OwnerStore(resources.store, caller.owner).adelete(namespace, _key(data.key))
+        key = _key(data.key)
+        async with _owner_store(resources, caller) as store:
+            await store.adelete(namespace, key)
 
-    @post("/items/search", status_code=200, summary="Items under a namespace prefix")
+    @post("/items/search", status_code=200, summary="Items under a namespace prefix", opt=QUERY)
     async def search_items(
         self, data: StoreSearch, resources: Resources, caller: Caller
     ) -> dict[str, list[dict[str, Any]]]:
         prefix = _namespace(data.namespace_prefix, "namespace_prefix")
-        items = await OwnerStore(resources.store, caller.owner).asearch(
-            prefix,
-            filter=_filter(data.filter),
-            limit=data.limit,
-            offset=data.offset,
-            refresh_ttl=data.refresh_ttl,
-        )
+        conditions = _filter(data.filter)
+        async with _owner_store(resources, caller) as store:
+            items = await store.asearch(
+                prefix,
+                filter=conditions,
+                limit=data.limit,
+                offset=data.offset,
+                refresh_ttl=data.refresh_ttl,
+            )
         return {"items": [item.dict() for item in items]}
 
-    @post("/namespaces", status_code=200, summary="The caller's namespaces")
+    @post("/namespaces", status_code=200, summary="The caller's namespaces", opt=QUERY)
     async def list_namespaces(
         self, data: StoreListNamespaces, resources: Resources, caller: Caller
     ) -> dict[str, list[list[str]]]:
-        namespaces = await OwnerStore(resources.store, caller.owner).alist_namespaces(
-            prefix=_namespace(data.prefix, "prefix") if data.prefix else None,
-            suffix=_namespace(data.suffix, "suffix") if data.suffix else None,
-            max_depth=data.max_depth,
-            limit=data.limit,
-            offset=data.offset,
-        )
+        prefix = _namespace(data.prefix, "prefix") if data.prefix else None
+        suffix = _namespace(data.suffix, "suffix") if data.suffix else None
+        async with _owner_store(resources, caller) as store:
+            namespaces = await store.alist_namespaces(
+                prefix=prefix,
+                suffix=suffix,
+                max_depth=data.max_depth,
+                limit=data.limit,
+                offset=data.offset,
+            )
         return {"namespaces": [list(namespace) for namespace in namespaces]}

@@ -15,6 +15,7 @@ from stream_store.threads import delete_langgraph_threads
 
 from .. import inputs
 from ..auth import Caller
+from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..resources import Resources
 from ..threads import owned_thread
@@ -76,7 +77,7 @@ class ThreadsController(Controller):
         logger.info("thread created", thread_id=thread.thread_id, dialect="langgraph")
         return await thread_view(resources, thread)
 
-    @post("/search", status_code=200, summary="The caller's threads, newest first")
+    @post("/search", status_code=200, summary="The caller's threads, newest first", opt=QUERY)
     async def search(
         self,
         resources: Resources,
@@ -94,7 +95,7 @@ class ThreadsController(Controller):
         )
         return [await thread_view(resources, t) for t in threads]
 
-    @post("/count", status_code=200, summary="How many of the caller's threads match")
+    @post("/count", status_code=200, summary="How many of the caller's threads match", opt=QUERY)
     async def count(
         self,
         resources: Resources,
@@ -109,7 +110,10 @@ class ThreadsController(Controller):
         )
 
     @post(
-        "/prune", status_code=200, summary="Delete threads, or all their checkpoints but the latest"
+        "/prune",
+        status_code=200,
+        summary="Delete threads, or all their checkpoints but the latest",
+        opt=WRITE,
     )
     async def prune(
         self, data: ThreadPrune, resources: Resources, caller: Caller
@@ -143,7 +147,7 @@ class ThreadsController(Controller):
         thread = await owned_thread(resources, thread_id, caller, langgraph=True)
         return await thread_view(resources, thread)
 
-    @patch("/{thread_id:str}", summary="Merge metadata into a thread")
+    @patch("/{thread_id:str}", summary="Merge metadata into a thread", opt=WRITE)
     async def update(
         self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
     ) -> Thread:
@@ -157,7 +161,12 @@ class ThreadsController(Controller):
             raise NotFound(f"thread {thread_id} not found")
         return await thread_view(resources, updated)
 
-    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread, its runs and state")
+    @delete(
+        "/{thread_id:str}",
+        status_code=204,
+        summary="Delete a thread, its runs and state",
+        opt=WRITE,
+    )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         """As a prune of the one thread: its interrupted run is over (runstream's own would
         wait for a resume) and goes with it, its viewers told it was cancelled."""
@@ -195,14 +204,16 @@ class ThreadsController(Controller):
     async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
         return await thread_state(resources, await owned_thread(resources, thread_id, caller))
 
-    @post("/{thread_id:str}/state", status_code=200, summary="Write the thread's state")
+    @post("/{thread_id:str}/state", status_code=200, summary="Write the thread's state", opt=WRITE)
     async def update_state(
         self, thread_id: str, data: StateUpdate, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
         thread = await owned_thread(resources, thread_id, caller)
         return await update_state(resources, thread, data)
 
-    @post("/{thread_id:str}/copy", status_code=200, summary="Copy a thread with its state")
+    @post(
+        "/{thread_id:str}/copy", status_code=200, summary="Copy a thread with its state", opt=WRITE
+    )
     async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
         thread = await owned_thread(resources, thread_id, caller)
         return await thread_view(resources, await copy_thread(resources, thread))
@@ -228,7 +239,7 @@ class ThreadsController(Controller):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
         return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
 
-    @get("/{thread_id:str}/history", summary="The thread's past states, newest first")
+    @get("/{thread_id:str}/history", summary="The thread's past states, newest first", opt=QUERY)
     async def history(
         self,
         thread_id: str,
@@ -240,7 +251,9 @@ class ThreadsController(Controller):
         thread = await owned_thread(resources, thread_id, caller)
         return await state_history(resources, thread, limit, before)
 
-    @post("/{thread_id:str}/history", status_code=200, summary="The thread's past states")
+    @post(
+        "/{thread_id:str}/history", status_code=200, summary="The thread's past states", opt=QUERY
+    )
     async def search_history(
         self,
         thread_id: str,

@@ -1,0 +1,196 @@
+"""What one caller may ask of LangGraph's store, and keep in it (issue 20's first finding).
+
+A store search with a filter of 20,000 conditions held a pooled connection for 21.5 s, and ten of
+them left every other caller's requests answering 503; a 300 KB key or label was a 500 from
+Postgres's index row limit; and nothing bounded what a caller kept. Each test below failed on
+the code before these bounds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from stream_store import limits
+from stream_store.settings import Settings
+from stream_store.store import owner_label
+from tests.conftest import StartServer, schema_connection
+from tests.test_bad_input import started
+from tests.test_caller_limits import ALICE, API_KEYS, BOB
+from tests.test_langgraph_store import store_rows
+
+SEARCH = "/store/items/search"
+
+
+def assert_error(response: httpx.Response, status: int) -> dict[str, str]:
+    """A LangGraph route's error: `status`, with `{"detail", "code", "request_id"}` as JSON;
+    `message` is the detail."""
+    assert response.status_code == status, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"detail", "code", "request_id"}, body
+    assert body["request_id"] == response.headers["x-request-id"], body
+    return {"code": body["code"], "message": body["detail"]}
+
+
+async def start(start_server: StartServer, **changes: Any) -> str:
+    return (await started(await start_server(api_keys=API_KEYS, **changes))).url
+
+
+async def put(client: httpx.AsyncClient, key: str, value: dict[str, Any], **headers: str) -> Any:
+    body = {"namespace": ["notes"], "key": key, "value": value}
+    return await client.put("/store/items", json=body, headers=headers or ALICE)
+
+
+async def fill_store(settings: Settings, owner: str, items: int) -> None:
+    """`items` items of `owner` under `["big"]`, written past the API (fast)."""
+    async with await schema_connection(settings) as conn:
+        await conn.execute(
+            "INSERT INTO store (prefix, key, value) SELECT %s, 'k' || i,"
+            " jsonb_build_object('n', i, 'pad', repeat('x', 20))"
+            " FROM generate_series(1, %s) AS i",
+            (f"{owner_label(owner)}.big", items),
+        )
+
+
+class TestSearchFilterBounds:
+    """A search filter is bounded in fields, bytes and nesting before it reaches Postgres."""
+
+    @pytest.mark.parametrize(
+        ("conditions", "says"),
+        [
+            ({f"f{i}": i for i in range(20_000)}, "20000 fields"),
+            ({f"f{i}": i for i in range(limits.STORE_FILTER_MAX_FIELDS + 1)}, "fields"),
+            ({"f": "x" * (limits.STORE_FILTER_MAX_BYTES + 1)}, "bytes"),
+            ({"f": {"$eq": [[[[[[[[[1]]]]]]]]]}}, "nest"),
+        ],
+        ids=["20000-conditions", "too-many-fields", "too-many-bytes", "too-deep"],
+    )
+    async def test_a_filter_past_its_bounds_is_refused_before_the_store(
+        self, start_server: StartServer, settings: Settings, conditions: Any, says: str
+    ) -> None:
+        url = await start(start_server)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            assert (await put(client, "k", {"f": 1})).status_code == 204
+            before = await store_rows(settings)
+            refused = await client.post(SEARCH, json={"filter": conditions}, headers=ALICE)
+            error = assert_error(refused, 422)
+            assert says in error["message"], error
+            assert await store_rows(settings) == before
+
+    async def test_a_filter_within_its_bounds_still_searches(
+        self, start_server: StartServer
+    ) -> None:
+        url = await start(start_server)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            assert (await put(client, "a", {"f0": 0, "deep": [[[[[[[1]]]]]]]})).status_code == 204
+            assert (await put(client, "b", {"f0": 1})).status_code == 204
+            widest = {f"f{i}": {"$ne": -1} for i in range(1, limits.STORE_FILTER_MAX_FIELDS)}
+            found = await client.post(
+                SEARCH,
+                json={"filter": {"f0": 0, "deep": [[[[[[[1]]]]]]]}},
+                headers=ALICE,
+            )
+            assert [i["key"] for i in found.json()["items"]] == ["a"], found.text
+            # 32 fields are allowed (the absent ones compare as SQL NULL: no match)
+            wide = await client.post(SEARCH, json={"filter": {"f0": 0, **widest}}, headers=ALICE)
+            assert wide.status_code == 200, wide.text
+
+
+class TestStatementTimeout:
+    """A store query that runs past `RUNSTREAM_QUERY_TIMEOUT_MS` is cancelled by Postgres."""
+
+    async def test_a_search_past_the_timeout_is_cancelled_and_the_connection_serves_on(
+        self, start_server: StartServer, settings: Settings
+    ) -> None:
+        # 100 ms: far above a lookup by key, far below a scan of 100,000 items on 30 fields
+        url = await start(start_server, query_timeout_ms=100, max_concurrent_queries=1)
+        await fill_store(settings, "alice", 100_000)
+        conditions = {f"f{i}": {"$ne": i} for i in range(29)} | {"n": {"$gte": 5}}
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            began = time.monotonic()
+            cancelled = await client.post(
+                SEARCH, json={"namespace_prefix": ["big"], "filter": conditions}, headers=ALICE
+            )
+            error = assert_error(cancelled, 422)
+            assert error["code"] == "query_timeout", error
+            assert "RUNSTREAM_QUERY_TIMEOUT_MS" in error["message"], error
+            assert time.monotonic() - began < 5
+            # the pool's connection came back usable, and the caller's turn was given back
+            item = await client.get(
+                "/store/items", params={"namespace": "big", "key": "k7"}, headers=ALICE
+            )
+            assert item.status_code == 200 and item.json()["value"]["n"] == 7, item.text
+
+
+class TestKeysAndLabels:
+    """A key or a namespace too long for the store's index is a 422, not Postgres's 500."""
+
+    @pytest.mark.parametrize("where", ["key", "label"])
+    async def test_a_300_kb_key_or_label_is_refused(
+        self, start_server: StartServer, settings: Settings, where: str
+    ) -> None:
+        url = await start(start_server)
+        long = "k" * 300_000
+        body: dict[str, Any] = {"namespace": ["notes"], "key": "k", "value": {}}
+        body["key" if where == "key" else "namespace"] = long if where == "key" else [long]
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            error = assert_error(await client.put("/store/items", json=body, headers=ALICE), 422)
+            assert str(limits.STORE_KEY_MAX_BYTES) in error["message"], error
+        assert await store_rows(settings) == []
+
+    async def test_the_longest_key_and_namespace_allowed_are_stored(
+        self, start_server: StartServer
+    ) -> None:
+        url = await start(start_server)
+        # multi-byte characters: the bound is on bytes, as the index's is
+        key = "é" * (limits.STORE_KEY_MAX_BYTES // 2)
+        namespace = ["ü" * 200, "ö" * 200, "x" * (limits.STORE_NAMESPACE_MAX_BYTES - 802)]
+        body = {"namespace": namespace, "key": key, "value": {"v": 1}}
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            # the owner's label goes in front: a long owner name must still fit
+            stored = await client.put("/store/items", json=body, headers=ALICE)
+            assert stored.status_code == 204, stored.text
+            read = await client.get(
+                "/store/items", params={"namespace": ".".join(namespace), "key": key}, headers=ALICE
+            )
+            assert read.json()["value"] == {"v": 1}
+
+
+class TestWhatACallerKeeps:
+    """`RUNSTREAM_MAX_STORE_ITEMS` and `RUNSTREAM_MAX_STORE_BYTES` bound one caller's store."""
+
+    async def test_items_past_the_cap_are_refused_until_one_is_deleted(
+        self, start_server: StartServer, settings: Settings
+    ) -> None:
+        url = await start(start_server, max_store_items=3)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            for key in ("a", "b", "c"):
+                assert (await put(client, key, {"v": key})).status_code == 204
+            before = await store_rows(settings)
+            error = assert_error(await put(client, "d", {"v": "d"}), 413)
+            assert error["code"] == "store_full" and "RUNSTREAM_MAX_STORE_ITEMS" in error["message"]
+            assert await store_rows(settings) == before
+            # replacing an item keeps the count; another caller has a store of its own
+            assert (await put(client, "a", {"v": "again"})).status_code == 204
+            assert (await put(client, "d", {"v": "d"}, **BOB)).status_code == 204
+            gone = await client.request(
+                "DELETE", "/store/items", json={"namespace": ["notes"], "key": "b"}, headers=ALICE
+            )
+            assert gone.status_code == 204
+            assert (await put(client, "d", {"v": "d"})).status_code == 204
+
+    async def test_bytes_past_the_cap_are_refused(
+        self, start_server: StartServer, settings: Settings
+    ) -> None:
+        url = await start(start_server, max_store_bytes=1500)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            assert (await put(client, "a", {"text": "a" * 600})).status_code == 204
+            assert (await put(client, "a", {"text": "b" * 900})).status_code == 204  # replaced
+            before = await store_rows(settings)
+            error = assert_error(await put(client, "b", {"text": "c" * 900}), 413)
+            assert "RUNSTREAM_MAX_STORE_BYTES" in error["message"], error
+            assert await store_rows(settings) == before
+            assert (await put(client, "b", {"text": "d" * 100})).status_code == 204

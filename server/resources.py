@@ -11,11 +11,14 @@ from datetime import UTC, datetime
 from opentelemetry.trace import Tracer
 
 from runner.graphs import GraphRegistry
+from stream_store.assistant_records import AssistantRecords
 from stream_store.caller_queries import CallerQueries, open_caller_queries
+from stream_store.cron_records import CronRecords
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import GraphLabels, ServerMetrics
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
+from stream_store.thread_records import ThreadRecords
 
 from .auth import StreamTokens
 from .fanout import StreamFollower
@@ -37,6 +40,18 @@ class Resources(Services):
     queries: CallerQueries  # the store's and the searches' connections, bounded per caller
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
+
+    # The records again, on the connections for `owner`'s own queries (a turn, a timeout):
+    # for the searches and counts whose filters the caller writes.
+
+    def searched_threads(self, owner: str) -> ThreadRecords:
+        return ThreadRecords(self.queries.for_caller(owner))
+
+    def searched_assistants(self, owner: str) -> AssistantRecords:
+        return AssistantRecords(self.queries.for_caller(owner))
+
+    def searched_crons(self, owner: str) -> CronRecords:
+        return CronRecords(self.queries.for_caller(owner))
 
 
 @contextlib.asynccontextmanager

@@ -26,7 +26,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from .connections import PgPool
+from .connections import ConnectionSource
 from .errors import Conflict, postgres_errors
 from .owner_caps import make_room
 from .pg import fetch_all
@@ -168,7 +168,7 @@ _SHARED = (
 class AssistantRecords:
     """Queries and changes of assistants; one instance per process, over its connection pool."""
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def create_assistant(

@@ -29,7 +29,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from . import limits
-from .connections import PgPool, open_pg_pool
+from .connections import ConnectionSource, PgPool, open_pg_pool
 from .errors import LimitReached, QueryTimeout, postgres_errors
 from .settings import Settings
 
@@ -76,6 +76,10 @@ class CallerQueries:
                     " fields, a smaller limit)"
                 ) from exc
 
+    def for_caller(self, owner: str) -> ConnectionSource:
+        """These connections as a pool of `owner`'s, for the records classes' searches."""
+        return _CallerConnections(self, owner)
+
     @contextlib.asynccontextmanager
     async def _turn(self, owner: str) -> AsyncIterator[None]:
         if not self._per_caller:
@@ -99,6 +103,15 @@ class CallerQueries:
             yield
         finally:
             turn.release()
+
+
+class _CallerConnections:
+    def __init__(self, queries: CallerQueries, owner: str) -> None:
+        self._queries = queries
+        self._owner = owner
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection[DictRow]]:
+        return self._queries.connection(self._owner)
 
 
 @contextlib.asynccontextmanager

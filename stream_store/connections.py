@@ -7,8 +7,8 @@ import select
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TypeAlias
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 from arq.connections import ArqRedis
@@ -24,6 +24,7 @@ from .keys import KeySpace
 from .settings import Settings, SettingsError
 
 __all__ = [
+    "ConnectionSource",
     "NestedCheckout",
     "PgPool",
     "RedisClients",
@@ -50,6 +51,13 @@ class SchemaNotOnSearchPath(RuntimeError):
 
 class NestedCheckout(RuntimeError):
     """A task asked its pool for a second connection while holding one."""
+
+
+class ConnectionSource(Protocol):
+    """Where the records classes get their connections: a `PgPool`, or one caller's turn on
+    the pool for the queries callers shape (`caller_queries.CallerQueries.for_caller`)."""
+
+    def connection(self) -> AbstractAsyncContextManager[AsyncConnection[DictRow]]: ...
 
 
 # A pooled connection idle this long is checked with a round trip before it is lent again.

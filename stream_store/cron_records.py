@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from .connections import PgPool
+from .connections import ConnectionSource
 from .errors import NotFound, postgres_errors
 from .owner_caps import make_room
 from .pg import execute, fetch_all
@@ -103,7 +103,7 @@ def _record(row: DictRow) -> CronRecord:
 class CronRecords:
     """Queries and changes of crons; one instance per process, over its connection pool."""
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def create_cron(self, new: NewCron, *, limit: int = 0) -> CronRecord:

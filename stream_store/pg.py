@@ -11,20 +11,22 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
-from .connections import PgPool
+from .connections import ConnectionSource
 from .errors import postgres_errors
 
 __all__ = ["execute", "fetch_all"]
 
 
-async def fetch_all(pool: PgPool, query: str, params: Sequence[Any] = ()) -> list[DictRow]:
+async def fetch_all(
+    pool: ConnectionSource, query: str, params: Sequence[Any] = ()
+) -> list[DictRow]:
     """The rows of `query` (a SELECT, or a write with RETURNING)."""
     async with postgres_errors(), pool.connection() as conn:
         cur = await conn.execute(query, params)
         return await cur.fetchall()
 
 
-async def execute(pool: PgPool, query: str, params: Sequence[Any] = ()) -> None:
+async def execute(pool: ConnectionSource, query: str, params: Sequence[Any] = ()) -> None:
     """Run a write whose rows nobody reads."""
     async with postgres_errors(), pool.connection() as conn:
         await conn.execute(query, params)

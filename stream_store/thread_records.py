@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from .checkpoint_quota import CheckpointQuota
 from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
-from .connections import PgPool
+from .connections import ConnectionSource
 from .errors import Conflict, NotFound, postgres_errors
 from .events import ACTIVE_STATUSES
 from .pg import fetch_all
@@ -121,7 +121,7 @@ class HeldThread(NamedTuple):
 class ThreadRecords:
     """Queries and changes of threads; one instance per process, over its connection pool."""
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def _threads(self, query: str, params: Sequence[Any] = ()) -> list[ThreadRecord]:

@@ -238,7 +238,7 @@ class AssistantsController(Controller):
         data: Annotated[AssistantSearch | None, Body()] = None,
     ) -> Response[list[dict[str, Any]]]:
         body = data or AssistantSearch()
-        found = await resources.assistant_records.search_assistants(
+        found = await resources.searched_assistants(caller.owner).search_assistants(
             caller.owner,
             _graph_assistants(resources),
             graph=body.graph_id,
@@ -265,7 +265,7 @@ class AssistantsController(Controller):
         data: Annotated[AssistantCount | None, Body()] = None,
     ) -> int:
         body = data or AssistantCount()
-        return await resources.assistant_records.count_assistants(
+        return await resources.searched_assistants(caller.owner).count_assistants(
             caller.owner,
             _graph_assistants(resources),
             graph=body.graph_id,

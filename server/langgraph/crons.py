@@ -239,7 +239,7 @@ class CronsController(Controller):
         named = await _assistant_named(resources, caller.owner, body.assistant_id)
         if named is None:
             return []
-        crons = await resources.cron_records.search_crons(
+        crons = await resources.searched_crons(caller.owner).search_crons(
             caller.owner,
             graph=named[0],
             assistant_id=named[1],
@@ -267,7 +267,7 @@ class CronsController(Controller):
         named = await _assistant_named(resources, caller.owner, body.assistant_id)
         if named is None:
             return 0
-        return await resources.cron_records.count_crons(
+        return await resources.searched_crons(caller.owner).count_crons(
             caller.owner,
             graph=named[0],
             assistant_id=named[1],

@@ -85,7 +85,7 @@ class ThreadsController(Controller):
         data: Annotated[ThreadSearch | None, Body()] = None,
     ) -> list[Thread]:
         body = data or ThreadSearch()
-        threads = await resources.thread_records.search_threads(
+        threads = await resources.searched_threads(caller.owner).search_threads(
             caller.owner,
             metadata=body.metadata or {},
             status=body.status,
@@ -105,7 +105,7 @@ class ThreadsController(Controller):
         body = data or ThreadCount()
         if body.values:
             raise ApiError(422, "invalid_request", "counting threads by values is not supported")
-        return await resources.thread_records.count_threads(
+        return await resources.searched_threads(caller.owner).count_threads(
             caller.owner, metadata=body.metadata or {}, status=body.status
         )
 

@@ -23,7 +23,6 @@ from stream_store.tracing import make_tracer
 from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin, refuse_unknown_fields_in_schema
 from .auth import Caller, caller_from_request
 from .browser_guard import browser_guard
-from .budgets import route_budget
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
@@ -129,12 +128,9 @@ def _provide_quotas(request: Request[Any, Any, Any], resources: Resources) -> Ca
     return request.app.state.quotas
 
 
-async def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
-    """The caller, counted against its route's budget (`server/budgets.py`)."""
-    caller = caller_from_request(request, request.app.state.resources.settings)
-    if (budget := route_budget(request)) is not None:
-        await quotas.take(caller.owner, budget)
-    return caller
+def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
+    """The caller; a route with a budget has its own, which counts it (`server/budgets.py`)."""
+    return caller_from_request(request, request.app.state.resources.settings)
 
 
 async def _before_request(request: Request[Any, Any, Any]) -> None:
@@ -163,7 +159,7 @@ def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = N
         ],
         dependencies={
             "resources": Provide(_provide_resources, sync_to_thread=False),
-            "caller": Provide(_provide_caller),
+            "caller": Provide(_provide_caller, sync_to_thread=False),
             "quotas": Provide(_provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,

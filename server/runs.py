@@ -209,12 +209,17 @@ class RunsController(Controller):
             quotas.hold(slot, frames), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
-    @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run", opt=WRITE)
+    @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run", dependencies=WRITE)
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
         run = await owned_run(resources, run_id, caller)
         return run_out(resources, await resources.lifecycle.cancel(run))
 
-    @post("/{run_id:str}/resume", status_code=202, summary="Answer a pending interrupt", opt=WRITE)
+    @post(
+        "/{run_id:str}/resume",
+        status_code=202,
+        summary="Answer a pending interrupt",
+        dependencies=WRITE,
+    )
     async def resume(
         self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
     ) -> RunOut:

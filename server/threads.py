@@ -129,7 +129,9 @@ class ThreadsController(Controller):
             idempotency_key=idempotency_key,
         )
 
-    @delete("/{thread_id:str}", status_code=204, summary="Delete a thread for good", opt=WRITE)
+    @delete(
+        "/{thread_id:str}", status_code=204, summary="Delete a thread for good", dependencies=WRITE
+    )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         tid = inputs.object_id(thread_id, "thread")
         await delete_thread(resources.thread_records, resources.events, tid, caller.owner)

@@ -42,7 +42,14 @@ from .errors import LimitReached, StoreUnavailable, redis_errors
 from .keys import KeySpace
 from .settings import Settings
 
-__all__ = ["SLOT_TTL_PINGS", "Budget", "CallerQuotas", "StreamSlot", "open_caller_quotas"]
+__all__ = [
+    "SLOT_TTL_PINGS",
+    "Budget",
+    "CallerQuotas",
+    "CountedRequest",
+    "StreamSlot",
+    "open_caller_quotas",
+]
 
 logger = structlog.get_logger()
 
@@ -73,6 +80,14 @@ _BUDGET_SETTING = {
     Budget.WRITES: ("RUNSTREAM_MAX_WRITES_PER_MINUTE", "too_many_writes"),
     Budget.QUERIES: ("RUNSTREAM_MAX_QUERIES_PER_MINUTE", "too_many_queries"),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class CountedRequest:
+    """One request's place in its caller's window of a budget."""
+
+    key: str
+    member: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +131,9 @@ class CallerQuotas:
         """Count one submit (a run, a thread, an assistant or a cron) of `owner`."""
         await self.take(owner, Budget.SUBMITS)
 
-    async def take(self, owner: str, budget: Budget) -> None:
-        """Count one request of `owner` against `budget`.
+    async def take(self, owner: str, budget: Budget) -> CountedRequest | None:
+        """Count one request of `owner` against `budget`; what was counted (None: the budget is
+        off), which `uncount` takes back.
 
         Raises:
             LimitReached: `owner` made the budget's number of such requests in the last minute;
@@ -126,11 +142,11 @@ class CallerQuotas:
         """
         limit = self._per_minute[budget]
         if not limit:
-            return
+            return None
+        counted = CountedRequest(self._keys.caller_window(owner, budget.value), uuid.uuid4().hex)
         with redis_errors():
             wait_ms = await self._take_submit(
-                keys=[self._keys.caller_window(owner, budget.value)],
-                args=[limit, limits.SUBMIT_WINDOW_S * 1000, uuid.uuid4().hex],
+                keys=[counted.key], args=[limit, limits.SUBMIT_WINDOW_S * 1000, counted.member]
             )
         if wait_ms:
             setting, code = _BUDGET_SETTING[budget]
@@ -140,6 +156,13 @@ class CallerQuotas:
                 code=code,
                 retry_after_s=math.ceil(int(wait_ms) / 1000),
             )
+        return counted
+
+    async def uncount(self, counted: CountedRequest) -> None:
+        """Uncount a request that was refused: it changed nothing (the last one out takes the
+        key with it). Best effort: if Redis does not answer, the count lapses with its minute."""
+        with contextlib.suppress(RedisError):
+            await self._redis.zrem(counted.key, counted.member)
 
     # -- SSE connections --------------------------------------------------------------------
 

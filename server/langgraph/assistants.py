@@ -230,7 +230,12 @@ class AssistantsController(Controller):
             return assistant_view(existing)
         raise Conflict(f"Assistant {assistant_id} already exists", code="assistant_exists")
 
-    @post("/search", status_code=200, summary="The graphs' assistants and the caller's", opt=QUERY)
+    @post(
+        "/search",
+        status_code=200,
+        summary="The graphs' assistants and the caller's",
+        dependencies=QUERY,
+    )
     async def search(
         self,
         resources: Resources,
@@ -257,7 +262,7 @@ class AssistantsController(Controller):
             headers["X-Pagination-Next"] = str(body.offset + body.limit)
         return Response(views, headers=headers)
 
-    @post("/count", status_code=200, summary="How many assistants match", opt=QUERY)
+    @post("/count", status_code=200, summary="How many assistants match", dependencies=QUERY)
     async def count(
         self,
         resources: Resources,
@@ -299,7 +304,9 @@ class AssistantsController(Controller):
         return assistant_view(await assistant_of(resources, caller.owner, assistant_id))
 
     @patch(
-        "/{assistant_id:str}", summary="Change an assistant: a new version, made active", opt=WRITE
+        "/{assistant_id:str}",
+        summary="Change an assistant: a new version, made active",
+        dependencies=WRITE,
     )
     async def update(
         self,
@@ -321,7 +328,9 @@ class AssistantsController(Controller):
             raise NotFound(f"assistant {assistant_id} not found")
         return assistant_view(updated)
 
-    @delete("/{assistant_id:str}", status_code=204, summary="Delete an assistant", opt=WRITE)
+    @delete(
+        "/{assistant_id:str}", status_code=204, summary="Delete an assistant", dependencies=WRITE
+    )
     async def remove(
         self,
         assistant_id: str,
@@ -358,7 +367,7 @@ class AssistantsController(Controller):
         "/{assistant_id:str}/versions",
         status_code=200,
         summary="An assistant's versions",
-        opt=QUERY,
+        dependencies=QUERY,
     )
     async def versions(
         self,
@@ -386,7 +395,7 @@ class AssistantsController(Controller):
         "/{assistant_id:str}/latest",
         status_code=200,
         summary="Make a version the active one",
-        opt=WRITE,
+        dependencies=WRITE,
     )
     async def set_latest(
         self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller

@@ -52,7 +52,7 @@ class BulkCancelController(Controller):
     path = "/runs/cancel"
     tags = ["langgraph"]
 
-    @post("/", status_code=204, summary="Cancel runs by id or by status", opt=WRITE)
+    @post("/", status_code=204, summary="Cancel runs by id or by status", dependencies=WRITE)
     async def cancel_many(
         self,
         data: BulkCancel,

@@ -196,7 +196,11 @@ class CronsController(Controller):
     ) -> Cron:
         return await _create(resources, quotas, caller, data, None)
 
-    @patch("/{cron_id:str}", summary="Change a cron's schedule, run request or state", opt=WRITE)
+    @patch(
+        "/{cron_id:str}",
+        summary="Change a cron's schedule, run request or state",
+        dependencies=WRITE,
+    )
     async def update(
         self, cron_id: str, data: CronPatch, resources: Resources, caller: Caller
     ) -> Cron:
@@ -222,13 +226,18 @@ class CronsController(Controller):
             raise NotFound(f"cron {cron_id} not found")
         return cron_view(updated)
 
-    @delete("/{cron_id:str}", status_code=204, summary="Delete a cron (its runs stay)", opt=WRITE)
+    @delete(
+        "/{cron_id:str}",
+        status_code=204,
+        summary="Delete a cron (its runs stay)",
+        dependencies=WRITE,
+    )
     async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
         cron_id = inputs.object_id(cron_id, "cron")
         if not await resources.cron_records.delete_cron(cron_id, caller.owner):
             raise NotFound(f"cron {cron_id} not found")
 
-    @post("/search", status_code=200, summary="The caller's crons", opt=QUERY)
+    @post("/search", status_code=200, summary="The caller's crons", dependencies=QUERY)
     async def search(
         self,
         resources: Resources,
@@ -256,7 +265,12 @@ class CronsController(Controller):
             return [{k: v for k, v in view.items() if k in body.select} for view in views]
         return views
 
-    @post("/count", status_code=200, summary="How many of the caller's crons match", opt=QUERY)
+    @post(
+        "/count",
+        status_code=200,
+        summary="How many of the caller's crons match",
+        dependencies=QUERY,
+    )
     async def count(
         self,
         resources: Resources,

@@ -194,7 +194,7 @@ class RunsController(Controller):
             partly_sent=partly_sent,
         )
 
-    @post("/{run_id:str}/cancel", status_code=202, summary="Cancel a run", opt=WRITE)
+    @post("/{run_id:str}/cancel", status_code=202, summary="Cancel a run", dependencies=WRITE)
     async def cancel(
         self,
         thread_id: str,
@@ -218,7 +218,7 @@ class RunsController(Controller):
             return await wait_response(resources, run, False, rollback=action == "rollback")
         return Response(None, status_code=202)
 
-    @delete("/{run_id:str}", status_code=204, summary="Delete a finished run", opt=WRITE)
+    @delete("/{run_id:str}", status_code=204, summary="Delete a finished run", dependencies=WRITE)
     async def delete_run(
         self, thread_id: str, run_id: str, resources: Resources, caller: Caller
     ) -> None:

@@ -136,7 +136,7 @@ class StoreController(Controller):
     path = "/store"
     tags = ["langgraph"]
 
-    @put("/items", status_code=204, summary="Store or replace an item", opt=WRITE)
+    @put("/items", status_code=204, summary="Store or replace an item", dependencies=WRITE)
     async def put_item(self, data: StorePut, resources: Resources, caller: Caller) -> None:
         namespace = _namespace(data.namespace, "namespace", required=True)
         key = _key(data.key)
@@ -144,7 +144,7 @@ class StoreController(Controller):
         async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
             await store.aput(namespace, key, data.value, index=data.index, ttl=data.ttl)
 
-    @get("/items", summary="An item, or null", opt=QUERY)
+    @get("/items", summary="An item, or null", dependencies=QUERY)
     async def get_item(
         self,
         resources: Resources,
@@ -158,14 +158,19 @@ class StoreController(Controller):
             item = await store.aget(labels, _key(key), refresh_ttl=refresh_ttl)
         return Response(item.dict() if item is not None else None)
 
-    @delete("/items", status_code=204, summary="Delete an item", opt=WRITE)
+    @delete("/items", status_code=204, summary="Delete an item", dependencies=WRITE)
     async def delete_item(self, data: StoreDelete, resources: Resources, caller: Caller) -> None:
         namespace = _namespace(data.namespace, "namespace")
         key = _key(data.key)
         async with _owner_store(resources, caller) as store:
             await store.adelete(namespace, key)
 
-    @post("/items/search", status_code=200, summary="Items under a namespace prefix", opt=QUERY)
+    @post(
+        "/items/search",
+        status_code=200,
+        summary="Items under a namespace prefix",
+        dependencies=QUERY,
+    )
     async def search_items(
         self, data: StoreSearch, resources: Resources, caller: Caller
     ) -> dict[str, list[dict[str, Any]]]:
@@ -181,7 +186,7 @@ class StoreController(Controller):
             )
         return {"items": [item.dict() for item in items]}
 
-    @post("/namespaces", status_code=200, summary="The caller's namespaces", opt=QUERY)
+    @post("/namespaces", status_code=200, summary="The caller's namespaces", dependencies=QUERY)
     async def list_namespaces(
         self, data: StoreListNamespaces, resources: Resources, caller: Caller
     ) -> dict[str, list[list[str]]]:

@@ -77,7 +77,9 @@ class ThreadsController(Controller):
         logger.info("thread created", thread_id=thread.thread_id, dialect="langgraph")
         return await thread_view(resources, thread)
 
-    @post("/search", status_code=200, summary="The caller's threads, newest first", opt=QUERY)
+    @post(
+        "/search", status_code=200, summary="The caller's threads, newest first", dependencies=QUERY
+    )
     async def search(
         self,
         resources: Resources,
@@ -95,7 +97,12 @@ class ThreadsController(Controller):
         )
         return [await thread_view(resources, t) for t in threads]
 
-    @post("/count", status_code=200, summary="How many of the caller's threads match", opt=QUERY)
+    @post(
+        "/count",
+        status_code=200,
+        summary="How many of the caller's threads match",
+        dependencies=QUERY,
+    )
     async def count(
         self,
         resources: Resources,
@@ -113,7 +120,7 @@ class ThreadsController(Controller):
         "/prune",
         status_code=200,
         summary="Delete threads, or all their checkpoints but the latest",
-        opt=WRITE,
+        dependencies=WRITE,
     )
     async def prune(
         self, data: ThreadPrune, resources: Resources, caller: Caller
@@ -147,7 +154,7 @@ class ThreadsController(Controller):
         thread = await owned_thread(resources, thread_id, caller, langgraph=True)
         return await thread_view(resources, thread)
 
-    @patch("/{thread_id:str}", summary="Merge metadata into a thread", opt=WRITE)
+    @patch("/{thread_id:str}", summary="Merge metadata into a thread", dependencies=WRITE)
     async def update(
         self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
     ) -> Thread:
@@ -165,7 +172,7 @@ class ThreadsController(Controller):
         "/{thread_id:str}",
         status_code=204,
         summary="Delete a thread, its runs and state",
-        opt=WRITE,
+        dependencies=WRITE,
     )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         """As a prune of the one thread: its interrupted run is over (runstream's own would
@@ -204,7 +211,12 @@ class ThreadsController(Controller):
     async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
         return await thread_state(resources, await owned_thread(resources, thread_id, caller))
 
-    @post("/{thread_id:str}/state", status_code=200, summary="Write the thread's state", opt=WRITE)
+    @post(
+        "/{thread_id:str}/state",
+        status_code=200,
+        summary="Write the thread's state",
+        dependencies=WRITE,
+    )
     async def update_state(
         self, thread_id: str, data: StateUpdate, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
@@ -212,7 +224,10 @@ class ThreadsController(Controller):
         return await update_state(resources, thread, data)
 
     @post(
-        "/{thread_id:str}/copy", status_code=200, summary="Copy a thread with its state", opt=WRITE
+        "/{thread_id:str}/copy",
+        status_code=200,
+        summary="Copy a thread with its state",
+        dependencies=WRITE,
     )
     async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
         thread = await owned_thread(resources, thread_id, caller)
@@ -239,7 +254,11 @@ class ThreadsController(Controller):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
         return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
 
-    @get("/{thread_id:str}/history", summary="The thread's past states, newest first", opt=QUERY)
+    @get(
+        "/{thread_id:str}/history",
+        summary="The thread's past states, newest first",
+        dependencies=QUERY,
+    )
     async def history(
         self,
         thread_id: str,
@@ -252,7 +271,10 @@ class ThreadsController(Controller):
         return await state_history(resources, thread, limit, before)
 
     @post(
-        "/{thread_id:str}/history", status_code=200, summary="The thread's past states", opt=QUERY
+        "/{thread_id:str}/history",
+        status_code=200,
+        summary="The thread's past states",
+        dependencies=QUERY,
     )
     async def search_history(
         self,

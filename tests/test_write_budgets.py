@@ -95,6 +95,19 @@ class TestPerMinuteBudgets:
             # another caller has a budget of its own
             assert (await client.put("/store/items", json=put, headers=BOB)).status_code == 204
 
+    async def test_a_refused_write_is_not_counted(
+        self, start_server: StartServer, settings: Settings
+    ) -> None:
+        url = await start(start_server, max_writes_per_minute=1)
+        bad = {"namespace": ["a.b"], "key": "k", "value": {}}
+        good = {"namespace": ["n"], "key": "k", "value": {"v": 1}}
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            for _ in range(3):  # 422s: nothing changed, nothing counted
+                assert_error(await client.put("/store/items", json=bad, headers=ALICE), 422)
+            assert (await client.put("/store/items", json=good, headers=ALICE)).status_code == 204
+            refused = await client.put("/store/items", json=good, headers=ALICE)
+            assert_too_many(refused, "too_many_writes")
+
     async def test_store_reads_and_searches_share_the_query_budget(
         self, start_server: StartServer
     ) -> None:

@@ -9,6 +9,7 @@ of a server shutting down (an `OperationalError`, as a Postgres that goes away m
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +17,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from stream_store.errors import Fenced, StreamGone
 from stream_store.keys import KeySpace
+from stream_store.log import EventLog
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import read_events
@@ -29,6 +32,13 @@ async def redis(settings: Settings) -> AsyncIterator[Redis]:
     client = Redis.from_url(str(settings.redis_url))
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
+    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
+    yield event_log
+    await event_log.aclose()
 
 
 async def fail_commits(settings: Settings, on: str) -> None:
@@ -173,3 +183,52 @@ class TestCommitFailsAfterRedisTookTheEvent:
             assert left == []
             await commit_again(settings)
             assert (await client.post("/v1/runs", json=run_body("hello"))).status_code == 202
+
+
+class TestTheEventAfterTheCommit:
+    async def test_reserve_checks_as_the_append_would_and_writes_nothing(
+        self, events: EventLog, redis: Redis, settings: Settings
+    ) -> None:
+        keys = KeySpace(settings.redis_prefix)
+        gone = str(uuid.uuid4())
+        with pytest.raises(StreamGone):
+            await events.reserve(gone, 1)
+        assert not await redis.exists(keys.run_record(gone))  # the probe left no record
+        run_id = str(uuid.uuid4())
+        await events.open(run_id, owner="o", thread_id="t", attempt=1, event="run", data=b"{}")
+        before = await redis.hgetall(keys.run_record(run_id))  # type: ignore[misc]
+        await events.reserve(run_id, 1)
+        with pytest.raises(Fenced):
+            await events.reserve(run_id, 2)
+        assert await redis.hgetall(keys.run_record(run_id)) == before  # type: ignore[misc]
+        assert await redis.xlen(keys.run_events(run_id)) == 1
+
+    async def test_a_resumes_queued_never_follows_an_attempts_running(
+        self, events: EventLog, redis: Redis, settings: Settings
+    ) -> None:
+        """The reaper may enqueue a resumed run as soon as it is committed: an attempt that
+        said `running` before the resume's own append keeps its status and its lease."""
+        run_id = str(uuid.uuid4())
+        await events.open(
+            run_id,
+            owner="o",
+            thread_id="t",
+            attempt=1,
+            event="run",
+            data=b'{"status":"interrupted","attempt":1}',
+            status="interrupted",
+        )
+        await events.claim(run_id, 1, 5.0, b'{"status":"running","attempt":1}')
+        with pytest.raises(Fenced):
+            await events.append(
+                run_id,
+                1,
+                "run",
+                b'{"status":"queued","attempt":1}',
+                status="queued",
+                expect_status="interrupted",
+            )
+        record = await events.live_record(run_id)
+        assert record is not None and record.status == "running"
+        assert record.lease_until is not None
+        assert statuses(await stored(redis, settings, run_id)) == ["interrupted", "running"]

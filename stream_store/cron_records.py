@@ -14,7 +14,7 @@ scheduler's three (claim, release, advance), with the owner rule in each.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -300,9 +300,13 @@ class CronRecords:
         found = await fetch_all(self.pool, f"SELECT count(*) AS n {where}", params)
         return int(found[0]["n"])
 
-    async def claim_due(self, now: datetime, lease_s: float) -> CronRecord | None:
-        """Claim the enabled cron due longest ago (`next_run_date <= now`) for `lease_s` (of
-        the database's clock), or None when none is due and unclaimed.
+    async def claim_due(
+        self, now: datetime, lease_s: float, *, skip_owners: Collection[str] = ()
+    ) -> CronRecord | None:
+        """Claim the enabled cron due longest ago (`next_run_date <= now`) of an owner not in
+        `skip_owners` for `lease_s` (of the database's clock), or None when none is due and
+        unclaimed. The scheduler skips the owners that had their turn in its round: one owner's
+        many due crons then do not all go before another's one.
 
         The claim is committed at once: no lock is held while the run is submitted (that
         submit locks the cron's thread, which a thread delete, waiting on the cron's row to
@@ -316,9 +320,10 @@ class CronRecords:
             " WHERE cron_id = (SELECT cron_id FROM runstream_crons"
             "   WHERE enabled AND next_run_date <= %s"
             "   AND (claimed_until IS NULL OR claimed_until < clock_timestamp())"
+            "   AND owner <> ALL(%s)"
             "   ORDER BY next_run_date LIMIT 1 FOR UPDATE SKIP LOCKED)"
             f" RETURNING {_COLUMNS}",
-            (lease_s, now),
+            (lease_s, now, list(skip_owners)),
         )
         return _record(found[0]) if found else None
 

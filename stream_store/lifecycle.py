@@ -6,9 +6,13 @@ the events that announce it, and the last of those events is remembered as the r
 `last_event_id`. A viewer that sees a status event can therefore always read that status back,
 and a crash between the two steps leaves a state the reaper completes (`repair`).
 
-The server's own transitions (submit, cancel of an idle run, resume) write their first event
-inside the Postgres transaction, after its UPDATE and before its COMMIT: a Redis that refuses
-it (at `maxmemory`) rolls the transition back, so the caller's 503 means nothing changed.
+The server's own transitions (submit, cancel of an idle run, resume) go to Redis inside the
+Postgres transaction, after its UPDATE and before its COMMIT: a Redis that refuses (at
+`maxmemory`) rolls the transition back, so the caller's 503 means nothing changed. A submit
+opens its stream there (nobody can read a run before its commit; a failed commit deletes the
+stream again); a cancel or resume only reserves its status event there (`EventLog.reserve`) and
+writes it after the commit, so that a commit that fails once Redis said yes leaves no status
+its viewers saw and Postgres never had.
 
 Which process calls what:
 
@@ -29,7 +33,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from .errors import Conflict, StoreUnavailable, StreamGone
+from .errors import Conflict, Fenced, StoreUnavailable, StreamGone
 from .events import (
     DoneData,
     ErrorData,
@@ -97,25 +101,36 @@ class RunLifecycle:
         *,
         status: RunStatus | None = None,
         settled: bool = False,
+        expect_status: RunStatus | None = None,
     ) -> str:
         return await self.events.append(
-            run.run_id, attempt, event, encode_data(data), status=status, settled=settled
+            run.run_id,
+            attempt,
+            event,
+            encode_data(data),
+            status=status,
+            settled=settled,
+            expect_status=expect_status,
         )
 
     async def _status(
-        self, run: RunRecord, attempt: int, status: RunStatus, *, settled: bool = False
+        self,
+        run: RunRecord,
+        attempt: int,
+        status: RunStatus,
+        *,
+        settled: bool = False,
+        expect_status: RunStatus | None = None,
     ) -> str:
         data = RunStatusData(status=status, attempt=attempt)
-        return await self._event(run, attempt, "run", data, status=status, settled=settled)
+        return await self._event(
+            run, attempt, "run", data, status=status, settled=settled, expect_status=expect_status
+        )
 
-    async def _outcome(
-        self, run: RunRecord, attempt: int, *, settled: bool = False, told: bool = False
-    ) -> None:
-        """The status event (unless `told` already) and the terminal event of a finished `run`,
-        then its last id."""
+    async def _outcome(self, run: RunRecord, attempt: int, *, settled: bool = False) -> None:
+        """The status event and the terminal event of a finished `run`, then its last id."""
         try:
-            if not told:
-                await self._status(run, attempt, run.status, settled=settled)
+            await self._status(run, attempt, run.status, settled=settled)
         except StreamGone:
             if settled:
                 raise  # the worker's own stream: it was fenced out
@@ -159,6 +174,8 @@ class RunLifecycle:
         and the reaper enqueues queued runs that have no job.
         """
 
+        opened: list[str] = []
+
         async def open_stream(run: RunRecord) -> None:
             queued = RunStatusData(status=RunStatus.QUEUED, attempt=run.attempt)
             await self.events.open(
@@ -169,8 +186,13 @@ class RunLifecycle:
                 event="run",
                 data=encode_data(queued),
             )
+            opened.append(run.run_id)
 
-        created = await self.submitter.create_run(new, before_commit=open_stream)
+        try:
+            created = await self.submitter.create_run(new, before_commit=open_stream)
+        except Exception:
+            await self._drop_opened(opened)
+            raise
         for ended in created.superseded:
             await self._outcome(ended, ended.attempt)
             logger.info("interrupted run ended by a new run", run_id=ended.run_id)
@@ -186,6 +208,17 @@ class RunLifecycle:
                     error=str(exc),
                 )
         return created
+
+    async def _drop_opened(self, run_ids: list[str]) -> None:
+        """The streams a submit opened before its commit failed: nobody can know those runs.
+        (A commit that went through after all, the connection lost before its answer, leaves a
+        queued run without its stream, which the reaper rebuilds, as after a loss of Redis.)"""
+        if not run_ids:
+            return
+        try:
+            await self.events.delete(run_ids)
+        except StoreUnavailable as exc:
+            logger.warning("submit failed; its stream is left behind", error=str(exc))
 
     async def _cancel_others(self, run: RunRecord, *, rollback: bool) -> None:
         """Multitask `interrupt` and `rollback`: cancel the thread's other active runs (and
@@ -206,8 +239,9 @@ class RunLifecycle:
         """Cancel a queued or interrupted run at once, or ask the worker running it to stop.
 
         With `rollback`, the run is deleted once cancelled, with the checkpoints it wrote. The
-        `run`/`cancelled` event is written before the cancel commits: a Redis that refuses it
-        (at `maxmemory`) rolls the cancel back, and the caller gets 503 with nothing changed.
+        `run`/`cancelled` event is reserved before the cancel commits and written after: a
+        Redis that refuses it (at `maxmemory`) rolls the cancel back, and the caller gets 503
+        with nothing changed; a commit that fails leaves the stream as it was.
 
         Raises:
             Conflict: the run already finished.
@@ -218,17 +252,14 @@ class RunLifecycle:
         marked = rollback and not run.kwargs.get("rollback")
         if marked:
             await self.run_records.ask_rollback(run.run_id)
-        told = False
 
-        async def tell(cancelled: RunRecord) -> None:
-            nonlocal told
+        async def reserve(cancelled: RunRecord) -> None:
             with contextlib.suppress(StreamGone):  # an expired interrupt: `_outcome` says so
-                await self._status(cancelled, cancelled.attempt, RunStatus.CANCELLED)
-                told = True
+                await self.events.reserve(cancelled.run_id, cancelled.attempt)
 
         try:
             cancelled = await self.run_records.cancel_idle_run(
-                run.run_id, run.owner, before_commit=tell
+                run.run_id, run.owner, before_commit=reserve
             )
             if cancelled is None:
                 # Running (or just claimed): the worker that holds it stops it and writes the
@@ -243,9 +274,9 @@ class RunLifecycle:
             logger.info("cancel requested from the worker")
             return await self.run_records.get_run(run.run_id, run.owner) or run
         try:
-            await self._outcome(cancelled, cancelled.attempt, told=told)
-        except StoreUnavailable as exc:
-            # Cancelled and announced; the reaper writes the `done` event (`repair`) later.
+            await self._outcome(cancelled, cancelled.attempt)
+        except (StoreUnavailable, Fenced) as exc:
+            # Cancelled: the reaper writes its events (`repair`) later, or (fenced) is already.
             logger.warning("cancel recorded; the reaper will finish its events", error=str(exc))
         await self._roll_back(cancelled)
         try:
@@ -258,34 +289,66 @@ class RunLifecycle:
     async def resume(self, run: RunRecord, value: Any) -> RunRecord:
         """Queue an interrupted run again with the answer to its interrupt.
 
-        The `run`/`queued` event is written before the resume commits: a Redis that refuses
-        it (at `maxmemory`) rolls the resume back, and the caller gets 503 with nothing
-        changed. A failed enqueue after the commit is left to the reaper, as for a submit.
+        The `run`/`queued` event is reserved before the resume commits and written after: a
+        Redis that refuses it (at `maxmemory`) rolls the resume back, and the caller gets 503
+        with nothing changed; a commit that fails leaves the stream as it was. A failed write
+        or enqueue after the commit is left to the reaper, as for a submit.
 
         Raises:
             Conflict: the run is not interrupted.
             StoreUnavailable: Redis or Postgres refused; the run is still interrupted.
         """
+        gone = False
 
-        async def tell(resumed: RunRecord) -> None:
+        async def reserve(resumed: RunRecord) -> None:
+            nonlocal gone
             try:
-                await self._status(resumed, resumed.attempt, RunStatus.QUEUED)
+                await self.events.reserve(resumed.run_id, resumed.attempt)
             except StreamGone:  # RUNSTREAM_INTERRUPTED_TTL passed (or Redis lost it): a new one
-                await self.restore_stream(resumed)
+                gone = True
 
         resumed = await self.run_records.resume_run(
-            run.run_id, run.owner, value, before_commit=tell
+            run.run_id, run.owner, value, before_commit=reserve
         )
         if resumed is None:
             raise Conflict(
                 f"run {run.run_id} is {run.status}, not interrupted", code="run_not_interrupted"
             )
+        await self._tell_resumed(resumed, restore=gone)
         try:
             await self.queue.enqueue(resumed)
         except StoreUnavailable as exc:
             logger.warning("enqueue failed; the reaper will retry it", error=str(exc))
         logger.info("run resumed")
         return resumed
+
+    async def _tell_resumed(self, resumed: RunRecord, *, restore: bool) -> None:
+        """`run`/`queued` once the resume committed, or a new stream if the old one is gone.
+
+        Only over `interrupted`: the reaper may enqueue the queued run as soon as it committed,
+        and an attempt that already said `running` must not be followed by `queued` (which would
+        also drop its lease). Left out when Redis fails here: that attempt's `running` says it,
+        and the reaper rebuilds a stream that is missing.
+        """
+        try:
+            if not restore:
+                try:
+                    await self._status(
+                        resumed,
+                        resumed.attempt,
+                        RunStatus.QUEUED,
+                        expect_status=RunStatus.INTERRUPTED,
+                    )
+                    return
+                except StreamGone:
+                    pass
+            await self.restore_stream(resumed)
+        except Fenced as exc:
+            logger.info(
+                "resumed run already started; its queued status is left out", error=str(exc)
+            )
+        except StoreUnavailable as exc:
+            logger.warning("resume recorded; its queued status is left out", error=str(exc))
 
     async def end_interrupted(self, thread_id: str) -> list[RunRecord]:
         """End the thread's interrupted run as succeeded, as a LangGraph submit supersedes it:

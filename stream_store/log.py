@@ -2,7 +2,9 @@
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
 terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
-batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`; `read_range`
+batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`, `reserve`
+one EVALSHA for an append's checks, writing nothing (before a server transition's commit);
+`read_range`
 is one XRANGE per page (the server's live reads are its own XREAD, `server/fanout.py`). Appends
 are fenced: the script refuses a write whose attempt is not the record's. `append_batch` is also
 bounded: a run's stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes
@@ -54,6 +56,7 @@ _CLAIM = _script("claim.lua", fenced=True)
 _RENEW = _script("renew.lua", fenced=True)
 _TAKE_OVER = _script("take_over.lua", fenced=True)
 _REQUEST_CANCEL = _script("request_cancel.lua")
+_RESERVE = _script("reserve.lua", fenced=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class EventLog:
         self._renew = register_script(redis, _RENEW)
         self._take_over = register_script(redis, _TAKE_OVER)
         self._request_cancel = register_script(redis, _REQUEST_CANCEL)
+        self._reserve = register_script(redis, _RESERVE)
 
     async def _call(self, script: Any, run_id: str, keys: list[str], args: list[Any]) -> str:
         """Run one of the stream scripts; its reply as text (an event id or a verdict)."""
@@ -144,6 +148,7 @@ class EventLog:
         *,
         status: str | None = None,
         settled: bool = False,
+        expect_status: str | None = None,
     ) -> str:
         """Append one event as `attempt`; returns its id.
 
@@ -152,10 +157,12 @@ class EventLog:
         The stream's TTL follows the event: `stream_ttl_s` from the terminal event,
         `interrupted_ttl_s` from the `interrupted` status, none again from `queued` or
         `running` (resumed). Never refused for the run's bounds: these are the run's own
-        status, retry and outcome events.
+        status, retry and outcome events. With `expect_status`, only while the record's status
+        is that one (a status written after its Postgres commit, which another process's
+        status may have overtaken meanwhile).
 
         Raises:
-            Fenced: another attempt owns the run.
+            Fenced: another attempt owns the run, or its status is not `expect_status`.
             StreamGone: the run record is gone (expired or deleted).
         """
         ttl = ""
@@ -170,8 +177,22 @@ class EventLog:
             self._append,
             run_id,
             keys,
-            [attempt, event, data, status or "", ttl, "1" if settled else ""],
+            [attempt, event, data, status or "", ttl, "1" if settled else "", expect_status or ""],
         )
+
+    async def reserve(self, run_id: str, attempt: int) -> None:
+        """Check that `append` would take a status event of `attempt` now, writing nothing:
+        inside a transition's Postgres transaction, whose event goes out after the commit. A
+        refusal then rolls the transition back, and its viewers never see a status Postgres did
+        not commit (docs/architecture.md section 5).
+
+        Raises:
+            Fenced: another attempt owns the run, or the stream has its terminal event.
+            StreamGone: the run record is gone (expired or deleted).
+            StoreUnavailable: Redis refused (at `maxmemory`, the append would be refused too).
+        """
+        keys = [self.keys.run_record(run_id)]
+        await self._call(self._reserve, run_id, keys, [attempt])
 
     async def append_batch(
         self, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]

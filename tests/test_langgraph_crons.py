@@ -422,6 +422,42 @@ async def test_two_schedulers_racing_fire_each_slot_once(
     assert len({run["run_id"] for _, run in runs}) == len(runs)
 
 
+async def test_one_owners_many_due_crons_do_not_go_before_another_owners_one(
+    start_server: StartServer, deps: tuple[Resources, CallerQuotas], settings: Settings
+) -> None:
+    """A pass takes one due cron per owner in turn: bob's one cron fires second, not after
+    all of alice's, although hers were due earlier."""
+    server = await start_server(api_keys=API_KEYS, cron_interval_s=0)
+    alice, bob = client_for(server.url, "key-a"), client_for(server.url, "key-b")
+    many = [
+        await alice.crons.create("chat", schedule=EVERY_MINUTE, input=human(f"alice {i}"))
+        for i in range(12)
+    ]
+    one = await bob.crons.create("chat", schedule=EVERY_MINUTE, input=human("bob"))
+    slot = max(when(c["next_run_date"]) for c in [*many, one])
+    async with await schema_connection(settings) as conn:
+        # alice's all due a second before bob's, in the order she made them
+        for i, cron in enumerate(many):
+            await conn.execute(
+                "UPDATE runstream_crons SET next_run_date = %s WHERE cron_id = %s",
+                (slot - timedelta(seconds=1) + timedelta(milliseconds=i), cron["cron_id"]),
+            )
+        await conn.execute(
+            "UPDATE runstream_crons SET next_run_date = %s WHERE cron_id = %s",
+            (slot, one["cron_id"]),
+        )
+    fires = scheduler(deps, Clock(slot + timedelta(seconds=1)))
+    assert await fires.tick() == len(many) + 1
+    async with await schema_connection(settings) as conn:
+        cur = await conn.execute(
+            "SELECT r.owner = c.owner AS bobs FROM runstream_runs r,"
+            " (SELECT owner FROM runstream_crons WHERE cron_id = %s) c ORDER BY r.created_at",
+            (one["cron_id"],),
+        )
+        order = [row[0] for row in await cur.fetchall()]
+    assert order == [False, True] + [False] * (len(many) - 1)
+
+
 async def test_a_scheduler_dying_between_submit_and_moving_on_does_not_fire_the_slot_twice(
     sdk: LangGraphClient, deps: tuple[Resources, CallerQuotas]
 ) -> None:

@@ -9,6 +9,9 @@ leaves the claim to lapse; the slot is claimed again and its submit answers the 
 recorded, so a slot never fires twice. Slots missed while no server ran fire once: the cron
 moves to its first slot after now, not the one after the missed slot.
 
+A pass claims in rounds, one cron per owner a round (the owner's due longest ago): an owner
+with a hundred crons due at one slot does not go before every other owner's one.
+
 A slot the submit refuses (the thread busy and `multitask_strategy` `reject`, the owner's
 limits, the graph no longer registered) is skipped, and logged. One that meets Postgres or
 Redis unavailable is claimed again on a later pass.
@@ -73,12 +76,20 @@ class CronScheduler:
         self.lease_s = lease_s
 
     async def tick(self) -> int:
-        """Fire every cron due now that no other scheduler holds; how many were claimed."""
+        """Fire every cron due now that no other scheduler holds, one per owner a round; how
+        many were claimed."""
         claimed = 0
-        while (cron := await self.records.claim_due(self.clock(), self.lease_s)) is not None:
+        turns: set[str] = set()  # the owners whose cron fired in this round
+        while True:
+            cron = await self.records.claim_due(self.clock(), self.lease_s, skip_owners=turns)
+            if cron is None:
+                if not turns:
+                    return claimed
+                turns.clear()  # everyone due had a turn: the next round
+                continue
             claimed += 1
+            turns.add(cron.owner)
             await self._fire(cron)
-        return claimed
 
     async def _fire(self, cron: CronRecord) -> None:
         assert cron.next_run_date is not None  # a claimed cron is due

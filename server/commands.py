@@ -264,6 +264,7 @@ def _up(
     not hold."""
     import functools
 
+    from .parent_death import signal_when_parent_dies
     from .supervisor import SupervisedChild, Supervisor
 
     _announce_model(settings)
@@ -272,7 +273,8 @@ def _up(
     each = ["--processes", str(processes)]
 
     def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
-        return lambda: subprocess.Popen([*exe, *argv, *each], env=env)
+        stop_with_up = signal_when_parent_dies(signal.SIGTERM)
+        return lambda: subprocess.Popen([*exe, *argv, *each], env=env, preexec_fn=stop_with_up)
 
     embedded = [
         SupervisedChild(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from typing import Any
 
 import psycopg
 import structlog
+
+from .parent_death import signal_when_parent_dies
 
 __all__ = ["EmbeddedServices"]
 
@@ -212,7 +215,12 @@ class EmbeddedServices:
             # server and worker before the services they use
             with open(log, "ab") as output:  # the child keeps its own copy of the descriptor
                 return subprocess.Popen(
-                    argv, stdout=output, stderr=subprocess.STDOUT, process_group=0, **popen
+                    argv,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    process_group=0,
+                    preexec_fn=signal_when_parent_dies(signal.SIGINT),  # as `stop()` stops it
+                    **popen,
                 )
 
         process = spawn()
@@ -232,7 +240,8 @@ class EmbeddedServices:
     def stop(self) -> None:
         for name, process in reversed(self.processes):
             if process.poll() is None:
-                process.send_signal(2)  # SIGINT: postgres "fast" shutdown; valkey saves and exits
+                # SIGINT: postgres "fast" shutdown; valkey saves and exits
+                process.send_signal(signal.SIGINT)
                 try:
                     process.wait(20)
                 except subprocess.TimeoutExpired:

@@ -232,3 +232,25 @@ class TestUpSupervises:
             assert not alive(pid)
         assert children_using(data_dir) == []  # valkey and postgres too
         assert not (data_dir / "up.json").exists()
+
+    async def test_a_killed_up_takes_its_children_with_it(self) -> None:
+        base = Path(tempfile.mkdtemp(prefix="rs-up-"))
+        os.chmod(base, 0o755)
+        data_dir, port = base / "rs", free_port()
+        process = await start_up(data_dir, port, "--processes", "1", log=base / "up.log")
+        try:
+            children = app_children(process.pid)
+            assert children_using(data_dir)  # its valkey and postgres
+            process.kill()
+            process.wait(10)
+            deadline = time.monotonic() + 60
+            while children_using(data_dir) or any(map(alive, children.values())):
+                assert time.monotonic() < deadline, children_using(data_dir)
+                await asyncio.sleep(0.2)
+            assert (data_dir / "up.json").exists()  # nobody removed it: a dead up's record
+            gone = status_beside(data_dir)
+            assert gone.returncode == 2 and "set RUNSTREAM_REDIS_URL" in gone.stderr
+        finally:
+            if process.poll() is None:
+                process.kill()
+            shutil.rmtree(base, ignore_errors=True)

@@ -274,7 +274,9 @@ def _up(
 
     def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
         stop_with_up = signal_when_parent_dies(signal.SIGTERM)
-        return lambda: subprocess.Popen([*exe, *argv, *each], env=env, preexec_fn=stop_with_up)
+        return lambda: subprocess.Popen(
+            [*exe, *argv, *each], env=env, process_group=0, preexec_fn=stop_with_up
+        )
 
     embedded = [
         SupervisedChild(
@@ -286,7 +288,10 @@ def _up(
         )
         for name, process in services.processes
     ]
-    app = [  # the stop timeouts are a little over those of `--processes N`'s own parent
+    # Each child in a process group of its own: a Ctrl-C in the terminal reaches only `up`,
+    # which stops them in order. The stop timeouts are a little over those of the children's
+    # own `--processes N` parents.
+    app = [
         SupervisedChild(
             "server", launcher("serve", "--host", host, "--port", str(port)), stop_timeout_s=40
         ),

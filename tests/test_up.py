@@ -80,25 +80,31 @@ def alive(pid: int) -> bool:
     return True
 
 
-def app_children(up_pid: int) -> dict[str, int]:
-    """The pids of `up`'s `serve` and `worker` children, by command."""
+_CHILDREN = {
+    "serve": "server.cli serve ",
+    "worker": "server.cli worker ",
+    "valkey": "valkey-server ",
+    "postgres": "bin/postgres -D ",
+}
+
+
+def children_of(up_pid: int) -> dict[str, int]:
+    """The pids of `up`'s children: `serve`, `worker`, `valkey`, `postgres`."""
     listing = subprocess.run(
         ["ps", "-o", "pid=,args=", "--ppid", str(up_pid)], capture_output=True, text=True
     ).stdout
     children = {}
     for line in listing.splitlines():
         pid, args = line.split(maxsplit=1)
-        for command in ("serve", "worker"):
-            if f"server.cli {command} " in args:
-                children[command] = int(pid)
+        children.update({name: int(pid) for name, part in _CHILDREN.items() if part in args})
     return children
 
 
-async def replaced(up_pid: int, command: str, old_pid: int) -> int:
-    """The pid of the `command` child that `up` started in place of `old_pid`."""
+async def replaced(up_pid: int, child: str, old_pid: int) -> int:
+    """The pid of the `child` that `up` started in place of `old_pid`."""
     deadline = time.monotonic() + 60
-    while (pid := app_children(up_pid).get(command, old_pid)) == old_pid:
-        assert time.monotonic() < deadline, f"no new {command} after {old_pid} was killed"
+    while (pid := children_of(up_pid).get(child, old_pid)) == old_pid:
+        assert time.monotonic() < deadline, f"no new {child} after {old_pid} was killed"
         await asyncio.sleep(0.1)
     return pid
 
@@ -201,7 +207,7 @@ class TestUpSupervises:
         assert any("restarting" in line and "SIGKILL" in line for line in worker_restart), log
 
     async def check_supervision(self, process: Popen, port: int, data_dir: Path) -> None:
-        first = app_children(process.pid)
+        first = children_of(process.pid)
         os.kill(first["worker"], signal.SIGKILL)
         worker = await replaced(process.pid, "worker", first["worker"])
         # reads wait while the new worker starts: no event for a while
@@ -224,7 +230,11 @@ class TestUpSupervises:
                 await asyncio.sleep(0.1)
             answer = (await http.get(f"/v1/runs/{run['run_id']}")).json()
             assert answer["status"] == "succeeded"
-        assert process.poll() is None  # up itself kept running through both
+
+            os.kill(first["postgres"], signal.SIGKILL)  # an embedded service comes back too
+            await replaced(process.pid, "postgres", first["postgres"])
+            await run_to_the_end(http, "after postgres died")  # on the same port and data
+        assert process.poll() is None  # up itself kept running through all three
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=90) == 0
@@ -239,7 +249,7 @@ class TestUpSupervises:
         data_dir, port = base / "rs", free_port()
         process = await start_up(data_dir, port, "--processes", "1", log=base / "up.log")
         try:
-            children = app_children(process.pid)
+            children = children_of(process.pid)
             assert children_using(data_dir)  # its valkey and postgres
             process.kill()
             process.wait(10)

@@ -143,6 +143,7 @@ class Supervisor:
     def stop(self) -> int:
         """Stop the children, last layer first, each layer's together; 1 if one had to be
         killed or failed on the way down, else 0."""
+        logger.info("stopping", children=[c.name for layer in self.layers for c in layer])
         failed = False
         for layer in reversed(self.layers):
             running = [c for c in layer if c.running]

@@ -8,13 +8,14 @@ spawned child of `--processes N` configures its logging anew.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -24,6 +25,9 @@ from stream_store.tracing import tracer_provider_from_env
 from .heap import settle_heap
 from .logs import configure_logging
 from .multiprocess import listening_socket, run_processes
+
+if TYPE_CHECKING:
+    from .embedded import EmbeddedServices
 
 __all__ = ["migrate", "serve", "up", "worker"]
 
@@ -200,70 +204,116 @@ def migrate(settings: Settings) -> int:
 
 
 def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
-    """Server and worker as child processes, each with `processes` processes of its own (and
-    private Redis/Postgres if none are set)."""
+    """Server and worker as supervised child processes (`server/supervisor.py`), each with
+    `processes` processes of its own, and private Redis/Postgres if none are set; until
+    SIGINT or SIGTERM."""
     from dataclasses import replace
     from pathlib import Path
 
     from .embedded import EmbeddedServices
+    from .up_record import UpRecord, remove_up_record, write_up_record
 
     settings.stream_token_keys()  # refuse before starting anything, as `serve` would
+    # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also when
+    # started in the background, where SIGINT is ignored)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     env = dict(os.environ)
     services = EmbeddedServices(Path(settings.data_dir))
-    if not (settings.redis_url and settings.database_url):
-        redis_url, database_url = services.start(
-            redis=not settings.redis_url, postgres=not settings.database_url
-        )
-        settings = replace(
-            settings,
-            redis_url=settings.redis_url or redis_url,
-            database_url=settings.database_url or database_url,
-        )
-        env["RUNSTREAM_REDIS_URL"] = str(settings.redis_url)
-        env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
-        print(f"embedded services under {services.data_dir} (kept for the next start)")
+    record: Path | None = None
     try:
-        return _up(settings, host, port, env, processes)
+        if not (settings.redis_url and settings.database_url):
+            redis_url, database_url = services.start(
+                redis=not settings.redis_url, postgres=not settings.database_url
+            )
+            record = write_up_record(
+                services.data_dir,
+                UpRecord(pid=os.getpid(), redis_url=redis_url, database_url=database_url),
+            )
+            settings = replace(
+                settings,
+                redis_url=settings.redis_url or redis_url,
+                database_url=settings.database_url or database_url,
+            )
+            env["RUNSTREAM_REDIS_URL"] = str(settings.redis_url)
+            env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
+            print(f"embedded services under {services.data_dir} (kept for the next start)")
+        return _up(settings, host, port, env, processes, services)
+    except KeyboardInterrupt:
+        return 0  # stopped during start-up, as asked
     finally:
+        if record is not None:
+            remove_up_record(record)
         services.stop()
 
 
-def _up(settings: Settings, host: str, port: int, env: dict[str, str], processes: int) -> int:
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _up(
+    settings: Settings,
+    host: str,
+    port: int,
+    env: dict[str, str],
+    processes: int,
+    services: EmbeddedServices,
+) -> int:
+    """Migrate, then supervise the server and worker (and the embedded services) until a
+    signal; the exit status: 0, or 1 when a child failed to stop, 2 when one's settings do
+    not hold."""
+    import functools
+
+    from .parent_death import signal_when_parent_dies
+    from .supervisor import SupervisedChild, Supervisor
+
     _announce_model(settings)
     migrate(settings)
     exe = [sys.executable, "-m", "server.cli"]
     each = ["--processes", str(processes)]
-    children = [
-        subprocess.Popen([*exe, "serve", "--host", host, "--port", str(port), *each], env=env),
-        subprocess.Popen([*exe, "worker", *each], env=env),
+
+    def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
+        stop_with_up = signal_when_parent_dies(signal.SIGTERM)
+        return lambda: subprocess.Popen(
+            [*exe, *argv, *each], env=env, process_group=0, preexec_fn=stop_with_up
+        )
+
+    embedded = [
+        SupervisedChild(
+            name,
+            functools.partial(services.relaunch, name),
+            stop_signal=signal.SIGINT,  # postgres's "fast" shutdown; valkey saves and exits
+            stop_timeout_s=20,
+            process=process,
+        )
+        for name, process in services.processes
     ]
-    model = (
-        "the FAKE model (echoes you; set OPENAI_API_KEY)"
-        if settings.model == "fake"
-        else settings.model
-    )
-    print(f"runstream is up: open http://{host}:{port}/ in a browser to chat")
-    print(f"API docs: http://{host}:{port}/schema")
-    print(f"model: {model}; chat in a terminal: runstream chat --url http://{host}:{port}")
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)  # also when started in the background (SIGINT ignored)
+    # Each child in a process group of its own: a Ctrl-C in the terminal reaches only `up`,
+    # which stops them in order. The stop timeouts are a little over those of the children's
+    # own `--processes N` parents.
+    app = [
+        SupervisedChild(
+            "server", launcher("serve", "--host", host, "--port", str(port)), stop_timeout_s=40
+        ),
+        SupervisedChild(
+            "worker", launcher("worker"), stop_timeout_s=settings.shutdown_grace_s + 40
+        ),
+    ]
+    supervisor = Supervisor([embedded, app])
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
     try:
-        while all(child.poll() is None for child in children):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                children[0].wait(timeout=0.5)
-    except KeyboardInterrupt:
-        pass
+        supervisor.start()
+        model = (
+            "the FAKE model (echoes you; set OPENAI_API_KEY)"
+            if settings.model == "fake"
+            else settings.model
+        )
+        print(f"runstream is up: open http://{host}:{port}/ in a browser to chat")
+        print(f"API docs: http://{host}:{port}/schema")
+        print(f"model: {model}; chat in a terminal: runstream chat --url http://{host}:{port}")
+        sys.stdout.flush()
+        settings_fail = supervisor.run()
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-    return max((child.returncode or 0) for child in children)
+        stopped = supervisor.stop()
+    return settings_fail or stopped

@@ -13,17 +13,21 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import structlog
+
+from .parent_death import signal_when_parent_dies
 
 __all__ = ["EmbeddedServices"]
 
@@ -66,11 +70,13 @@ def _wait_for_connection(url: str, timeout_s: float) -> None:
 
 
 class EmbeddedServices:
-    """Start with `start()`, which returns (redis_url, database_url); stop with `stop()`."""
+    """Start with `start()`, which returns (redis_url, database_url); `relaunch(name)` one that
+    exited (`up`'s supervisor does); stop with `stop()`."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.resolve()
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._spawners: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
         self.as_root = os.geteuid() == 0
         self.pg_dir = self.data_dir
         if self.as_root and not self._reachable_by_unprivileged(self.data_dir.parent):
@@ -203,16 +209,39 @@ class EmbeddedServices:
         self, name: str, argv: list[str], *, log: Path, port: int, timeout_s: float, **popen: Any
     ) -> None:
         """Start one service as our child, its output appended to `log`; wait for its port."""
-        with open(log, "ab") as output:  # the child keeps its own copy of the descriptor
-            process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, **popen)
+
+        def spawn() -> subprocess.Popen[bytes]:
+            # its own process group: a Ctrl-C in the terminal reaches `up`, which stops the
+            # server and worker before the services they use
+            with open(log, "ab") as output:  # the child keeps its own copy of the descriptor
+                return subprocess.Popen(
+                    argv,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    process_group=0,
+                    preexec_fn=signal_when_parent_dies(signal.SIGINT),  # as `stop()` stops it
+                    **popen,
+                )
+
+        process = spawn()
         self.processes.append((name, process))
+        self._spawners[name] = spawn
         _wait_for_port(port, process, name, timeout_s)
         logger.info(f"embedded {name} up", port=port, pid=process.pid, log=str(log))
+
+    def relaunch(self, name: str) -> subprocess.Popen[bytes]:
+        """Start the service `name` again, on its port and data, after it exited; without
+        waiting for it: its clients retry until it answers."""
+        process = self._spawners[name]()
+        self.processes = [(n, process if n == name else p) for n, p in self.processes]
+        logger.info(f"embedded {name} started again", pid=process.pid)
+        return process
 
     def stop(self) -> None:
         for name, process in reversed(self.processes):
             if process.poll() is None:
-                process.send_signal(2)  # SIGINT: postgres "fast" shutdown; valkey saves and exits
+                # SIGINT: postgres "fast" shutdown; valkey saves and exits
+                process.send_signal(signal.SIGINT)
                 try:
                     process.wait(20)
                 except subprocess.TimeoutExpired:
@@ -220,6 +249,7 @@ class EmbeddedServices:
                     process.wait(5)
             logger.info("embedded service stopped", service=name)
         self.processes.clear()
+        self._spawners.clear()
 
 
 if __name__ == "__main__":  # pragma: no cover - manual check

@@ -9,7 +9,8 @@ workers on different hosts.
 The parent forwards SIGTERM and SIGINT to every child as SIGTERM, on which each shuts down as
 it would alone (a server ends its SSE responses, a worker hands its runs back), and waits for
 them. A child that exits on its own stops the others and the parent: a deployment one process
-short is better restarted whole by whatever supervises it (systemd, Kubernetes, `runstream up`).
+short is better restarted whole by whatever supervises it (systemd, Kubernetes, `runstream up`'s
+`server/supervisor.py`).
 A child whose parent died (SIGKILL) stops itself the same way.
 """
 

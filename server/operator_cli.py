@@ -2,9 +2,10 @@
 `threads list|show|delete`.
 
 `status` reads Redis and Postgres directly (`server.status`): it is about the deployment, not
-one caller. `runs` and `threads` go through the HTTP API with the Python client
-(`clients.manage`), so they see exactly what that API key's owner sees, and a run or thread of
-another owner is "not found" as it is for any client. Output is an aligned table, or JSON
+one caller; beside `runstream up`, it finds up's embedded services (`server.up_record`). `runs`
+and `threads` go through the HTTP API with the Python client (`clients.manage`), so they see
+exactly what that API key's owner sees, and a run or thread of another owner is "not found" as
+it is for any client. Output is an aligned table, or JSON
 with `--json`; the API key is never printed.
 """
 
@@ -48,7 +49,8 @@ def add_commands(commands: Any) -> None:
         "status",
         help="the deployment: services, workers, queue, stuck runs",
         description="Reads Redis and Postgres directly (RUNSTREAM_REDIS_URL, "
-        "RUNSTREAM_DATABASE_URL, as `serve` does). Exit status 1 when either is down.",
+        "RUNSTREAM_DATABASE_URL, as `serve` does; where unset, those of the `runstream up` "
+        "running on RUNSTREAM_DATA_DIR). Exit status 1 when either is down.",
     )
     sub.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -87,8 +89,9 @@ def add_commands(commands: Any) -> None:
 def _status(settings: Settings, as_json: bool, out: TextIO) -> int:
     from .status import gather_status  # Redis and Postgres drivers: only here
     from .status_report import render_status
+    from .up_record import with_up_services
 
-    status = asyncio.run(gather_status(settings))
+    status = asyncio.run(gather_status(with_up_services(settings)))
     if as_json:
         out.write(json.dumps(msgspec.to_builtins(status), indent=2) + "\n")
     else:

@@ -23,6 +23,7 @@ import pytest
 from redis.asyncio import Redis
 
 from stream_store.keys import KeySpace
+from stream_store.log import EventLog
 from stream_store.quotas import SLOT_TTL_PINGS, CallerQuotas
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
@@ -386,6 +387,65 @@ class TestSseConnections:
                 stream, waited_s = await attach_when_free(client, path, within_s=2)
                 await stream.aclose()
                 assert waited_s < 1, waited_s  # given back at once, not left to lapse
+
+    async def test_a_langgraph_rejoin_refused_for_its_slot_reads_nothing_of_the_stream(
+        self,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The finding: a LangGraph rejoin's catch-up (in plain `messages` mode, a read of the
+        stream from its start up to the Last-Event-ID) ran before the slot check, so a refused
+        rejoin into a long run still cost its read. The slot comes first now, on the run's
+        stream and on the thread's; one taken by a request refused afterwards (400) is given
+        back at once."""
+        server = await start(start_server, max_sse_connections=1)
+        await start_worker()
+        reads: list[str] = []
+        for name in ("read_range", "read_back"):  # every read of a run's stream
+            original = getattr(EventLog, name)
+
+            async def counted(
+                log: EventLog, run_id: str, *args: Any, _original: Any = original, **kw: Any
+            ) -> Any:
+                reads.append(run_id)
+                return await _original(log, run_id, *args, **kw)
+
+            monkeypatch.setattr(EventLog, name, counted)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            tid = (await client.post("/threads", json={})).json()["thread_id"]
+            body = {
+                "assistant_id": "chat",
+                "input": {"messages": [{"type": "human", "content": "w " * 3000}]},
+                "stream_mode": ["messages"],
+                "config": {"configurable": {"fake_token_delay_ms": 0}},
+            }
+            rid = (await client.post(f"/threads/{tid}/runs", json=body)).json()["run_id"]
+            path = f"/threads/{tid}/runs/{rid}/stream"
+            await client.get(f"/threads/{tid}/runs/{rid}/join")
+            replayed = (await client.get(path)).text
+            deep = replayed.split("event: messages/complete")[1].split("id: ")[1].split()[0]
+            rejoin = {"Last-Event-ID": deep}  # after the message: all 3000 tokens before it
+            async with open_streams() as streams:
+                held, _ = await attach_when_free(client, f"/threads/{tid}/stream", within_s=2)
+                streams.append(held)  # the caller's one slot
+                reads.clear()
+                thread_rejoin = {"Last-Event-ID": f"{rid}:{deep}"}
+                for refused in (
+                    await attach(client, path, rejoin),
+                    await attach(client, f"/threads/{tid}/stream", thread_rejoin),
+                ):
+                    assert refused.status_code == 429, refused.text  # LangGraph's error shape
+                    assert refused.json()["code"] == "too_many_connections", refused.text
+                assert [run_id for run_id in reads if run_id == rid] == []
+            stream, _ = await attach_when_free(client, path, within_s=2, headers=rejoin)
+            await stream.aclose()
+            assert rid in reads  # the counting sees the reads a rejoin makes
+            past = {"Last-Event-ID": "99999999999999-0"}
+            assert (await attach(client, path, past)).status_code == 400
+            stream, waited_s = await attach_when_free(client, path, within_s=2, headers=rejoin)
+            await stream.aclose()
+            assert waited_s < 1, waited_s  # the refused request gave its slot back at once
 
     async def test_an_open_stream_keeps_its_slot_past_the_slot_ttl(
         self, start_server: StartServer

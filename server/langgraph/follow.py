@@ -148,13 +148,21 @@ async def stream_response(
     partly_sent: tuple[str, int] | None = None,
 ) -> EventStream:
     """The run's events after `after` (and the rest of `partly_sent`, an event the client has
-    some frames of) as LangGraph's SSE frames, in the caller's stream slot."""
-    translator = _translator(run, modes)
-    if partly_sent is not None:
-        translator.resume_within(*partly_sent)
-    attachment = await langgraph_attachment(resources, run, after, TranslatedDialect(translator))
-    await catch_up(resources, run.run_id, translator, attachment.last_id)
+    some frames of) as LangGraph's SSE frames, in the caller's stream slot.
+
+    The slot is taken first: a request refused for want of one reads nothing of the stream
+    (a catch-up into a long run reads all of it); one refused after it gives it back."""
     slot = await quotas.take_stream_slot(caller.owner, None)
+    try:
+        translator = _translator(run, modes)
+        if partly_sent is not None:
+            translator.resume_within(*partly_sent)
+        dialect = TranslatedDialect(translator)
+        attachment = await langgraph_attachment(resources, run, after, dialect)
+        await catch_up(resources, run.run_id, translator, attachment.last_id)
+    except BaseException:
+        quotas.give_back(slot)
+        raise
     opening = translator.opening() if after == "0-0" else b""
     frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
     return EventStream(

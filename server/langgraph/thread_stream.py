@@ -253,17 +253,22 @@ async def thread_stream_response(
 ) -> EventStream:
     """The thread's runs as one SSE stream (see the module docstring), in the caller's stream
     slot. The run it resumes in is checked before the response starts (400 for an id past its
-    newest event)."""
+    newest event), after the slot is taken: a request refused for want of one reads nothing
+    of that run's stream; one refused after it gives it back."""
     run_modes = _run_modes_asked(modes)
     runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     start = _start(runs, last_event_id)
+    slot = await quotas.take_stream_slot(caller.owner, None)
     first = None
     if start.run is not None:
         start.skipped.add(start.run.run_id)
-        first = await _run_part(
-            resources, start.run, run_modes, start.after, start.partly_sent, opened=start.opened
-        )
-    slot = await quotas.take_stream_slot(caller.owner, None)
+        try:
+            first = await _run_part(
+                resources, start.run, run_modes, start.after, start.partly_sent, opened=start.opened
+            )
+        except BaseException:
+            quotas.give_back(slot)
+            raise
     logger.info("thread stream joined", thread_id=thread.thread_id, run_modes=run_modes)
     frames = _thread_frames(resources, thread, run_modes, start, first)
     return EventStream(

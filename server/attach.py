@@ -23,7 +23,13 @@ from .event_stream import BODY_SEND
 from .fanout import StreamFollower
 from .feed import Frame, RunFeed, Viewer, sse_frame
 
-__all__ = ["Attachment", "BlockedWrite", "Dialect", "RunstreamDialect", "check_resume_point"]
+__all__ = [
+    "Attachment",
+    "BlockedWrite",
+    "Dialect",
+    "RunstreamDialect",
+    "check_resume_point",
+]
 
 logger = structlog.get_logger()
 
@@ -66,13 +72,21 @@ class BlockedWrite:
 
 
 class Dialect(Protocol):
-    """How a viewer's frames are written, and which event ends its response."""
+    """How a viewer's frames are written, and which event ends its response.
+
+    A replay's frames are rendered between `begin_replay` and `end_replay`: a dialect may hold
+    some back until it sees what follows them (LangGraph's plain `messages` mode leaves out the
+    partials a later frame replaces); `end_replay` answers what it still holds."""
 
     ping: bytes
 
     def render(self, frame: Frame) -> bytes: ...
 
     def ends_after(self, frame: Frame) -> bool: ...
+
+    def begin_replay(self) -> None: ...
+
+    def end_replay(self) -> bytes: ...
 
 
 class RunstreamDialect:
@@ -85,6 +99,12 @@ class RunstreamDialect:
 
     def ends_after(self, frame: Frame) -> bool:
         return frame.terminal
+
+    def begin_replay(self) -> None:
+        pass
+
+    def end_replay(self) -> bytes:
+        return b""
 
 
 def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
@@ -186,7 +206,19 @@ class Attachment:
 
     async def _replay(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Everything after `last_id` up to where the viewer's live frames begin, a page per
-        write: from the feed's memory when it holds all of it, else from Redis."""
+        write, then what the dialect held back."""
+        self.dialect.begin_replay()
+        try:
+            async for chunk in self._replayed_pages(viewer):
+                yield chunk
+        finally:
+            held = self.dialect.end_replay()
+        if held and not self.ended:
+            yield held
+
+    async def _replayed_pages(self, viewer: Viewer) -> AsyncIterator[bytes]:
+        """The replay's frames, a page per write: from the feed's memory when it holds all of
+        it, else from Redis."""
         feed = viewer.feed
         held = feed.history(self.last, self.first_id, viewer.position)
         if held is None and self.last_id == "0-0" and feed.history_loading is not None:

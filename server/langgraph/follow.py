@@ -90,6 +90,12 @@ class _Quiet:
     def ends_after(self, frame: Frame) -> bool:
         return self.translator.ends_after(frame.stored)
 
+    def begin_replay(self) -> None:
+        pass
+
+    def end_replay(self) -> bytes:
+        return b""
+
 
 class TranslatedDialect:
     """An attachment's frames as one LangGraph viewer's SSE events (its `LangGraphStream`)."""
@@ -105,6 +111,12 @@ class TranslatedDialect:
     def ends_after(self, frame: Frame) -> bool:
         return self.translator.ends_after(frame.stored)
 
+    def begin_replay(self) -> None:
+        self.translator.begin_replay()
+
+    def end_replay(self) -> bytes:
+        return self.translator.end_replay()
+
 
 def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
     return LangGraphStream(
@@ -118,7 +130,7 @@ def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
 
 
 async def langgraph_attachment(
-    resources: Resources, run: RunRecord, after: str, dialect: Any
+    resources: Resources, run: RunRecord, after: str, dialect: TranslatedDialect | _Quiet
 ) -> Attachment:
     """The run's events after `after` for a LangGraph viewer: a lost stream starts it over."""
     record = await resources.events.live_record(run.run_id)

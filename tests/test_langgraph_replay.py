@@ -1,0 +1,133 @@
+"""What a replay of a LangGraph stream costs, and what it leaves a client with (issue 20,
+"replay cost"): in plain `messages` mode a replay sends each message as it stands instead of
+every `messages/partial` on the way (their text is the whole message so far, so those cost
+the square of the run); every replay writes at most `RUNSTREAM_MAX_REPLAY_BYTES`.
+
+Driven over HTTP with LangGraph's own SSE parser and SDK; docs/langgraph.md, "Streams".
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import StreamPart
+
+from tests.conftest import ServerHandle
+from tests.test_langgraph_api import (
+    assert_resumable,
+    client_for,
+    client_view,
+    collect,
+    human,
+    slow,
+    wire,
+    words,
+)
+from tests.test_langgraph_wire import parse
+
+
+@pytest.fixture
+async def sdk(server: ServerHandle, worker: Any) -> LangGraphClient:
+    return client_for(server.url)
+
+
+async def finished_run(
+    sdk: LangGraphClient, text: str, modes: list[str], delay_ms: int = 0
+) -> tuple[str, str]:
+    """(thread id, run id) of a `chat` run that echoed `text`, once it is over."""
+    thread = await sdk.threads.create()
+    run = await sdk.runs.create(
+        thread["thread_id"], "chat", input=human(text), stream_mode=modes, config=slow(delay_ms)
+    )
+    await sdk.runs.join(thread["thread_id"], run["run_id"])
+    return thread["thread_id"], run["run_id"]
+
+
+async def raw_stream(url: str, path: str, last_event_id: str | None = None) -> bytes:
+    """The whole body of an event stream, as the server wrote it."""
+    headers = {} if last_event_id is None else {"Last-Event-ID": last_event_id}
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        client.stream("GET", path, headers=headers) as response,
+    ):
+        assert response.status_code == 200, await response.aread()
+        return b"".join([chunk async for chunk in response.aiter_raw()])
+
+
+def final_text(parts: list[StreamPart]) -> str:
+    [complete] = [p for p in parts if p.event == "messages/complete"]
+    return str(complete.data[0]["content"])
+
+
+async def test_a_replay_in_messages_mode_is_linear_in_the_run(
+    server: ServerHandle, worker: Any
+) -> None:
+    """The finding: a replay sent every `messages/partial` (n tokens, n partials of up to n
+    tokens each). 3000 tokens replayed as some 30 MB; now the message once, and the frames
+    around it."""
+    sdk = client_for(server.url)
+    text = words(3000)
+    tid, rid = await finished_run(sdk, text, ["messages"])
+    raw = await raw_stream(server.url, f"/threads/{tid}/runs/{rid}/stream")
+    parts = parse(raw, chunk_size=65536)
+    assert final_text(parts) == text
+    assert len(raw) < 3 * len(text) + 10_000, len(raw)
+    assert [p.event for p in parts] == [
+        "metadata",
+        "messages/metadata",
+        "messages/complete",
+        "end",
+    ]
+
+
+async def test_a_replay_leaves_the_client_with_what_a_live_watch_does(
+    sdk: LangGraphClient,
+) -> None:
+    """A client that watched the run live and one that replays it after its end hold the same
+    messages, announcements and other events; the replay is a fraction of the bytes."""
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(120)
+    modes = ["messages", "values", "updates"]
+    live = await collect(
+        sdk.runs.stream(tid, "chat", input=human(text), stream_mode=modes, config=slow(5))
+    )
+    rid = live[0].data["run_id"]
+    replayed = await collect(sdk.runs.join_stream(tid, rid, last_event_id="-1"))
+    assert client_view(replayed) == client_view(live)
+    assert final_text(replayed) == text
+    assert [p.event for p in replayed].count("messages/partial") <= 1
+    assert sum(p.event == "messages/partial" for p in live) > 100
+    assert_resumable(replayed)
+    assert wire([p for p in replayed if not p.event.startswith("messages")]) == wire(
+        [p for p in live if not p.event.startswith("messages")]
+    )
+
+
+async def test_a_rejoin_mid_message_catches_up_with_the_message_then_goes_on_live(
+    sdk: LangGraphClient,
+) -> None:
+    """Cut mid-message while the run streams, then rejoined with the last id: the rejoin's
+    replay gives the message as it stands, then live partials from there; the client holds
+    exactly what one that never left holds."""
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    text = words(80)
+    run = await sdk.runs.create(
+        tid, "chat", input=human(text), stream_mode=["messages"], config=slow(25)
+    )
+    rid = run["run_id"]
+    first = await collect(sdk.runs.join_stream(tid, rid), limit=8)
+    assert first[-1].event == "messages/partial" and first[-1].id
+    rest = await collect(sdk.runs.join_stream(tid, rid, last_event_id=first[-1].id))
+    everything = await collect(sdk.runs.join_stream(tid, rid, last_event_id="-1"))
+    assert client_view(first + rest) == client_view(everything)
+    assert_resumable(first + rest)
+    partials = [p.data[0]["content"] for p in rest if p.event == "messages/partial"]
+    assert len(partials) > 1, "the run ended before the rejoin: nothing was live"
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(partials))
+    assert final_text(rest) == text

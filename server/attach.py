@@ -27,6 +27,7 @@ __all__ = [
     "Attachment",
     "BlockedWrite",
     "Dialect",
+    "ReplayBound",
     "RunstreamDialect",
     "check_resume_point",
 ]
@@ -87,6 +88,15 @@ class Dialect(Protocol):
     def begin_replay(self) -> None: ...
 
     def end_replay(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBound:
+    """The most bytes one replay may write (RUNSTREAM_MAX_REPLAY_BYTES), and the frame that
+    ends a response whose replay would pass it."""
+
+    max_bytes: int
+    closing: bytes
 
 
 class RunstreamDialect:
@@ -154,7 +164,9 @@ class Attachment:
 
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
-    live feed replays again, the same way, without leaving the connection. Every
+    live feed replays again, the same way, without leaving the connection. A replay that
+    would write more than `replay_bound` ends the response with the bound's closing frame
+    instead (`cut`). Every
     write that waits on the client is marked (`Viewer.write_started`), so the follower can cut
     off a client that stopped reading. Live frames are mostly written without waking the
     viewer's task (`_live`).
@@ -170,8 +182,10 @@ class Attachment:
         first_id: str,
         ping_interval_s: float,
         dialect: Dialect | None = None,
+        replay_bound: ReplayBound | None = None,
     ) -> None:
         self.dialect: Dialect = dialect or RunstreamDialect()
+        self.replay_bound = replay_bound
         self.follower = follower
         self.events = events
         self.run_id = run_id
@@ -181,6 +195,8 @@ class Attachment:
         self.last = parse_event_id(after)
         self.ended = False  # the terminal event is sent, or the stream was reset
         self.complete = False  # the dialect's last event is sent: the response may end cleanly
+        self.cut = False  # a replay reached `replay_bound`: its closing frame ended the response
+        self._replayed = 0  # bytes the current replay wrote
         # Live frames written without the viewer's task (`_write_directly`) leave it these:
         self._send: Send | None = None
         self._viewer: Viewer | None = None
@@ -206,7 +222,8 @@ class Attachment:
 
     async def _replay(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Everything after `last_id` up to where the viewer's live frames begin, a page per
-        write, then what the dialect held back."""
+        write, then what the dialect held back; within `replay_bound`."""
+        self._replayed = 0
         self.dialect.begin_replay()
         try:
             async for chunk in self._replayed_pages(viewer):
@@ -214,7 +231,7 @@ class Attachment:
         finally:
             held = self.dialect.end_replay()
         if held and not self.ended:
-            yield held
+            yield self._bounded(held)
 
     async def _replayed_pages(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """The replay's frames, a page per write: from the feed's memory when it holds all of
@@ -281,15 +298,30 @@ class Attachment:
             self.ended = self.complete = True
 
     def _render(self, frames: list[Frame]) -> bytes:
-        """`frames` as one write, up to the dialect's last event; the viewer's place moves on."""
+        """Replayed `frames` as one write, up to the dialect's last event or the replay's
+        bound; the viewer's place moves on."""
         chunk = bytearray()
         for frame in frames:
-            chunk += self.dialect.render(frame)
+            chunk += self._bounded(self.dialect.render(frame))
+            if self.cut:
+                break
             self.last_id, self.last = frame.id, frame.position
             if self.dialect.ends_after(frame):
                 self.ended = self.complete = True
                 break
         return bytes(chunk)
+
+    def _bounded(self, data: bytes) -> bytes:
+        """`data`, when the replay's bound leaves room for it; else the bound's closing frame,
+        which ends the response (a client resumes after the last frame it got)."""
+        bound = self.replay_bound
+        if bound is None:
+            return data
+        self._replayed += len(data)
+        if self._replayed <= bound.max_bytes:
+            return data
+        self.ended = self.complete = self.cut = True
+        return bound.closing
 
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Live frames, whatever the feed holds past the viewer per write (a burst), until the

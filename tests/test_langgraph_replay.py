@@ -16,7 +16,8 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
-from tests.conftest import ServerHandle
+from tests.conftest import ServerHandle, StartServer, StartWorker
+from tests.test_bad_input import started
 from tests.test_langgraph_api import (
     assert_resumable,
     client_for,
@@ -131,3 +132,67 @@ async def test_a_rejoin_mid_message_catches_up_with_the_message_then_goes_on_liv
     assert len(partials) > 1, "the run ended before the rejoin: nothing was live"
     assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(partials))
     assert final_text(rest) == text
+
+
+async def test_a_replay_past_its_bound_ends_with_an_error_and_resumes_from_its_last_id(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    """`RUNSTREAM_MAX_REPLAY_BYTES`: a replay writes at most that many bytes, then an `error`
+    (`ReplayTooLarge`, no id) ends the stream; rejoining with the last id goes on from there,
+    and the pieces make up exactly the stream an unbounded replay gives."""
+    bound = 8192
+    server = await started(await start_server(max_replay_bytes=bound))
+    unbounded = await started(await start_server())
+    await start_worker()
+    sdk = client_for(server.url)
+    text = words(300)
+    tid, rid = await finished_run(sdk, text, ["values", "messages-tuple"])
+    path = f"/threads/{tid}/runs/{rid}/stream"
+    whole = parse(await raw_stream(unbounded.url, path), chunk_size=65536)
+    pieces: list[StreamPart] = []
+    last_id: str | None = None
+    for _ in range(200):
+        raw = await raw_stream(server.url, path, last_id)
+        parts = parse(raw, chunk_size=65536)
+        if parts[-1].event == "end":
+            pieces += parts
+            break
+        cut = parts[-1]
+        # no id of its own: the client's Last-Event-ID stays its last frame's
+        assert cut.event == "error" and b"id:" not in _closing(raw)[0], cut
+        assert cut.data["error"] == "ReplayTooLarge", cut.data
+        assert "RUNSTREAM_MAX_REPLAY_BYTES" in cut.data["message"]
+        opening = raw[: raw.index(b"\r\n\r\n") + 4] if last_id is None else b""
+        assert len(raw) - len(opening) - len(_closing(raw)[0]) <= bound
+        pieces += parts[:-1]
+        last_id = pieces[-1].id
+    else:
+        raise AssertionError("the replay never reached the run's end")
+    assert last_id is not None, "one replay held the whole stream: the bound was not reached"
+    assert wire(pieces) == wire(whole)
+
+
+async def test_a_thread_stream_whose_replay_passes_the_bound_ends_there(
+    start_server: StartServer, start_worker: StartWorker
+) -> None:
+    """In the thread stream the bound ends the whole stream, not only the run's part: the
+    client rejoins after its last frame (`<run id>:<event id>`) and goes on from there."""
+    bound = 8192
+    server = await started(await start_server(max_replay_bytes=bound))
+    await start_worker()
+    sdk = client_for(server.url)
+    tid, rid = await finished_run(sdk, words(300), ["values", "messages-tuple"])
+    await sdk.runs.join(tid, (await sdk.runs.create(tid, "chat", input=human("again")))["run_id"])
+    raw = await raw_stream(server.url, f"/threads/{tid}/stream", "-")
+    parts = parse(raw, chunk_size=65536)
+    assert parts[-1].event == "error" and parts[-1].data["error"] == "ReplayTooLarge"
+    opening = raw[: raw.index(b"\r\n\r\n") + 4]  # the run's `metadata`: no replayed frame
+    assert len(raw) - len(opening) - len(_closing(raw)[0]) <= bound
+    assert {p.id.partition(":")[0] for p in parts if p.id} == {rid}
+    rest = parse(await raw_stream(server.url, f"/threads/{tid}/stream", parts[-2].id))
+    assert rest[0].id and rest[0].id.startswith(f"{rid}:")
+
+
+def _closing(raw: bytes) -> list[bytes]:
+    """The closing `error` frame at the end of `raw`."""
+    return [raw[raw.rindex(b"event: error") :]]

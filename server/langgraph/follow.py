@@ -22,7 +22,7 @@ from stream_store.events import RunStatus, parse_event_id
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 
-from ..attach import Attachment, check_resume_point
+from ..attach import Attachment, ReplayBound, check_resume_point
 from ..auth import Caller
 from ..event_stream import EventStream
 from ..feed import Frame
@@ -132,11 +132,13 @@ def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
 async def langgraph_attachment(
     resources: Resources, run: RunRecord, after: str, dialect: TranslatedDialect | _Quiet
 ) -> Attachment:
-    """The run's events after `after` for a LangGraph viewer: a lost stream starts it over."""
+    """The run's events after `after` for a LangGraph viewer: a lost stream starts it over.
+    Each replay writes at most `RUNSTREAM_MAX_REPLAY_BYTES`, then an `error` frame ends it."""
     record = await resources.events.live_record(run.run_id)
     if record is not None and parse_event_id(after) < parse_event_id(record.first_id):
         after = "0-0"  # Redis lost the stream: the new one opens with a fresh `values`
     first_id = check_resume_point(run, record, after)
+    max_bytes = resources.settings.max_replay_bytes
     return Attachment(
         resources.follower,
         resources.events,
@@ -145,6 +147,7 @@ async def langgraph_attachment(
         first_id=first_id,
         ping_interval_s=min(5.0, resources.settings.ping_interval_s),
         dialect=dialect,
+        replay_bound=ReplayBound(max_bytes, dialect.translator.replay_cut(max_bytes)),
     )
 
 

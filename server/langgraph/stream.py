@@ -260,6 +260,16 @@ class LangGraphStream:
         partial, frame_id = self._held
         return _frame("messages/partial", partial.encode(), frame_id)
 
+    def replay_cut(self, max_bytes: int) -> bytes:
+        """The `error` frame that ends a replay cut at `max_bytes` (RUNSTREAM_MAX_REPLAY_BYTES).
+        It carries no id: the client resumes after the last frame it has."""
+        message = (
+            f"this stream's replay of run {self.run_id} passed {max_bytes} bytes"
+            " (RUNSTREAM_MAX_REPLAY_BYTES); rejoin with the id of the last event received to"
+            " go on from there, or read the thread's state"
+        )
+        return _frame("error", _encode({"error": "ReplayTooLarge", "message": message}), None)
+
     def _frame_id(self, event_id: str, place: int, last: int) -> str | None:
         if self._resending:
             return None

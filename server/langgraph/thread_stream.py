@@ -224,6 +224,8 @@ async def _thread_frames(
                     yield chunk
             if not part.attachment.complete:
                 raise StreamCut(f"thread stream of {thread.thread_id} cut in a run")
+            if part.attachment.cut:
+                return  # its replay passed RUNSTREAM_MAX_REPLAY_BYTES: it ended with an `error`
         run: RunRecord | None = None
         async for found in _next_run(resources, thread, skipped):
             if isinstance(found, bytes):

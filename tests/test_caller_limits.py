@@ -576,3 +576,78 @@ class TestFlood:
         )
         assert 0 < submits.get("202", 0) <= Settings().max_active_runs, submits
         assert attaches.get("429", 0) > 0, attaches
+
+
+class TestReplayFlood:
+    """Replays of a long run in plain `messages` mode, two at a time without a pause, leave
+    another caller's requests as fast as they were (issue 20, "replay cost": two replays of a
+    50,000-token run raised another caller's median latency from 6 ms to 320 ms, each replay
+    2.5 GB). Real server and worker processes, the replays from a process of their own
+    (`tests/flood.py`); `-s` prints the figures."""
+
+    TOKENS = 50_000  # the finding's run; "w " each, at the default RUNSTREAM_MAX_MESSAGE_CHARS
+    ROUNDS = 50
+
+    async def median_ms(self, client: httpx.AsyncClient, path: str) -> float:
+        """Median of `ROUNDS` times of a small read of the second caller's."""
+        times = []
+        for _ in range(self.ROUNDS):
+            began = time.perf_counter()
+            answer = await client.get(path, headers=BOB)
+            assert answer.status_code == 200, answer.text
+            times.append(time.perf_counter() - began)
+        return statistics.median(times) * 1000
+
+    async def test_replays_of_a_long_run_leave_another_callers_requests_fast(
+        self, cluster: Cluster
+    ) -> None:
+        _, url = await cluster.server(RUNSTREAM_API_KEYS="key-a:alice,key-b:bob")
+        await cluster.ready_worker(RUNSTREAM_FAKE_TOKEN_DELAY_MS="0")
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            tid = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+            body = {
+                "assistant_id": "chat",
+                "input": {"messages": [{"type": "human", "content": "w " * self.TOKENS}]},
+                "stream_mode": ["messages"],
+            }
+            run = (await client.post(f"/threads/{tid}/runs", json=body, headers=ALICE)).json()
+            path = f"/threads/{tid}/runs/{run['run_id']}/stream"
+            await client.get(f"/threads/{tid}/runs/{run['run_id']}/join", headers=ALICE)
+            began = time.perf_counter()
+            one = len((await client.get(path, headers=ALICE)).content)
+            one_s = time.perf_counter() - began
+            bobs = (await client.post("/threads", json={}, headers=BOB)).json()["thread_id"]
+            await self.median_ms(client, f"/threads/{bobs}")  # warm up
+            quiet_ms = await self.median_ms(client, f"/threads/{bobs}")
+            flood = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.flood",
+                url,
+                "key-a",
+                path,
+                "0",  # no submits
+                "0",  # no attaches held open
+                "2",  # replaying in a loop
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                cwd=ROOT,
+            )
+            assert flood.stdin is not None
+            try:
+                await asyncio.sleep(1.0)  # the replays are under way
+                loud_ms = await self.median_ms(client, f"/threads/{bobs}")
+            finally:
+                flood.stdin.close()
+                output, _ = await asyncio.wait_for(flood.communicate(), 60)
+        counted = json.loads(output)
+        replays = counted["replays"].get("200", 0)
+        print(
+            f"\none replay of a {self.TOKENS}-token run: {one} bytes in {one_s * 1000:.0f} ms;"
+            f" the second caller's median of {self.ROUNDS} reads: {quiet_ms:.1f} ms without the"
+            f" replays, {loud_ms:.1f} ms with two at a time ({replays} replays,"
+            f" {counted['replayed_bytes']} bytes)"
+        )
+        assert one < 3 * 2 * self.TOKENS + 10_000, one  # linear: the message once
+        assert replays >= 2, counted
+        assert loud_ms < quiet_ms + 50, (quiet_ms, loud_ms)

@@ -21,6 +21,9 @@ While no run is followed, the stream waits on the process's thread watcher
 `thread_watch.POLL_S`, for threads with a run newer than those their viewers have read; it wakes
 this one when its thread has one (or is gone), and the stream reads its thread's runs again.
 A run is read from its start, so none of its events is missed by that delay.
+
+A run part whose replay passes `RUNSTREAM_MAX_REPLAY_BYTES` ends with an `error`, and so does
+the thread stream: the client rejoins after the last frame it got.
 """
 
 from __future__ import annotations

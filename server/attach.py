@@ -23,7 +23,14 @@ from .event_stream import BODY_SEND
 from .fanout import StreamFollower
 from .feed import Frame, RunFeed, Viewer, sse_frame
 
-__all__ = ["Attachment", "BlockedWrite", "Dialect", "RunstreamDialect", "check_resume_point"]
+__all__ = [
+    "Attachment",
+    "BlockedWrite",
+    "Dialect",
+    "ReplayBound",
+    "RunstreamDialect",
+    "check_resume_point",
+]
 
 logger = structlog.get_logger()
 
@@ -66,13 +73,30 @@ class BlockedWrite:
 
 
 class Dialect(Protocol):
-    """How a viewer's frames are written, and which event ends its response."""
+    """How a viewer's frames are written, and which event ends its response.
+
+    A replay's frames are rendered between `begin_replay` and `end_replay`: a dialect may hold
+    some back until it sees what follows them (LangGraph's plain `messages` mode leaves out the
+    partials a later frame replaces); `end_replay` answers what it still holds."""
 
     ping: bytes
 
     def render(self, frame: Frame) -> bytes: ...
 
     def ends_after(self, frame: Frame) -> bool: ...
+
+    def begin_replay(self) -> None: ...
+
+    def end_replay(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBound:
+    """The most bytes one replay may write (RUNSTREAM_MAX_REPLAY_BYTES), and the frame that
+    ends a response whose replay would pass it."""
+
+    max_bytes: int
+    closing: bytes
 
 
 class RunstreamDialect:
@@ -85,6 +109,12 @@ class RunstreamDialect:
 
     def ends_after(self, frame: Frame) -> bool:
         return frame.terminal
+
+    def begin_replay(self) -> None:
+        pass
+
+    def end_replay(self) -> bytes:
+        return b""
 
 
 def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
@@ -134,7 +164,9 @@ class Attachment:
 
     Subscribes before replaying, so nothing appended during the replay is missed, and skips
     live events the replay already sent (see `server.fanout`). A viewer that falls behind the
-    live feed replays again, the same way, without leaving the connection. Every
+    live feed replays again, the same way, without leaving the connection. A replay that
+    would write more than `replay_bound` ends the response with the bound's closing frame
+    instead (`cut`). Every
     write that waits on the client is marked (`Viewer.write_started`), so the follower can cut
     off a client that stopped reading. Live frames are mostly written without waking the
     viewer's task (`_live`).
@@ -150,8 +182,10 @@ class Attachment:
         first_id: str,
         ping_interval_s: float,
         dialect: Dialect | None = None,
+        replay_bound: ReplayBound | None = None,
     ) -> None:
         self.dialect: Dialect = dialect or RunstreamDialect()
+        self.replay_bound = replay_bound
         self.follower = follower
         self.events = events
         self.run_id = run_id
@@ -161,6 +195,8 @@ class Attachment:
         self.last = parse_event_id(after)
         self.ended = False  # the terminal event is sent, or the stream was reset
         self.complete = False  # the dialect's last event is sent: the response may end cleanly
+        self.cut = False  # a replay reached `replay_bound`: its closing frame ended the response
+        self._replayed = 0  # bytes the current replay wrote
         # Live frames written without the viewer's task (`_write_directly`) leave it these:
         self._send: Send | None = None
         self._viewer: Viewer | None = None
@@ -186,7 +222,20 @@ class Attachment:
 
     async def _replay(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Everything after `last_id` up to where the viewer's live frames begin, a page per
-        write: from the feed's memory when it holds all of it, else from Redis."""
+        write, then what the dialect held back; within `replay_bound`."""
+        self._replayed = 0
+        self.dialect.begin_replay()
+        try:
+            async for chunk in self._replayed_pages(viewer):
+                yield chunk
+        finally:
+            held = self.dialect.end_replay()
+        if held and not self.ended:
+            yield self._bounded(held)
+
+    async def _replayed_pages(self, viewer: Viewer) -> AsyncIterator[bytes]:
+        """The replay's frames, a page per write: from the feed's memory when it holds all of
+        it, else from Redis."""
         feed = viewer.feed
         held = feed.history(self.last, self.first_id, viewer.position)
         if held is None and self.last_id == "0-0" and feed.history_loading is not None:
@@ -249,15 +298,30 @@ class Attachment:
             self.ended = self.complete = True
 
     def _render(self, frames: list[Frame]) -> bytes:
-        """`frames` as one write, up to the dialect's last event; the viewer's place moves on."""
+        """Replayed `frames` as one write, up to the dialect's last event or the replay's
+        bound; the viewer's place moves on."""
         chunk = bytearray()
         for frame in frames:
-            chunk += self.dialect.render(frame)
+            chunk += self._bounded(self.dialect.render(frame))
+            if self.cut:
+                break
             self.last_id, self.last = frame.id, frame.position
             if self.dialect.ends_after(frame):
                 self.ended = self.complete = True
                 break
         return bytes(chunk)
+
+    def _bounded(self, data: bytes) -> bytes:
+        """`data`, when the replay's bound leaves room for it; else the bound's closing frame,
+        which ends the response (a client resumes after the last frame it got)."""
+        bound = self.replay_bound
+        if bound is None:
+            return data
+        self._replayed += len(data)
+        if self._replayed <= bound.max_bytes:
+            return data
+        self.ended = self.complete = self.cut = True
+        return bound.closing
 
     async def _live(self, viewer: Viewer) -> AsyncIterator[bytes]:
         """Live frames, whatever the feed holds past the viewer per write (a burst), until the

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
     "DEFAULT_MAX_QUERIES_PER_MINUTE",
+    "DEFAULT_MAX_REPLAY_BYTES",
     "DEFAULT_MAX_RESUME_BYTES",
     "DEFAULT_MAX_RUN_EVENTS",
     "DEFAULT_MAX_RUN_MESSAGES",
@@ -117,6 +118,10 @@ DEFAULT_MAX_RESUME_BYTES = 64 * 1024  # a resume value, encoded as compact JSON
 DEFAULT_MAX_RUN_EVENTS = 200_000  # events in one run's stream, across its attempts and resumes
 # ... and the bytes of their names and JSON data (Redis holds some 32 bytes more per event)
 DEFAULT_MAX_RUN_STREAM_BYTES = 64 * 1024 * 1024
+# What one replay of a LangGraph stream may write (a stream's frames from before the viewer
+# attached); past it the stream ends with an `error`. Twice the stream's own bound: its events
+# in LangGraph's frames, whose chunks repeat the run's metadata, fit unless that is large.
+DEFAULT_MAX_REPLAY_BYTES = 2 * DEFAULT_MAX_RUN_STREAM_BYTES
 # An interrupted run's stream is kept this long after its `interrupted` event (a resume takes
 # the TTL off again): an abandoned interrupt must not hold Redis for ever.
 DEFAULT_INTERRUPTED_TTL_S = 7 * 24 * 3600

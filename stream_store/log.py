@@ -288,6 +288,14 @@ class EventLog:
             )
         return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
 
+    async def read_back(self, run_id: str, at: str, count: int) -> list[StoredEvent]:
+        """Up to `count` events up to and including `at`, newest first."""
+        with redis_errors(run_id):
+            entries = await self.redis.xrevrange(
+                self.keys.run_events(run_id), max=at, min="-", count=count
+            )
+        return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
+
     async def last_event(self, run_id: str) -> StoredEvent | None:
         """The newest event, or None when the stream does not exist."""
         with redis_errors(run_id):

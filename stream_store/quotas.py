@@ -170,7 +170,7 @@ class CallerQuotas:
         """A slot for one more SSE connection of `owner`, opened with `token` (None: an API key).
 
         Returns None when neither limit applies. A slot must then be passed to `hold`, which
-        renews it and gives it back; one that never is lapses on its own.
+        renews it and gives it back, or to `give_back`; one that is neither lapses on its own.
 
         Raises:
             LimitReached: `owner` has `RUNSTREAM_MAX_SSE_CONNECTIONS` open, or `token` has
@@ -233,8 +233,15 @@ class CallerQuotas:
                 yield frame
         finally:
             self._held.pop(slot.connection_id, None)  # `aclose` may have taken it already
-            self._ended.append(slot)
-            self._wake.set()
+            self.give_back(slot)
+
+    def give_back(self, slot: StreamSlot | None) -> None:
+        """Give `slot` back (the keeper does the Redis part): for a request refused after it
+        took its slot, before a response could `hold` it."""
+        if slot is None:
+            return
+        self._ended.append(slot)
+        self._wake.set()
 
     # -- the keeper -------------------------------------------------------------------------
 

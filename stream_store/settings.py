@@ -162,6 +162,8 @@ class Settings:
     # What one run's stream may hold; past either bound the run fails (`stream_too_large`).
     max_run_events: int = limits.DEFAULT_MAX_RUN_EVENTS
     max_run_stream_bytes: int = limits.DEFAULT_MAX_RUN_STREAM_BYTES
+    # What one replay of a LangGraph stream may write (docs/security.md, "Replays").
+    max_replay_bytes: int = limits.DEFAULT_MAX_REPLAY_BYTES
     # Per caller, across all servers; 0 turns one off (docs/security.md, "Per-caller limits").
     max_submits_per_minute: int = limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
     max_active_runs: int = limits.DEFAULT_MAX_ACTIVE_RUNS
@@ -283,6 +285,9 @@ class Settings:
                 "RUNSTREAM_MAX_RUN_STREAM_BYTES",
                 limits.DEFAULT_MAX_RUN_STREAM_BYTES,
                 minimum=1024,
+            ),
+            max_replay_bytes=_int(
+                env, "RUNSTREAM_MAX_REPLAY_BYTES", limits.DEFAULT_MAX_REPLAY_BYTES, minimum=1024
             ),
             max_submits_per_minute=_int(
                 env, "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE

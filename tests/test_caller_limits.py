@@ -23,6 +23,7 @@ import pytest
 from redis.asyncio import Redis
 
 from stream_store.keys import KeySpace
+from stream_store.log import EventLog
 from stream_store.quotas import SLOT_TTL_PINGS, CallerQuotas
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
@@ -387,6 +388,65 @@ class TestSseConnections:
                 await stream.aclose()
                 assert waited_s < 1, waited_s  # given back at once, not left to lapse
 
+    async def test_a_langgraph_rejoin_refused_for_its_slot_reads_nothing_of_the_stream(
+        self,
+        start_server: StartServer,
+        start_worker: StartWorker,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The finding: a LangGraph rejoin's catch-up (in plain `messages` mode, a read of the
+        stream from its start up to the Last-Event-ID) ran before the slot check, so a refused
+        rejoin into a long run still cost its read. The slot comes first now, on the run's
+        stream and on the thread's; one taken by a request refused afterwards (400) is given
+        back at once."""
+        server = await start(start_server, max_sse_connections=1)
+        await start_worker()
+        reads: list[str] = []
+        for name in ("read_range", "read_back"):  # every read of a run's stream
+            original = getattr(EventLog, name)
+
+            async def counted(
+                log: EventLog, run_id: str, *args: Any, _original: Any = original, **kw: Any
+            ) -> Any:
+                reads.append(run_id)
+                return await _original(log, run_id, *args, **kw)
+
+            monkeypatch.setattr(EventLog, name, counted)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            tid = (await client.post("/threads", json={})).json()["thread_id"]
+            body = {
+                "assistant_id": "chat",
+                "input": {"messages": [{"type": "human", "content": "w " * 3000}]},
+                "stream_mode": ["messages"],
+                "config": {"configurable": {"fake_token_delay_ms": 0}},
+            }
+            rid = (await client.post(f"/threads/{tid}/runs", json=body)).json()["run_id"]
+            path = f"/threads/{tid}/runs/{rid}/stream"
+            await client.get(f"/threads/{tid}/runs/{rid}/join")
+            replayed = (await client.get(path)).text
+            deep = replayed.split("event: messages/complete")[1].split("id: ")[1].split()[0]
+            rejoin = {"Last-Event-ID": deep}  # after the message: all 3000 tokens before it
+            async with open_streams() as streams:
+                held, _ = await attach_when_free(client, f"/threads/{tid}/stream", within_s=2)
+                streams.append(held)  # the caller's one slot
+                reads.clear()
+                thread_rejoin = {"Last-Event-ID": f"{rid}:{deep}"}
+                for refused in (
+                    await attach(client, path, rejoin),
+                    await attach(client, f"/threads/{tid}/stream", thread_rejoin),
+                ):
+                    assert refused.status_code == 429, refused.text  # LangGraph's error shape
+                    assert refused.json()["code"] == "too_many_connections", refused.text
+                assert [run_id for run_id in reads if run_id == rid] == []
+            stream, _ = await attach_when_free(client, path, within_s=2, headers=rejoin)
+            await stream.aclose()
+            assert rid in reads  # the counting sees the reads a rejoin makes
+            past = {"Last-Event-ID": "99999999999999-0"}
+            assert (await attach(client, path, past)).status_code == 400
+            stream, waited_s = await attach_when_free(client, path, within_s=2, headers=rejoin)
+            await stream.aclose()
+            assert waited_s < 1, waited_s  # the refused request gave its slot back at once
+
     async def test_an_open_stream_keeps_its_slot_past_the_slot_ttl(
         self, start_server: StartServer
     ) -> None:
@@ -516,3 +576,78 @@ class TestFlood:
         )
         assert 0 < submits.get("202", 0) <= Settings().max_active_runs, submits
         assert attaches.get("429", 0) > 0, attaches
+
+
+class TestReplayFlood:
+    """Replays of a long run in plain `messages` mode, two at a time without a pause, leave
+    another caller's requests as fast as they were (issue 20, "replay cost": two replays of a
+    50,000-token run raised another caller's median latency from 6 ms to 320 ms, each replay
+    2.5 GB). Real server and worker processes, the replays from a process of their own
+    (`tests/flood.py`); `-s` prints the figures."""
+
+    TOKENS = 50_000  # the finding's run; "w " each, at the default RUNSTREAM_MAX_MESSAGE_CHARS
+    ROUNDS = 50
+
+    async def median_ms(self, client: httpx.AsyncClient, path: str) -> float:
+        """Median of `ROUNDS` times of a small read of the second caller's."""
+        times = []
+        for _ in range(self.ROUNDS):
+            began = time.perf_counter()
+            answer = await client.get(path, headers=BOB)
+            assert answer.status_code == 200, answer.text
+            times.append(time.perf_counter() - began)
+        return statistics.median(times) * 1000
+
+    async def test_replays_of_a_long_run_leave_another_callers_requests_fast(
+        self, cluster: Cluster
+    ) -> None:
+        _, url = await cluster.server(RUNSTREAM_API_KEYS="key-a:alice,key-b:bob")
+        await cluster.ready_worker(RUNSTREAM_FAKE_TOKEN_DELAY_MS="0")
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            tid = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+            body = {
+                "assistant_id": "chat",
+                "input": {"messages": [{"type": "human", "content": "w " * self.TOKENS}]},
+                "stream_mode": ["messages"],
+            }
+            run = (await client.post(f"/threads/{tid}/runs", json=body, headers=ALICE)).json()
+            path = f"/threads/{tid}/runs/{run['run_id']}/stream"
+            await client.get(f"/threads/{tid}/runs/{run['run_id']}/join", headers=ALICE)
+            began = time.perf_counter()
+            one = len((await client.get(path, headers=ALICE)).content)
+            one_s = time.perf_counter() - began
+            bobs = (await client.post("/threads", json={}, headers=BOB)).json()["thread_id"]
+            await self.median_ms(client, f"/threads/{bobs}")  # warm up
+            quiet_ms = await self.median_ms(client, f"/threads/{bobs}")
+            flood = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.flood",
+                url,
+                "key-a",
+                path,
+                "0",  # no submits
+                "0",  # no attaches held open
+                "2",  # replaying in a loop
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                cwd=ROOT,
+            )
+            assert flood.stdin is not None
+            try:
+                await asyncio.sleep(1.0)  # the replays are under way
+                loud_ms = await self.median_ms(client, f"/threads/{bobs}")
+            finally:
+                flood.stdin.close()
+                output, _ = await asyncio.wait_for(flood.communicate(), 60)
+        counted = json.loads(output)
+        replays = counted["replays"].get("200", 0)
+        print(
+            f"\none replay of a {self.TOKENS}-token run: {one} bytes in {one_s * 1000:.0f} ms;"
+            f" the second caller's median of {self.ROUNDS} reads: {quiet_ms:.1f} ms without the"
+            f" replays, {loud_ms:.1f} ms with two at a time ({replays} replays,"
+            f" {counted['replayed_bytes']} bytes)"
+        )
+        assert one < 3 * 2 * self.TOKENS + 10_000, one  # linear: the message once
+        assert replays >= 2, counted
+        assert loud_ms < quiet_ms + 50, (quiet_ms, loud_ms)

@@ -42,6 +42,7 @@ class TestSettings:
             ("RUNSTREAM_INTERRUPTED_TTL", "0"),
             ("RUNSTREAM_MAX_RUN_EVENTS", "0"),
             ("RUNSTREAM_MAX_RUN_STREAM_BYTES", "100"),
+            ("RUNSTREAM_MAX_REPLAY_BYTES", "100"),
             ("RUNSTREAM_DATABASE_SCHEMA", "bad;schema"),
             ("RUNSTREAM_ALLOWED_HOSTS", "http://runstream.example"),
             ("RUNSTREAM_ALLOWED_HOSTS", "runstream.example:8000"),

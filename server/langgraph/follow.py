@@ -22,7 +22,7 @@ from stream_store.events import RunStatus, parse_event_id
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 
-from ..attach import Attachment, check_resume_point
+from ..attach import Attachment, ReplayBound, check_resume_point
 from ..auth import Caller
 from ..event_stream import EventStream
 from ..feed import Frame
@@ -90,6 +90,12 @@ class _Quiet:
     def ends_after(self, frame: Frame) -> bool:
         return self.translator.ends_after(frame.stored)
 
+    def begin_replay(self) -> None:
+        pass
+
+    def end_replay(self) -> bytes:
+        return b""
+
 
 class TranslatedDialect:
     """An attachment's frames as one LangGraph viewer's SSE events (its `LangGraphStream`)."""
@@ -105,6 +111,12 @@ class TranslatedDialect:
     def ends_after(self, frame: Frame) -> bool:
         return self.translator.ends_after(frame.stored)
 
+    def begin_replay(self) -> None:
+        self.translator.begin_replay()
+
+    def end_replay(self) -> bytes:
+        return self.translator.end_replay()
+
 
 def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
     return LangGraphStream(
@@ -118,13 +130,15 @@ def _translator(run: RunRecord, modes: list[str]) -> LangGraphStream:
 
 
 async def langgraph_attachment(
-    resources: Resources, run: RunRecord, after: str, dialect: Any
+    resources: Resources, run: RunRecord, after: str, dialect: TranslatedDialect | _Quiet
 ) -> Attachment:
-    """The run's events after `after` for a LangGraph viewer: a lost stream starts it over."""
+    """The run's events after `after` for a LangGraph viewer: a lost stream starts it over.
+    Each replay writes at most `RUNSTREAM_MAX_REPLAY_BYTES`, then an `error` frame ends it."""
     record = await resources.events.live_record(run.run_id)
     if record is not None and parse_event_id(after) < parse_event_id(record.first_id):
         after = "0-0"  # Redis lost the stream: the new one opens with a fresh `values`
     first_id = check_resume_point(run, record, after)
+    max_bytes = resources.settings.max_replay_bytes
     return Attachment(
         resources.follower,
         resources.events,
@@ -133,6 +147,7 @@ async def langgraph_attachment(
         first_id=first_id,
         ping_interval_s=min(5.0, resources.settings.ping_interval_s),
         dialect=dialect,
+        replay_bound=ReplayBound(max_bytes, dialect.translator.replay_cut(max_bytes)),
     )
 
 
@@ -148,13 +163,21 @@ async def stream_response(
     partly_sent: tuple[str, int] | None = None,
 ) -> EventStream:
     """The run's events after `after` (and the rest of `partly_sent`, an event the client has
-    some frames of) as LangGraph's SSE frames, in the caller's stream slot."""
-    translator = _translator(run, modes)
-    if partly_sent is not None:
-        translator.resume_within(*partly_sent)
-    attachment = await langgraph_attachment(resources, run, after, TranslatedDialect(translator))
-    await catch_up(resources, run.run_id, translator, attachment.last_id)
+    some frames of) as LangGraph's SSE frames, in the caller's stream slot.
+
+    The slot is taken first: a request refused for want of one reads nothing of the stream
+    (a catch-up into a long run reads all of it); one refused after it gives it back."""
     slot = await quotas.take_stream_slot(caller.owner, None)
+    try:
+        translator = _translator(run, modes)
+        if partly_sent is not None:
+            translator.resume_within(*partly_sent)
+        dialect = TranslatedDialect(translator)
+        attachment = await langgraph_attachment(resources, run, after, dialect)
+        await catch_up(resources, run.run_id, translator, attachment.last_id)
+    except BaseException:
+        quotas.give_back(slot)
+        raise
     opening = translator.opening() if after == "0-0" else b""
     frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
     return EventStream(

@@ -7,9 +7,7 @@ the client already has, so it holds what the viewer that sent them held.
 
 from __future__ import annotations
 
-from stream_store.errors import redis_errors
 from stream_store.events import parse_event_id
-from stream_store.log import StoredEvent
 
 from .. import inputs
 from ..attach import REPLAY_PAGE
@@ -44,16 +42,6 @@ def resume_point(last_event_id: str | None) -> tuple[str, tuple[str, int] | None
     return _id_before(event_id), (event_id, frames_sent)
 
 
-async def _recent(resources: Resources, run_id: str, at: str) -> list[StoredEvent]:
-    """Up to `RECENT_EVENTS` stored events up to and including `at`, newest first."""
-    events = resources.events
-    with redis_errors(run_id):
-        entries = await events.redis.xrevrange(
-            events.keys.run_events(run_id), max=at, min="-", count=RECENT_EVENTS
-        )
-    return [StoredEvent.from_entry(entry_id, fields) for entry_id, fields in entries]
-
-
 async def catch_up(
     resources: Resources, run_id: str, translator: LangGraphStream, after: str
 ) -> None:
@@ -63,7 +51,7 @@ async def catch_up(
     if after == "0-0":
         return
     if translator.resumes_from_recent:
-        recent = await _recent(resources, run_id, after)
+        recent = await resources.events.read_back(run_id, after, RECENT_EVENTS)
         if translator.take_recent(recent, whole_stream=len(recent) < RECENT_EVENTS):
             return
     last = parse_event_id(after)

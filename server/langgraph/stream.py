@@ -21,6 +21,13 @@ one stored event at a time, so it serves a replay and live events alike. Its rul
   did not already carry it since the last `run` event.
 - Nothing follows `end` or `error`, though a run's stored events can go on after the
   interrupt that ended its LangGraph stream.
+- A replay (`begin_replay` .. `end_replay`: the events already stored when a viewer attached)
+  in plain `messages` mode leaves out each `messages/partial` that the next frame replaces (a
+  `messages/partial` or `messages/complete` of the same message): a client keeps the last
+  frame of a message id, so it ends up holding what the frames one by one would have left it,
+  for the size of the messages rather than its square. The frames sent keep their ids, so
+  every id stays a resume point: the frames left out before it are replaced by one at or
+  before it, and those after it are rendered again on a resume.
 
 Over 300 lines, kept whole: these rules are one viewer's state, which every event kind reads
 and changes; split by event kind, no module would show what a frame depends on.
@@ -38,6 +45,7 @@ from stream_store.log import StoredEvent
 from stream_store.messages import message_text
 
 from .conversions import assistant_id_for, run_status, to_langchain_dict
+from .partials import Complete, FrameData, MessageText, Partial, replaces
 
 __all__ = ["FRAME_ID_SEPARATOR", "LangGraphStream", "split_frame_id"]
 
@@ -131,7 +139,8 @@ class LangGraphStream:
     """One viewer's translation of a run's stored events into LangGraph frames.
 
     Plain `messages` mode sends the text accumulated so far in each `messages/partial`, also
-    after a resume (the resumed viewer `skip`s the events the client has). When both
+    after a resume (the resumed viewer `skip`s the events the client has); a replay sends a
+    message's last one only (`begin_replay`). When both
     `messages` and `messages-tuple` are asked for, `messages-tuple` wins, as in LangGraph.
     """
 
@@ -167,7 +176,9 @@ class LangGraphStream:
         self._resending = False  # between a `retry` and the next `run` event
         self._interrupt_sent = False  # an `updates` event since the last `run` had it
         self._announced: set[str] = set()  # ids that had their `messages/metadata` (plain mode)
-        self._texts: dict[str, str] = {}  # text so far of the messages streaming (plain mode)
+        self._texts: dict[str, MessageText] = {}  # the messages streaming (plain mode)
+        self._coalescing = False  # in a replay (`begin_replay`)
+        self._held: tuple[Partial, str | None] | None = None  # a partial and its frame id
         self._partly_sent: tuple[str, int] | None = None  # (event id, its frames the client has)
         self._meta_json: dict[tuple[int, str | None], bytes] = {}  # by attempt and node
 
@@ -214,11 +225,50 @@ class LangGraphStream:
         if self._partly_sent is not None and self._partly_sent[0] == event.id:
             sent, self._partly_sent = self._partly_sent[1], None
         last = len(frames) - 1
-        return b"".join(
-            _frame(name, data, self._frame_id(event.id, place, last))
-            for place, (name, data) in enumerate(frames)
-            if place >= sent
+        out = bytearray()
+        for place, (name, data) in enumerate(frames):
+            if place < sent:
+                continue
+            frame_id = self._frame_id(event.id, place, last)
+            if self._held is not None:
+                if not replaces(data, self._held[0]):
+                    out += self._release()
+                self._held = None
+            if isinstance(data, Partial) and self._coalescing:
+                self._held = (data, frame_id)  # sent if the next frame does not replace it
+                continue
+            out += _frame(name, data if isinstance(data, bytes) else data.encode(), frame_id)
+        return bytes(out)
+
+    def begin_replay(self) -> None:
+        """The events rendered until `end_replay` are a replay's: in plain `messages` mode,
+        each `messages/partial` is held back until the next frame tells whether it replaces
+        it (module docstring)."""
+        self._coalescing = True
+
+    def end_replay(self) -> bytes:
+        """The replay is over: the `messages/partial` it held back, if any; from here on
+        every frame goes out as it comes."""
+        self._coalescing = False
+        out = self._release()
+        self._held = None
+        return out
+
+    def _release(self) -> bytes:
+        if self._held is None:
+            return b""
+        partial, frame_id = self._held
+        return _frame("messages/partial", partial.encode(), frame_id)
+
+    def replay_cut(self, max_bytes: int) -> bytes:
+        """The `error` frame that ends a replay cut at `max_bytes` (RUNSTREAM_MAX_REPLAY_BYTES).
+        It carries no id: the client resumes after the last frame it has."""
+        message = (
+            f"this stream's replay of run {self.run_id} passed {max_bytes} bytes"
+            " (RUNSTREAM_MAX_REPLAY_BYTES); rejoin with the id of the last event received to"
+            " go on from there, or read the thread's state"
         )
+        return _frame("error", _encode({"error": "ReplayTooLarge", "message": message}), None)
 
     def _frame_id(self, event_id: str, place: int, last: int) -> str | None:
         if self._resending:
@@ -274,7 +324,7 @@ class LangGraphStream:
             return True
         return event.event == "run" and _status.decode(event.data).status == "interrupted"
 
-    def _frames(self, event: StoredEvent) -> list[tuple[str, bytes]]:
+    def _frames(self, event: StoredEvent) -> list[tuple[str, FrameData]]:
         if self._ended:
             # The run ended at an interrupt, then its runstream stream went on: the new run
             # that resumed the thread ended it (`done`), or a `/v1` resume continued it.
@@ -315,16 +365,19 @@ class LangGraphStream:
                 return self._closing(("error", self._error(_error.decode(event.data))))
         return []
 
-    def _closing(self, last: tuple[str, bytes]) -> list[tuple[str, bytes]]:
+    def _closing(self, last: tuple[str, FrameData]) -> list[tuple[str, FrameData]]:
         """The frames that end the LangGraph stream: `last` (`end` or `error`), and in the thread
         stream LangGraph's `metadata` `{"status": "run_done"}` after it; in its `lifecycle`
         mode that alone (the mode gives only `metadata` events)."""
         if self._thread_mode is None:
             return [last]
-        done = ("metadata", _encode({"status": "run_done", "run_id": self.run_id}))
+        done: tuple[str, FrameData] = (
+            "metadata",
+            _encode({"status": "run_done", "run_id": self.run_id}),
+        )
         return [done] if self._thread_mode == "lifecycle" else [last, done]
 
-    def _token(self, token: _Token, attempt: int) -> list[tuple[str, bytes]]:
+    def _token(self, token: _Token, attempt: int) -> list[tuple[str, FrameData]]:
         if self._resending:
             return []
         if self._tuples:
@@ -342,12 +395,13 @@ class LangGraphStream:
         if not self._messages:
             return []
         frames = self._announce(token.message_id, attempt, token.node)
-        text = self._texts.get(token.message_id, "") + token.text
-        self._texts[token.message_id] = text
-        partial = to_langchain_dict({"id": token.message_id, "role": "assistant", "content": text})
-        return [*frames, ("messages/partial", _encode([partial]))]
+        text = self._texts.get(token.message_id)
+        if text is None:
+            text = self._texts[token.message_id] = MessageText()
+        text.parts.append(token.text)
+        return [*frames, ("messages/partial", Partial(token.message_id, text, len(text.parts)))]
 
-    def _message(self, message: dict[str, Any], attempt: int) -> list[tuple[str, bytes]]:
+    def _message(self, message: dict[str, Any], attempt: int) -> list[tuple[str, FrameData]]:
         if self._resending or message["role"] == "user":
             return []
         if self._tuples:
@@ -358,9 +412,11 @@ class LangGraphStream:
             return []
         frames = self._announce(message["id"], attempt, None)
         self._texts.pop(message["id"], None)
-        return [*frames, ("messages/complete", _encode([to_langchain_dict(message)]))]
+        return [*frames, ("messages/complete", Complete(message))]
 
-    def _announce(self, message_id: str, attempt: int, node: str | None) -> list[tuple[str, bytes]]:
+    def _announce(
+        self, message_id: str, attempt: int, node: str | None
+    ) -> list[tuple[str, FrameData]]:
         """The `messages/metadata` frame for a message id this viewer has not seen yet."""
         if message_id in self._announced:
             return []

@@ -21,6 +21,9 @@ While no run is followed, the stream waits on the process's thread watcher
 `thread_watch.POLL_S`, for threads with a run newer than those their viewers have read; it wakes
 this one when its thread has one (or is gone), and the stream reads its thread's runs again.
 A run is read from its start, so none of its events is missed by that delay.
+
+A run part whose replay passes `RUNSTREAM_MAX_REPLAY_BYTES` ends with an `error`, and so does
+the thread stream: the client rejoins after the last frame it got.
 """
 
 from __future__ import annotations
@@ -224,6 +227,8 @@ async def _thread_frames(
                     yield chunk
             if not part.attachment.complete:
                 raise StreamCut(f"thread stream of {thread.thread_id} cut in a run")
+            if part.attachment.cut:
+                return  # its replay passed RUNSTREAM_MAX_REPLAY_BYTES: it ended with an `error`
         run: RunRecord | None = None
         async for found in _next_run(resources, thread, skipped):
             if isinstance(found, bytes):
@@ -253,17 +258,22 @@ async def thread_stream_response(
 ) -> EventStream:
     """The thread's runs as one SSE stream (see the module docstring), in the caller's stream
     slot. The run it resumes in is checked before the response starts (400 for an id past its
-    newest event)."""
+    newest event), after the slot is taken: a request refused for want of one reads nothing
+    of that run's stream; one refused after it gives it back."""
     run_modes = _run_modes_asked(modes)
     runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     start = _start(runs, last_event_id)
+    slot = await quotas.take_stream_slot(caller.owner, None)
     first = None
     if start.run is not None:
         start.skipped.add(start.run.run_id)
-        first = await _run_part(
-            resources, start.run, run_modes, start.after, start.partly_sent, opened=start.opened
-        )
-    slot = await quotas.take_stream_slot(caller.owner, None)
+        try:
+            first = await _run_part(
+                resources, start.run, run_modes, start.after, start.partly_sent, opened=start.opened
+            )
+        except BaseException:
+            quotas.give_back(slot)
+            raise
     logger.info("thread stream joined", thread_id=thread.thread_id, run_modes=run_modes)
     frames = _thread_frames(resources, thread, run_modes, start, first)
     return EventStream(

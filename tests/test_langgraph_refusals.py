@@ -8,8 +8,10 @@ the checkpoints. Then the thread's next run still works.
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -22,6 +24,8 @@ from tests.test_bad_input import State, state_of
 from tests.test_langgraph_api import client_for, human, messages_of
 from tests.test_owner_matrix import checkpoint_rows
 
+WORKER_KEYS = re.compile(rb":(worker:[^:]+:beat|workers|queue:health-check)$")
+
 
 @dataclass
 class Api:
@@ -33,11 +37,27 @@ class Api:
     thread_id: str
 
     async def snapshot(self) -> tuple[State, tuple[int, int]]:
-        return await state_of(self.settings), await checkpoint_rows(self.settings)
+        """The test's state, but for the keys a live worker rewrites on its own (its beat and
+        health check)."""
+        state = await state_of(self.settings)
+        redis = {k: v for k, v in state.redis.items() if not WORKER_KEYS.search(k)}
+        return replace(state, redis=redis), await checkpoint_rows(self.settings)
+
+    async def settled(self) -> tuple[State, tuple[int, int]]:
+        """The state once the worker is done with the runs before (it records a run's end
+        after the answer `runs.wait` reads)."""
+        previous = await self.snapshot()
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            current = await self.snapshot()
+            if current == previous:
+                return current
+            previous = current
+        raise AssertionError("the state did not settle")
 
     async def refused(self, method: str, url: str, **kwargs: Any) -> str:
         """Send one request: a 422 in LangGraph's shape that changes nothing. Its `detail`."""
-        before = await self.snapshot()
+        before = await self.settled()
         response = await self.client.request(method, url, **kwargs)
         assert response.status_code == 422, (response.status_code, response.text)
         body = response.json()
@@ -107,3 +127,43 @@ async def test_a_history_before_that_is_not_a_checkpoint_id_is_422(api: Api) -> 
     response = await api.client.get(url, params={"before": history[0]["checkpoint_id"]})
     assert response.json() == history[1:11]
     await api.still_runs()
+
+
+BAD_SENDS: list[Any] = [
+    {"node": "respond", "input": 5},
+    {"node": "respond"},
+    {"node": "respond", "input": {}},
+    {"node": "respond", "input": {"todos": []}},
+    {"node": "respond", "input": {"messages": 5}},
+    {"node": "respond", "input": {"messages": [{"type": "robot", "content": "x"}]}},
+    [{"node": "respond", "input": {"messages": ["ok"]}}, {"node": "respond", "input": "no"}],
+]
+
+
+async def test_a_send_whose_input_the_node_cannot_take_is_422(api: Api) -> None:
+    """LangGraph hands a Send's input to the node as it is: these were accepted and failed
+    inside the run, leaving a pending Send on the thread."""
+    url = f"/threads/{api.thread_id}/runs"
+    for goto in BAD_SENDS:
+        body = {"assistant_id": "chat", "command": {"goto": goto}}
+        assert "command.goto[" in await api.refused("POST", url, json=body), goto
+    await api.still_runs()
+    sent = {"node": "respond", "input": {"messages": ["sent"]}}  # a string is a human message
+    out = await api.sdk.runs.wait(api.thread_id, "chat", command={"goto": sent})
+    assert messages_of(out)[-1] == ("ai", "sent")
+
+
+async def test_a_null_resume_is_422_on_a_thread_interrupted_or_not(api: Api) -> None:
+    """LangGraph takes `resume: null` as no resume, and then an empty command: the run failed
+    (`UnboundLocalError` inside LangGraph) on an idle thread and an interrupted one alike."""
+    url = f"/threads/{api.thread_id}/runs"
+    body = {"assistant_id": "chat", "command": {"resume": None}}
+    assert "command.resume" in await api.refused("POST", url, json=body)
+    await api.still_runs()
+    asked = (await api.sdk.threads.create())["thread_id"]
+    await api.sdk.runs.wait(asked, "approval", input=human("buy milk"))
+    assert (await api.sdk.threads.get(asked))["status"] == "interrupted"
+    body = {"assistant_id": "approval", "command": {"resume": None}}
+    assert "command.resume" in await api.refused("POST", f"/threads/{asked}/runs", json=body)
+    out = await api.sdk.runs.wait(asked, "approval", command={"resume": {"approve": True}})
+    assert messages_of(out)[2] == ("tool", "saved note (8 characters)")  # "buy milk"

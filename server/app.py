@@ -29,7 +29,7 @@ from .langgraph.api import langgraph_router
 from .langgraph.cron_scheduler import running_scheduler
 from .metrics_endpoint import metrics
 from .page import index, page_assets
-from .raw_input import ApiRequest, refuse_nul_in_path
+from .raw_input import ApiRequest, refuse_nul_in_url
 from .request_ids import add_request_id_header, bind_request_id
 from .resources import Resources, open_resources
 from .runs import RunsController
@@ -134,10 +134,10 @@ def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Ca
 
 
 async def _before_request(request: Request[Any, Any, Any]) -> None:
-    """A fresh log context with the request id, then the path's NUL check. Not a guard:
+    """A fresh log context with the request id, then the URL's NUL check. Not a guard:
     Litestar copies the route handler for every guard call, on every request."""
     await bind_request_id(request)
-    refuse_nul_in_path(request.scope["path"])
+    refuse_nul_in_url(request.scope["path"], request.scope["query_string"])
 
 
 def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = None) -> Litestar:

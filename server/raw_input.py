@@ -9,11 +9,12 @@ handler runs, so it changes nothing (docs/protocol.md section 1).
 - **NUL.** Postgres text and jsonb cannot hold the character U+0000, and every JSON body ends up
   in Postgres (messages, metadata, config, resume values). A string or object key with NUL
   anywhere in a JSON body is refused, naming where it is; so is a NUL in the URL path (a static
-  file lookup raised `ValueError: embedded null byte`). Ids, headers and the query parameters
-  have their own checks (`inputs.py`, `auth.py`), which refuse NUL too.
+  file lookup raised `ValueError: embedded null byte`) and one anywhere in the query string (a
+  checkpoint id of `?before=%00` reached Postgres). Ids and headers have their own checks
+  (`inputs.py`, `auth.py`), which refuse NUL too.
 
 `ApiRequest` is the app's `request_class`, so the JSON checks run wherever Litestar decodes a
-body; `refuse_nul_in_path` runs before every handler.
+body; `refuse_nul_in_url` runs before every handler, so no route has to remember it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from stream_store.limits import JSON_MAX_DEPTH
 
 from .errors import ApiError
 
-__all__ = ["ApiRequest", "json_too_deep", "nul_location", "refuse_nul_in_path"]
+__all__ = ["ApiRequest", "json_too_deep", "nul_location", "refuse_nul_in_url"]
 
 _NUL = "\x00"
 _OPENERS = b"[{"
@@ -113,7 +114,10 @@ class ApiRequest(Request[Any, Any, Any]):
         return value
 
 
-def refuse_nul_in_path(path: str) -> None:
-    """400 for a URL path with NUL in it (`%00`); called before every handler (app.py)."""
+def refuse_nul_in_url(path: str, query_string: bytes) -> None:
+    """400 for NUL (`%00`) in the URL path (decoded by the server) or anywhere in the raw
+    query string, whichever parameter it is in; called before every handler (app.py)."""
     if _NUL in path:
         raise ApiError(400, "invalid_request", "the URL path must not contain NUL (%00)")
+    if b"%00" in query_string or b"\x00" in query_string:
+        raise ApiError(400, "invalid_request", "the query string must not contain NUL (%00)")

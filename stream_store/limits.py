@@ -24,6 +24,7 @@ __all__ = [
     "ASSISTANT_DESCRIPTION_MAX_CHARS",
     "ASSISTANT_NAME_MAX_CHARS",
     "BATCH_MAX_RUNS",
+    "BULK_CANCEL_MAX_RUNS",
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
     "DEFAULT_MAX_ASSISTANTS",
@@ -82,6 +83,8 @@ ASSISTANT_DESCRIPTION_MAX_CHARS = 10_000
 ASSISTANT_CONFIG_MAX_BYTES = 64 * 1024
 # Runs in one `POST /runs/batch` (LangGraph API): each is a submit, counted as one.
 BATCH_MAX_RUNS = 100
+# Run ids in one `POST /runs/cancel` (LangGraph API), looked up in one query.
+BULK_CANCEL_MAX_RUNS = 1000
 # The window `RUNSTREAM_MAX_SUBMITS_PER_MINUTE` counts over: any 60 s, not calendar minutes.
 SUBMIT_WINDOW_S = 60
 # `Retry-After` of a 429 for active runs or SSE connections: when one frees is not known (a run

@@ -538,15 +538,23 @@ class TestNulCharacters:
             ("threads", {"cursor": f"a{NUL}"}, 400),
             ("threads", {"limit": f"1{NUL}"}, 400),
             ("events", {"last_event_id": f"1-0{NUL}"}, 400),
-            ("events", {"token": f"a.b{NUL}.c"}, 401),
+            ("events", {"token": f"a.b{NUL}.c"}, 400),
+            ("threads", {"unknown": NUL}, 400),
+            ("health", {"x": NUL}, 400),
         ],
-        ids=["cursor", "limit", "last-event-id", "token"],
+        ids=["cursor", "limit", "last-event-id", "token", "unknown-parameter", "health"],
     )
     async def test_nul_in_a_query_parameter_is_refused_without_side_effects(
         self, api: Api, route: str, params: dict[str, str], status: int
     ) -> None:
-        url = "/v1/threads" if route == "threads" else f"/v1/runs/{api.run_id}/events"
-        await api.refused(status, "GET", url, params=params)
+        """Refused before any route reads the query string, whichever parameter it is in."""
+        url = {
+            "threads": "/v1/threads",
+            "events": f"/v1/runs/{api.run_id}/events",
+            "health": "/healthz",
+        }[route]
+        error = await api.refused(status, "GET", url, params=params)
+        assert error["message"] == "the query string must not contain NUL (%00)", error
 
 
 # -- ids in paths ---------------------------------------------------------------------------

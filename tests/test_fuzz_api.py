@@ -11,16 +11,26 @@ nonsense is the API working.
 
 Two hooks steer half of the generated requests past the first refusal (a run body naming a
 graph the server has; a UUID where a path takes an id), and the schema is loaded with the rule
-the server keeps but Litestar's schema does not state (`with_closed_bodies`). Examples are
-bounded by the Hypothesis profile (conftest.py), so the file takes about 15 seconds;
-`--hypothesis-profile=thorough` searches ten times longer.
+the server keeps but Litestar's schema does not state (`with_closed_bodies`). Two more make
+input schemathesis hardly ever draws itself: a hostile value in one query parameter (NUL,
+`²`, 5,000 digits ...), and a checkpoint object whose `checkpoint_id` is any JSON value.
+
+Random draws reach a given route with a given value too rarely to count on, so a sweep sends
+each hostile query value in each query parameter of each operation, on records seeded to
+exist (a thread that has run, its checkpoints, a store item), and each JSON type as the
+checkpoint id of the routes that take one: run against the code before issue 20, it found
+every 500 fixed there (`?xray=²`, `①` and 5,000 digits, `?before=%00` on a thread with
+checkpoints, `{"before": {"checkpoint_id": 123}}`). Examples are bounded by the Hypothesis
+profile (conftest.py), so the file takes about 25 seconds; `--hypothesis-profile=thorough`
+searches ten times longer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import httpx
@@ -33,6 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import FlakyStrategyDefinition
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 
 from runner.graphs import BUILTIN_GRAPHS
@@ -55,6 +66,27 @@ API_SHARE = 4
 SCENARIO_STEPS = 6
 # Fresh starts of the state machine after Hypothesis found its draws inconsistent (see below).
 RESTARTS = 5
+
+# Operations the test must reach: each once had a 5xx only input past its lookup found.
+REQUIRED_OPERATIONS = {
+    "GET /assistants/{assistant_id}/graph",
+    "GET /threads/{thread_id}/history",
+    "POST /threads/{thread_id}/history",
+    "GET /threads/{thread_id}/state",
+    "POST /threads/{thread_id}/state/checkpoint",
+    "GET /threads/{thread_id}/state/{checkpoint_id}",
+    "GET /store/items",
+    "PUT /store/items",
+    "DELETE /store/items",
+    "POST /store/items/search",
+    "POST /store/namespaces",
+}
+
+# The body fields that take a checkpoint object, by operation.
+CHECKPOINT_FIELDS = {
+    "POST /threads/{thread_id}/history": ("before",),
+    "POST /threads/{thread_id}/state/checkpoint": ("checkpoint",),
+}
 
 SCHEMATHESIS_CONFIG = {
     "request-timeout": REQUEST_TIMEOUT_S,
@@ -122,13 +154,80 @@ def runnable_bodies(_: schemathesis.HookContext, body: Any) -> st.SearchStrategy
     return st.just(body) | graphs.map(lambda graph: {**runnable, "graph": graph})
 
 
+Known = dict[str, list[str]]
+
+
 def uuid_ids(_: schemathesis.HookContext, parameters: Any) -> st.SearchStrategy[Any]:
     """Half of the ids in paths are UUIDs, so that requests get past the id check to the
-    lookup (404, or a record the state machine linked in); the other half go as generated."""
+    lookup (404, or a record the state machine linked in); the other half go as generated.
+    (Not the seeded records' ids: a random request on a thread that has run streams or runs
+    its graph, which made the file three times slower; the sweep below takes them.)"""
     if not isinstance(parameters, dict) or not parameters:
         return st.just(parameters)
     uuids = st.fixed_dictionaries({name: st.uuids().map(str) for name in parameters})
     return st.just(parameters) | uuids.map(lambda ids: {**parameters, **ids})
+
+
+# Query values no well-formed client sends: NUL, digits `str.isdigit` takes and `int` refuses
+# or reads (`²`, `٣`), more digits than `int` parses (4,300), signs, exponents, long text.
+HOSTILE_QUERY_VALUES = [
+    "\x00",
+    "1\x00",
+    "a\x00b",
+    "\x00" * 3,
+    "²",
+    "٣",
+    "①",
+    "9" * 5000,
+    "-1",
+    "1e309",
+    "0x1f",
+    "NaN",
+    "\U0001f600",
+    "x" * 5000,
+    " ",
+]
+HOSTILE_VALUES = st.sampled_from(HOSTILE_QUERY_VALUES)
+
+
+def hostile_queries(context: schemathesis.HookContext, query: Any) -> st.SearchStrategy[Any]:
+    """A third of the query strings go as generated; in the others, one of the operation's
+    query parameters holds a hostile value (Litestar's schema declares most of them plain
+    strings, and schemathesis' own strings hardly ever are one of these)."""
+    operation = context.operation
+    names = [parameter.name for parameter in operation.query] if operation else []
+    if not names:
+        return st.just(query)
+    hostile = st.tuples(st.sampled_from(names), HOSTILE_VALUES).map(
+        lambda pair: {**(query or {}), pair[0]: pair[1]}
+    )
+    return st.just(query) | hostile | hostile
+
+
+# Checkpoint ids of every JSON type, for the sweep of the routes that take a checkpoint object.
+ODD_CHECKPOINT_IDS: list[Any] = [123, -1, 1.5, True, None, [], ["x"], {}, {"a": 1}, "", "x", "\x00"]
+
+# Any JSON value, for the fields no schema types (a checkpoint object's `checkpoint_id`).
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=5,
+)
+
+
+def checkpoint_objects(field: str) -> Callable[[schemathesis.HookContext, Any], Any]:
+    """Two thirds of the bodies get, as `field`, a checkpoint object (`{"checkpoint_id": ...}`)
+    whose id is any JSON value: the schema types the field only as an object, so schemathesis
+    never makes one with the key the route reads."""
+
+    def bodies(_: schemathesis.HookContext, body: Any) -> st.SearchStrategy[Any]:
+        if not isinstance(body, dict):
+            return st.just(body)
+        checkpoints = st.fixed_dictionaries({"checkpoint_id": ANY_JSON})
+        with_checkpoint = checkpoints.map(lambda checkpoint: {**body, field: checkpoint})
+        return st.just(body) | with_checkpoint | with_checkpoint
+
+    return bodies
 
 
 def with_closed_bodies(raw: dict[str, Any]) -> dict[str, Any]:
@@ -144,16 +243,40 @@ def with_closed_bodies(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def seeded(api_url: str) -> Known:
+    """Records for the path hook to name: a LangGraph thread with a finished run (so it has
+    checkpoints and a graph), its checkpoints, the graphs' own assistants; and a store item
+    for the store routes to find."""
+    with httpx.Client(base_url=api_url, timeout=60) as client:
+        thread = client.post("/threads", json={}).raise_for_status().json()["thread_id"]
+        body = {"assistant_id": "chat", "input": {"messages": [{"type": "human", "content": "hi"}]}}
+        client.post(f"/threads/{thread}/runs/wait", json=body).raise_for_status()
+        [run] = client.get(f"/threads/{thread}/runs").raise_for_status().json()
+        history = client.get(f"/threads/{thread}/history").raise_for_status().json()
+        item = {"namespace": ["notes"], "key": "seeded", "value": {"text": "hi"}}
+        client.put("/store/items", json=item).raise_for_status()
+    return {
+        "thread_id": [thread],
+        "run_id": [run["run_id"]],
+        "checkpoint_id": [state["checkpoint_id"] for state in history],
+        "assistant_id": ["chat", "approval"],
+    }
+
+
 @pytest.fixture
 def api_schema(api_url: str) -> schemathesis.BaseSchema:
     """The schema the server serves, as schemathesis loads it (no auth: the tests run without
-    API keys, on loopback, so every request's `Host` is allowed)."""
+    API keys, on loopback, so every request's `Host` is allowed), with the hooks above."""
     raw = httpx.get(f"{api_url}/schema/openapi.json", timeout=30).raise_for_status().json()
     config = schemathesis.Config.from_dict({**SCHEMATHESIS_CONFIG, "base-url": api_url})
     schema = schemathesis.openapi.from_dict(with_closed_bodies(raw), config=config)
     run_bodies = schema.hooks.hook("flatmap_body").apply_to(path_regex=r"/runs$", method="POST")
     run_bodies(runnable_bodies)
+    for path, field in (("/history$", "before"), ("/state/checkpoint$", "checkpoint")):
+        hook = schema.hooks.hook("flatmap_body").apply_to(path_regex=path, method="POST")
+        hook(checkpoint_objects(field))
     schema.hooks.hook("flatmap_path_parameters")(uuid_ids)
+    schema.hooks.hook("flatmap_query")(hostile_queries)
     return schema
 
 
@@ -217,6 +340,37 @@ def fuzz_operation(operation: schemathesis.APIOperation) -> None:
     requests_get_no_server_error()
 
 
+def path_ids(operation: schemathesis.APIOperation, known: Known) -> dict[str, str]:
+    """The seeded records' ids for the operation's path (a fresh UUID for a DELETE's, and for
+    a parameter no record is seeded for)."""
+    deletes = operation.method.upper() == "DELETE"
+    return {
+        parameter.name: known[parameter.name][0]
+        if parameter.name in known and not deletes
+        else str(uuid.uuid4())
+        for parameter in operation.path_parameters
+    }
+
+
+def swept_cases(schema: schemathesis.BaseSchema, known: Known) -> Iterator[schemathesis.Case]:
+    """Requests that random generation reaches too rarely to count on: every query parameter
+    of every operation with each hostile value, on the seeded records; every route that takes
+    a checkpoint object with a `checkpoint_id` of each JSON type."""
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        path = path_ids(operation, known)
+        for parameter in operation.query:
+            for value in HOSTILE_QUERY_VALUES:
+                yield operation.Case(path_parameters=path, query={parameter.name: value})
+        fields = CHECKPOINT_FIELDS.get(operation.label, ())
+        for field in fields:
+            for checkpoint_id in ODD_CHECKPOINT_IDS:
+                yield operation.Case(
+                    path_parameters=path, body={field: {"checkpoint_id": checkpoint_id}}
+                )
+                yield operation.Case(path_parameters=path, body={field: checkpoint_id})
+
+
 class TestFuzzedRequests:
     """Schemathesis-generated requests, valid and invalid, never get a 5xx (issue 9)."""
 
@@ -225,14 +379,32 @@ class TestFuzzedRequests:
         for result in api_schema.get_all_operations():
             assert isinstance(result, Ok), f"schemathesis cannot read an operation: {result.err()}"
             operations.append(result.ok())
-        # The routes of docs/protocol.md section 3 and the two health checks, at least.
+        # The routes of docs/protocol.md section 3 and the two health checks, at least, and
+        # the LangGraph routes that read the store, the checkpoints and the graph.
         assert len(operations) >= 13, [operation.label for operation in operations]
+        labels = {operation.label for operation in operations}
+        assert labels >= REQUIRED_OPERATIONS, sorted(REQUIRED_OPERATIONS - labels)
         failures = []
         for operation in operations:
             try:
                 fuzz_operation(operation)
             except Exception as exc:  # every operation is fuzzed; all failures are reported
                 failures.append(f"{operation.label}:\n{exc}")
+        assert not failures, "\n\n".join(failures)
+
+    def test_no_hostile_query_value_or_checkpoint_id_answers_a_server_error(
+        self, api_schema: schemathesis.BaseSchema, api_url: str
+    ) -> None:
+        """The sweep of `swept_cases`: `?xray=²`, 5,000 digits, `?before=%00` on a thread with
+        checkpoints, `{"before": {"checkpoint_id": 123}}` were 500s."""
+        failures, swept = [], 0
+        for case in swept_cases(api_schema, seeded(api_url)):
+            swept += 1
+            try:
+                case.call_and_validate(checks=[not_a_server_error])
+            except FailureGroup as exc:  # every case is sent; all failures are reported
+                failures.append(f"{case.operation.label} {case.query} {case.body}:\n{exc}")
+        assert swept >= 300, swept
         assert not failures, "\n\n".join(failures)
 
     def test_no_sequence_of_linked_operations_answers_a_server_error(

@@ -1028,10 +1028,12 @@ async def test_cancel_many_cancels_a_threads_runs_by_id_and_the_callers_by_statu
     running = await sdk.runs.create(tid, "chat", input=human(words(200)), config=slow())
     queued = await sdk.runs.create(tid, "chat", input=human("later"))
     await status_is(sdk, tid, running["run_id"], "running")
-    with pytest.raises(NotFoundError):  # one unknown id: nothing is cancelled
-        await sdk.runs.cancel_many(thread_id=tid, run_ids=[queued["run_id"], str(uuid.uuid4())])
+    with pytest.raises(NotFoundError):  # no id the caller's: nothing is cancelled
+        await sdk.runs.cancel_many(thread_id=tid, run_ids=[str(uuid.uuid4())])
     assert (await sdk.runs.get(tid, queued["run_id"]))["status"] == "pending"
-    await sdk.runs.cancel_many(thread_id=tid, run_ids=[running["run_id"], queued["run_id"]])
+    # an unknown id among known ones is skipped, as LangGraph skips it
+    ids = [running["run_id"], queued["run_id"], str(uuid.uuid4())]
+    await sdk.runs.cancel_many(thread_id=tid, run_ids=ids)
     await status_is(sdk, tid, running["run_id"], "interrupted")
     await status_is(sdk, tid, queued["run_id"], "interrupted")
     # by status: the pending ones only

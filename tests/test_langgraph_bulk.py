@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
-from stream_store.limits import BATCH_MAX_RUNS
+from stream_store.limits import BATCH_MAX_RUNS, BULK_CANCEL_MAX_RUNS
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.sse import Received, iter_events
 from tests.test_langgraph_api import client_for, human, v1_interrupted_run
@@ -137,3 +138,36 @@ async def test_prune_or_delete_ends_the_stream_of_a_run_waiting_at_an_interrupt(
     ]
     with pytest.raises(NotFoundError):
         await sdk.threads.get(run["thread_id"])
+
+
+async def test_cancel_many_bounds_its_ids_and_cancels_only_the_callers_runs(
+    start_server: StartServer,
+) -> None:
+    """Past `BULK_CANCEL_MAX_RUNS` ids, 422 naming the limit and nothing cancelled (20,000 ids
+    took 12 s of lookups one by one); at the limit, one lookup, and of the ids only the
+    caller's runs are cancelled: another caller's are skipped as unknown ones are."""
+    server = await start_server(api_keys={"key-a": "alice", "key-b": "bob"})
+    alice, bob = client_for(server.url, "key-a"), client_for(server.url, "key-b")
+    mine = []
+    for text in ("one", "two"):  # no worker: they stay pending
+        thread_id = (await alice.threads.create())["thread_id"]
+        mine.append(await alice.runs.create(thread_id, "chat", input=human(text)))
+    bobs_thread = (await bob.threads.create())["thread_id"]
+    bobs = await bob.runs.create(bobs_thread, "chat", input=human("not yours"))
+    named = [run["run_id"] for run in mine] + [bobs["run_id"]]
+    unknown = [str(uuid.uuid4()) for _ in range(BULK_CANCEL_MAX_RUNS - len(named))]
+
+    with pytest.raises(UnprocessableEntityError) as refused:
+        await alice.runs.cancel_many(run_ids=[*named, *unknown, str(uuid.uuid4())])
+    assert str(BULK_CANCEL_MAX_RUNS) in refused.value.response.json()["detail"]
+    for run in [*mine, bobs]:
+        owner = bob if run is bobs else alice
+        assert (await owner.runs.get(run["thread_id"], run["run_id"]))["status"] == "pending"
+
+    await alice.runs.cancel_many(run_ids=[*named, *unknown])
+    for run in mine:
+        assert (await alice.runs.get(run["thread_id"], run["run_id"]))["status"] == "interrupted"
+    assert (await bob.runs.get(bobs_thread, bobs["run_id"]))["status"] == "pending"
+    with pytest.raises(NotFoundError):  # none of them alice's
+        await alice.runs.cancel_many(run_ids=[bobs["run_id"], *unknown[:10]])
+    assert (await bob.runs.get(bobs_thread, bobs["run_id"]))["status"] == "pending"

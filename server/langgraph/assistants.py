@@ -15,6 +15,7 @@ Over 300 lines: the SDK's eleven assistant calls, each a route with its checks, 
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from importlib.metadata import version
 from typing import Annotated, Any
@@ -62,6 +63,8 @@ from .wire import (
 __all__ = ["AssistantsController", "info", "ok"]
 
 logger = structlog.get_logger()
+
+XRAY_DEPTH = re.compile(r"[0-9]{1,3}")  # `re`'s [0-9] is ASCII only, unlike \d
 
 
 def _graph_assistants(resources: Resources) -> list[AssistantRecord]:
@@ -172,6 +175,21 @@ def _change(
         config=config,
         context=context,
         metadata=metadata,
+    )
+
+
+def _xray_depth(xray: str | None) -> bool | int:
+    """`?xray=`: true, false, or how many levels of subgraphs to draw, in ASCII digits
+    (`str.isdigit` also takes `²` and `٣`, which `int` refuses or reads, and `int` refuses more
+    than 4,300 digits: both were 500s)."""
+    if xray is None:
+        return False
+    if xray.lower() in ("true", "false"):
+        return xray.lower() == "true"
+    if XRAY_DEPTH.fullmatch(xray):
+        return int(xray)
+    raise ApiError(
+        422, "invalid_request", "xray must be true, false or a number of levels (0 to 999)"
     )
 
 
@@ -286,16 +304,9 @@ class AssistantsController(Controller):
         caller: Caller,
         xray: Annotated[str | None, Parameter(required=False)] = None,
     ) -> dict[str, Any]:
+        depth = _xray_depth(xray)
         assistant = await assistant_of(resources, caller.owner, assistant_id)
         name = registered_graph(resources, assistant)
-        depth: bool | int = False
-        if xray is not None:
-            if xray.lower() in ("true", "false"):
-                depth = xray.lower() == "true"
-            elif xray.isdigit():
-                depth = int(xray)
-            else:
-                raise ApiError(422, "invalid_request", "xray must be true, false or a number")
         drawable = await resources.graphs.get(name, resources.checkpointer).aget_graph(xray=depth)
         return drawable.to_json()
 

@@ -11,13 +11,13 @@ from litestar.params import Parameter
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.events import RunStatus
+from stream_store.limits import BULK_CANCEL_MAX_RUNS
 from stream_store.run_records import RunRecord
 
 from .. import inputs
 from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
-from ..runs import owned_run
 from .submit import unprocessable
 from .wire import BulkCancel
 
@@ -29,8 +29,9 @@ _BULK_STATUSES = {"pending": ["queued"], "running": ["running"], "all": ["queued
 
 
 async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) -> list[RunRecord]:
-    """The runs a bulk cancel names: all of them the caller's (404 naming the first that is
-    not, and then nothing is cancelled), by id or by status."""
+    """The runs a bulk cancel names, by status or by id: of the ids, those that are the
+    caller's (on `thread_id`, if given), looked up in one query. Unknown ids and another
+    caller's are skipped alike, as LangGraph skips unknown ones; 404 when none is left."""
     thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
     if body.status is not None:
         if body.run_ids:
@@ -39,12 +40,19 @@ async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) 
         return [r for r in runs if thread_id in (None, r.thread_id)]
     if not body.run_ids:
         raise unprocessable("give thread_id and run_ids, or status")
-    runs = []
-    for run_id in body.run_ids:
-        run = await owned_run(resources, run_id, caller)
-        if thread_id not in (None, run.thread_id):
-            raise NotFound(f"run {run_id} not found")
-        runs.append(run)
+    if len(body.run_ids) > BULK_CANCEL_MAX_RUNS:
+        raise unprocessable(
+            f"run_ids holds {len(body.run_ids)} ids; the limit is {BULK_CANCEL_MAX_RUNS}"
+            " per request"
+        )
+    ids = list(dict.fromkeys(inputs.object_id(run_id, "run") for run_id in body.run_ids))
+    runs = [
+        run
+        for run in await resources.run_records.get_runs(ids)
+        if run.owner == caller.owner and thread_id in (None, run.thread_id)
+    ]
+    if not runs:
+        raise NotFound("No runs found to cancel.")
     return runs
 
 

@@ -2,13 +2,17 @@
 
 The worker turns the recorded command into `langgraph.types.Command` (runner/execute.py), so
 everything a worker could trip on is refused here, at submit, with a 422 naming the field:
-state keys the graph does not have, nodes it does not have, messages LangChain cannot read.
+state keys the graph does not have, nodes it does not have, messages LangChain cannot read, a
+Send's input its node's input schema cannot take, a `resume: null` that is the whole command
+(LangGraph takes it as no resume, and fails on the empty command inside the run).
 Messages in `update` get ids now, as input messages do: a retried attempt sends the same
 update again, and the `messages` reducer then replaces them instead of adding them twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 import uuid
 from typing import Any
 
@@ -16,6 +20,7 @@ import msgspec
 from langchain_core.messages import convert_to_messages
 from langgraph.graph import END
 from langgraph.pregel import Pregel
+from pydantic import BaseModel
 
 from ..errors import ApiError
 
@@ -50,6 +55,11 @@ def checked_command(command: dict[str, Any], graph: Pregel, max_bytes: int) -> d
         )
     checked: dict[str, Any] = {}
     if "resume" in command:
+        if command["resume"] is None and command.get("update") is None and not command.get("goto"):
+            # LangGraph takes a null resume as none, and an empty command fails in the run.
+            raise _unprocessable(
+                "command.resume is null: give the value that answers the thread's interrupt"
+            )
         checked["resume"] = command["resume"]
     if command.get("update") is not None:
         checked["update"] = checked_update(command["update"], graph, "command.update")
@@ -127,7 +137,59 @@ def _goto(goto: Any, graph: Pregel) -> list[Any]:
             raise _unprocessable(
                 f"command.goto[{i}]: the graph has no node {node!r}; it has {', '.join(nodes)}"
             )
-        checked.append(
-            {"node": node, "input": item.get("input")} if isinstance(item, dict) else node
-        )
+        if isinstance(item, dict):
+            where = f"command.goto[{i}].input"
+            checked.append(
+                {"node": node, "input": _send_input(graph, node, item.get("input"), where)}
+            )
+        else:
+            checked.append(node)
     return checked
+
+
+def _input_keys(graph: Pregel, node: str) -> tuple[list[str], set[str]] | None:
+    """The keys of `node`'s input schema and the required ones; None when the graph is not a
+    StateGraph's or its schema cannot be read (then a Send's input goes unchecked)."""
+    builder = getattr(graph, "builder", None)
+    spec = getattr(builder, "nodes", {}).get(node)
+    schema = getattr(spec, "input_schema", None)
+    if schema is None:
+        return None
+    try:
+        keys = list(typing.get_type_hints(schema))
+    except (NameError, TypeError):
+        return None
+    if isinstance(getattr(schema, "__required_keys__", None), frozenset):  # a TypedDict
+        return keys, set(schema.__required_keys__)
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return keys, {name for name, field in schema.model_fields.items() if field.is_required()}
+    if dataclasses.is_dataclass(schema):
+        return keys, {
+            f.name
+            for f in dataclasses.fields(schema)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+    return keys, set()
+
+
+def _send_input(graph: Pregel, node: str, value: Any, where: str) -> Any:
+    """A Send's input, which LangGraph hands to the node as it is, checked against the node's
+    input schema: an object of its keys, the required ones given, messages LangChain reads.
+    Unchecked, a value the node could not take failed inside the run, after it was accepted."""
+    schema = _input_keys(graph, node)
+    if schema is None:
+        return value
+    keys, required = schema
+    if not isinstance(value, dict):
+        raise _unprocessable(
+            f"{where}: node {node!r} takes an object with the keys {', '.join(keys)}"
+        )
+    if unknown := sorted(set(value) - set(keys)):
+        raise _unprocessable(
+            f"{where}: node {node!r} has no input key {unknown[0]!r}; it has {', '.join(keys)}"
+        )
+    if missing := sorted(required - set(value)):
+        raise _unprocessable(f"{where}: node {node!r} needs the key {missing[0]!r}")
+    if "messages" in value:
+        return {**value, "messages": _messages(value["messages"], f"{where}.messages")}
+    return value

@@ -47,6 +47,17 @@ __all__ = ["ThreadsController"]
 logger = structlog.get_logger()
 
 
+def _before(before: str | dict[str, Any] | None) -> str | None:
+    """History's `before`: a checkpoint id, or a checkpoint object holding one, checked as a
+    checkpoint id is everywhere (a UUID; 422 otherwise). An integer id reached the
+    checkpointer's query and was a 500."""
+    if isinstance(before, dict):
+        before = before.get("checkpoint_id")
+        if before is not None and not isinstance(before, str):
+            raise ApiError(422, "invalid_request", "before.checkpoint_id must be a string")
+    return checked_checkpoint_id(before) if before else None
+
+
 class ThreadsController(Controller):
     path = "/threads"
     tags = ["langgraph"]
@@ -267,8 +278,9 @@ class ThreadsController(Controller):
         limit: Annotated[int, Parameter(ge=1, le=MAX_PAGE)] = 10,
         before: Annotated[str | None, Parameter(required=False)] = None,
     ) -> list[ThreadState]:
+        checked = _before(before)
         thread = await owned_thread(resources, thread_id, caller)
-        return await state_history(resources, thread, limit, before)
+        return await state_history(resources, thread, limit, checked)
 
     @post(
         "/{thread_id:str}/history",
@@ -284,6 +296,6 @@ class ThreadsController(Controller):
         data: Annotated[HistoryRequest | None, Body()] = None,
     ) -> list[ThreadState]:
         body = data or HistoryRequest()
-        before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+        before = _before(body.before)
         thread = await owned_thread(resources, thread_id, caller)
         return await state_history(resources, thread, body.limit, before)

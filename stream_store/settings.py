@@ -237,6 +237,13 @@ class Settings:
             raise SettingsError(
                 "set RUNSTREAM_SIGNING_KEY (one key) or RUNSTREAM_SIGNING_KEYS (a list), not both"
             )
+
+        def per_caller(name: str, default: int) -> int:
+            """A limit that shares the service between callers: with no API keys there is one
+            caller (`local`, on loopback only), whom it would only get in the way of, so it is
+            off unless set (docs/security.md, "Per-caller limits")."""
+            return _int(env, name, default if api_keys else 0)
+
         return cls(
             redis_url=env.get("RUNSTREAM_REDIS_URL") or None,
             database_url=env.get("RUNSTREAM_DATABASE_URL") or None,
@@ -289,40 +296,39 @@ class Settings:
             max_replay_bytes=_int(
                 env, "RUNSTREAM_MAX_REPLAY_BYTES", limits.DEFAULT_MAX_REPLAY_BYTES, minimum=1024
             ),
-            max_submits_per_minute=_int(
-                env, "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
+            max_submits_per_minute=per_caller(
+                "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
             ),
-            max_active_runs=_int(env, "RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
-            max_assistants=_int(env, "RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
-            max_crons=_int(env, "RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
-            max_assistant_versions=_int(
-                env, "RUNSTREAM_MAX_ASSISTANT_VERSIONS", limits.DEFAULT_MAX_ASSISTANT_VERSIONS
+            max_active_runs=per_caller("RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
+            max_assistants=per_caller("RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
+            max_crons=per_caller("RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
+            max_assistant_versions=per_caller(
+                "RUNSTREAM_MAX_ASSISTANT_VERSIONS", limits.DEFAULT_MAX_ASSISTANT_VERSIONS
             ),
-            max_writes_per_minute=_int(
-                env, "RUNSTREAM_MAX_WRITES_PER_MINUTE", limits.DEFAULT_MAX_WRITES_PER_MINUTE
+            max_writes_per_minute=per_caller(
+                "RUNSTREAM_MAX_WRITES_PER_MINUTE", limits.DEFAULT_MAX_WRITES_PER_MINUTE
             ),
-            max_queries_per_minute=_int(
-                env, "RUNSTREAM_MAX_QUERIES_PER_MINUTE", limits.DEFAULT_MAX_QUERIES_PER_MINUTE
+            max_queries_per_minute=per_caller(
+                "RUNSTREAM_MAX_QUERIES_PER_MINUTE", limits.DEFAULT_MAX_QUERIES_PER_MINUTE
             ),
-            max_concurrent_queries=_int(
-                env, "RUNSTREAM_MAX_CONCURRENT_QUERIES", limits.DEFAULT_MAX_CONCURRENT_QUERIES
+            max_concurrent_queries=per_caller(
+                "RUNSTREAM_MAX_CONCURRENT_QUERIES", limits.DEFAULT_MAX_CONCURRENT_QUERIES
             ),
             query_timeout_ms=_int(
                 env, "RUNSTREAM_QUERY_TIMEOUT_MS", limits.DEFAULT_QUERY_TIMEOUT_MS, minimum=1
             ),
-            max_store_items=_int(env, "RUNSTREAM_MAX_STORE_ITEMS", limits.DEFAULT_MAX_STORE_ITEMS),
+            max_store_items=per_caller("RUNSTREAM_MAX_STORE_ITEMS", limits.DEFAULT_MAX_STORE_ITEMS),
             max_store_bytes=_int(env, "RUNSTREAM_MAX_STORE_BYTES", limits.DEFAULT_MAX_STORE_BYTES),
-            max_thread_checkpoints=_int(
-                env, "RUNSTREAM_MAX_THREAD_CHECKPOINTS", limits.DEFAULT_MAX_THREAD_CHECKPOINTS
+            max_thread_checkpoints=per_caller(
+                "RUNSTREAM_MAX_THREAD_CHECKPOINTS", limits.DEFAULT_MAX_THREAD_CHECKPOINTS
             ),
             max_checkpoint_bytes=_int(
                 env, "RUNSTREAM_MAX_CHECKPOINT_BYTES", limits.DEFAULT_MAX_CHECKPOINT_BYTES
             ),
-            max_sse_connections=_int(
-                env, "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
+            max_sse_connections=per_caller(
+                "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
             ),
-            max_sse_connections_per_token=_int(
-                env,
+            max_sse_connections_per_token=per_caller(
                 "RUNSTREAM_MAX_SSE_CONNECTIONS_PER_TOKEN",
                 limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN,
             ),

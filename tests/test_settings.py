@@ -20,6 +20,34 @@ class TestSettings:
         assert settings.stream_ttl_s == 24 * 3600 and settings.ping_interval_s == 15.0
         assert settings.api_keys == {} and not settings.auth_enabled
 
+    def test_limits_between_callers_are_off_for_the_one_caller_without_api_keys(self) -> None:
+        """A developer on `./scripts/up` (no keys, loopback) never meets a per-caller limit;
+        with keys every one is on at its default, and one set is kept either way."""
+        shared = [
+            "max_submits_per_minute",
+            "max_writes_per_minute",
+            "max_queries_per_minute",
+            "max_concurrent_queries",
+            "max_active_runs",
+            "max_sse_connections",
+            "max_sse_connections_per_token",
+            "max_assistants",
+            "max_assistant_versions",
+            "max_crons",
+            "max_store_items",
+            "max_thread_checkpoints",
+        ]
+        alone = Settings.from_env({}, env_file="")
+        keyed = Settings.from_env({"RUNSTREAM_API_KEYS": "k1:alice"}, env_file="")
+        for name in shared:
+            assert getattr(alone, name) == 0, name
+            assert getattr(keyed, name) == getattr(Settings(), name) > 0, name
+        # the bounds on bytes and time protect the machine, callers or not
+        for name in ("max_store_bytes", "max_checkpoint_bytes", "query_timeout_ms"):
+            assert getattr(alone, name) == getattr(keyed, name) == getattr(Settings(), name)
+        chosen = Settings.from_env({"RUNSTREAM_MAX_SUBMITS_PER_MINUTE": "7"}, env_file="")
+        assert chosen.max_submits_per_minute == 7
+
     def test_lists_and_model_choice(self) -> None:
         settings = Settings.from_env(
             {

@@ -1278,8 +1278,10 @@ async def paused_state_writes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
     entered = asyncio.Event()
 
     @contextlib.asynccontextmanager
-    async def paused(self: ThreadRecords, thread_id: str, owner: str) -> AsyncIterator[Any]:
-        async with original(self, thread_id, owner) as held:
+    async def paused(
+        self: ThreadRecords, thread_id: str, owner: str, quota: Any = None
+    ) -> AsyncIterator[Any]:
+        async with original(self, thread_id, owner, quota) as held:
             entered.set()
             await release.wait()
             yield held

@@ -159,12 +159,12 @@ def _is_runtime(annotation: Any) -> bool:
 
 
 def _import(source: GraphSource) -> ModuleType:
-    """The module: imported by name, or executed from its file under a name made of its path
-    (as `_graph_from_spec` does), once per process."""
+    """The module: imported by name, or executed from its file under the name LangGraph gives
+    it, once per process (again if another file had that name)."""
     try:
+        name = str(source.module)
         if source.path is None:
-            return importlib.import_module(str(source.module))
-        name = "_".join(source.path.with_suffix("").parts[1:]).replace(".", "_").replace(" ", "_")
+            return importlib.import_module(name)
         loaded = sys.modules.get(name)
         if loaded is not None and getattr(loaded, "__file__", None) == str(source.path):
             return loaded

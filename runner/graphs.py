@@ -243,21 +243,24 @@ class GraphRegistry:
 
         Raises:
             UnknownGraph: no graph is registered under `name`.
-            ValueError: its module declares a key LangGraph or runstream reserves.
+            ProjectError: its module declares a key LangGraph or runstream reserves.
         """
         if name not in self._configurable:
             loaded = self._load(name)
             source = loaded.source
             declared = getattr(loaded.module, "CONFIGURABLE_KEYS", {}).get(source.attr, ())
+            where = f"{source.where}:{source.attr}"
             if isinstance(declared, str) or not all(isinstance(k, str) for k in declared):
-                raise TypeError(
-                    f"{source.where}.CONFIGURABLE_KEYS[{source.attr!r}] must list strings"
+                raise ProjectError(
+                    source.origin, source.key, f"CONFIGURABLE_KEYS of {where} must list strings"
                 )
             reserved = sorted(key for key in declared if is_reserved(key))
             if reserved:
-                raise ValueError(
-                    f"graph {name!r} ({source.where}:{source.attr}) declares configurable keys"
-                    f" that are reserved for LangGraph and runstream: {', '.join(reserved)}"
+                raise ProjectError(
+                    source.origin,
+                    source.key,
+                    f"{where} declares configurable keys that are reserved for LangGraph and"
+                    f" runstream: {', '.join(reserved)}",
                 )
             self._configurable[name] = frozenset(MODEL_CONFIGURABLE) | frozenset(declared)
         return self._configurable[name]

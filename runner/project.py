@@ -104,7 +104,8 @@ class _ProjectFile(msgspec.Struct):
 
 @dataclass(frozen=True)
 class GraphSource:
-    """Where one graph is: a Python file or an importable module, and the attribute in it.
+    """Where one graph is: a Python file or an importable module, and the attribute in it
+    (a file's `module` is the name it is imported under).
 
     `key` and `origin` are for messages: the setting that named it (`graphs.agent` in a
     langgraph.json, `RUNSTREAM_GRAPHS`) and the file that setting is in.
@@ -127,12 +128,15 @@ class GraphSource:
             raise ProjectError(origin, key, f"{spec!r} names no attribute: {expected}")
         if "/" not in where:
             return cls(key=key, origin=origin, attr=attr, module=where)
+        # The name LangGraph's server imports the file under (`_graph_from_spec`), made of the
+        # path as written: classes of the file in saved state keep their module on both.
+        name = where.replace("/", "__").replace(".py", "").replace(" ", "_").lstrip(".")
         if where.endswith(_JS_SUFFIXES):
             raise ProjectError(origin, key, f"{where} is JavaScript: only Python graphs are served")
         path = Path(where) if base is None else base / where
         if not path.is_file():
             raise ProjectError(origin, key, f"{path} is not a file")
-        return cls(key=key, origin=origin, attr=attr, path=path.resolve())
+        return cls(key=key, origin=origin, attr=attr, module=name, path=path.resolve())
 
     @property
     def where(self) -> str:

@@ -49,6 +49,7 @@ class TestReadingTheFile:
         assert set(project.graphs) == {"agent", "packaged", "per_run", "with_runtime"}
         assert project.graphs["agent"].path == TINY / "agent.py"
         assert project.graphs["agent"].key == "graphs.agent"
+        assert project.graphs["agent"].module == "__agent"  # as LangGraph imports it
         assert project.graphs["packaged"].module == "tiny_pkg.graph"
         assert project.graphs["per_run"].description == "built for each run"
         assert project.env == {"TINY_GREETING": "hello from project.env"}

@@ -208,16 +208,35 @@ async def _stream_graph(
 ) -> bool:
     """Run the graph; True when the run finished (False when it is now interrupted)."""
     services = state.services
-    # `get_store()` in a node is LangGraph's store as the run's owner sees it (~10 us a copy)
-    graph = state.graphs.get(run.graph, services.checkpointer).copy(
-        update={"store": OwnerStore(services.store, run.owner)}
-    )
     configurable = state.graphs.caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
         "configurable": {**configurable, "thread_id": run.thread_id},
         # in every checkpoint the attempt saves (runner/graph_input.py reads them back)
         "metadata": {"run_id": run.run_id, **_resume_mark(run)},
     }
+    # `get_store()` in a node is LangGraph's store as the run's owner sees it (~10 us a copy)
+    store = OwnerStore(services.store, run.owner)
+    built = state.graphs.graph_for_run(
+        run.graph,
+        config,  # type: ignore[arg-type]
+        services.checkpointer,
+        store,
+    )
+    async with built as graph:
+        return await _stream_built(state, run, writer, attempt, graph, config, configurable)
+
+
+async def _stream_built(
+    state: WorkerState,
+    run: RunRecord,
+    writer: AttemptWriter,
+    attempt: Attempt,
+    graph: Pregel,
+    config: dict[str, Any],
+    configurable: dict[str, Any],
+) -> bool:
+    """`_stream_graph` once the graph is built."""
+    services = state.services
     callbacks = graph_callbacks(services.tracer)  # a span per node and model call, if traced
     if callbacks:
         config["callbacks"] = callbacks

@@ -2,8 +2,9 @@
 
 Graph nodes get their chat model from the run context (`RunContext.chat_model`), made by the
 model factory for each run, so a graph never knows whether it talks to OpenAI or the fake.
-A registered graph is a `StateGraph` builder or a compiled graph; runstream compiles or copies
-it with its own checkpointer.
+A registered graph is a `StateGraph` builder, a compiled graph or a graph factory (from
+`RUNSTREAM_GRAPHS` or a project's langgraph.json, `runner.project`); runstream compiles or
+copies it with its own checkpointer.
 
 The `config.configurable` keys a graph takes are the model factory's (`fake_token_delay_ms`)
 plus those its module lists in `CONFIGURABLE_KEYS`, by attribute name; a graph not listed takes
@@ -12,24 +13,33 @@ only the model factory's. Nothing else reaches a graph (`runner.configurable`).
 
 from __future__ import annotations
 
-import importlib
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.pregel import Pregel
 from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 from langgraph.types import interrupt
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
+from stream_store.settings import Settings
+
 from .configurable import is_reserved, select
+from .graph_loading import LoadedGraph, execution_runtime, load_graph, read_runtime
 from .models import MODEL_CONFIGURABLE
+from .project import GraphSource, ProjectError, load_project
 from .tools import Effect, Execution, ToolLedger
 
 __all__ = ["BUILTIN_GRAPHS", "CONFIGURABLE_KEYS", "GraphRegistry", "RunContext", "UnknownGraph"]
@@ -164,57 +174,93 @@ CONFIGURABLE_KEYS: dict[str, frozenset[str]] = {"chat": frozenset(), "approval":
 
 
 class GraphRegistry:
-    """Graph names to compiled graphs, each bound to the process's checkpointer."""
+    """Graph names to their sources, loaded at start-up; each graph bound to the process's
+    checkpointer when used.
 
-    def __init__(self, specs: dict[str, str]) -> None:
-        self.specs = {**BUILTIN_GRAPHS, **specs}
+    The built-in graphs, and over them those of `RUNSTREAM_GRAPHS` and the project's (which
+    may not name the same graph). A graph or `StateGraph` is compiled once; a factory
+    (`runner.graph_loading`) is called once per run, and once with a neutral config for its
+    structure (drawing, schemas, state reads), as LangGraph builds it for those.
+    """
+
+    def __init__(self, specs: Mapping[str, str | GraphSource]) -> None:
+        merged: dict[str, str | GraphSource] = {**BUILTIN_GRAPHS, **specs}
+        self.sources = {
+            name: spec if isinstance(spec, GraphSource) else _env_source(name, spec)
+            for name, spec in merged.items()
+        }
+        self._loaded: dict[str, LoadedGraph] = {}
         self._compiled: dict[str, Pregel] = {}
         self._configurable: dict[str, frozenset[str]] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GraphRegistry:
+        """The process's graphs: the built-ins, `RUNSTREAM_GRAPHS` and the project's
+        (`RUNSTREAM_CONFIG`), every one imported and checked.
+
+        Raises:
+            SettingsError: a graph cannot be served (a `ProjectError` names file, key, cause).
+        """
+        specs: dict[str, str | GraphSource] = dict(settings.graphs)
+        if settings.config_path is not None:
+            project = load_project(settings.config_path)
+            clash = sorted(set(specs) & set(project.graphs))
+            if clash:
+                raise ProjectError(
+                    project.file,
+                    f"graphs.{clash[0]}",
+                    "is also named in RUNSTREAM_GRAPHS: give each graph one source",
+                )
+            project.prepare()
+            specs.update(project.graphs)
+        registry = cls(specs)
+        registry.validate()
+        return registry
+
     def __contains__(self, name: object) -> bool:
-        return name in self.specs
+        return name in self.sources
 
     def names(self) -> list[str]:
-        return sorted(self.specs)
+        return sorted(self.sources)
 
     def validate(self) -> None:
-        """Import every graph once at start-up, so a bad `RUNSTREAM_GRAPHS` fails early."""
-        for name in self.specs:
+        """Import every graph once at start-up, so a bad graph fails early."""
+        for name in self.sources:
             self._load(name)
             self.configurable_keys(name)
 
-    def _load(self, name: str) -> Any:
-        try:
-            spec = self.specs[name]
-        except KeyError:
-            raise UnknownGraph(name) from None
-        module_name, _, attr = spec.partition(":")
-        obj = getattr(importlib.import_module(module_name), attr)
-        if not isinstance(obj, StateGraph | Pregel):
-            raise TypeError(f"graph {name!r} ({spec}) is neither a StateGraph nor compiled")
-        return obj
+    def _load(self, name: str) -> LoadedGraph:
+        if name not in self._loaded:
+            try:
+                source = self.sources[name]
+            except KeyError:
+                raise UnknownGraph(name) from None
+            self._loaded[name] = load_graph(source)
+        return self._loaded[name]
 
     def configurable_keys(self, name: str) -> frozenset[str]:
         """The `configurable` keys graph `name` takes: the model factory's and its declared ones.
 
         Raises:
             UnknownGraph: no graph is registered under `name`.
-            ValueError: its module declares a key LangGraph or runstream reserves.
+            ProjectError: its module declares a key LangGraph or runstream reserves.
         """
         if name not in self._configurable:
-            try:
-                module_name, _, attr = self.specs[name].partition(":")
-            except KeyError:
-                raise UnknownGraph(name) from None
-            module = importlib.import_module(module_name)
-            declared = getattr(module, "CONFIGURABLE_KEYS", {}).get(attr, ())
+            loaded = self._load(name)
+            source = loaded.source
+            declared = getattr(loaded.module, "CONFIGURABLE_KEYS", {}).get(source.attr, ())
+            where = f"{source.where}:{source.attr}"
             if isinstance(declared, str) or not all(isinstance(k, str) for k in declared):
-                raise TypeError(f"{module_name}.CONFIGURABLE_KEYS[{attr!r}] must list strings")
+                raise ProjectError(
+                    source.origin, source.key, f"CONFIGURABLE_KEYS of {where} must list strings"
+                )
             reserved = sorted(key for key in declared if is_reserved(key))
             if reserved:
-                raise ValueError(
-                    f"graph {name!r} ({self.specs[name]}) declares configurable keys that are"
-                    f" reserved for LangGraph and runstream: {', '.join(reserved)}"
+                raise ProjectError(
+                    source.origin,
+                    source.key,
+                    f"{where} declares configurable keys that are reserved for LangGraph and"
+                    f" runstream: {', '.join(reserved)}",
                 )
             self._configurable[name] = frozenset(MODEL_CONFIGURABLE) | frozenset(declared)
         return self._configurable[name]
@@ -223,13 +269,71 @@ class GraphRegistry:
         """What of a recorded run's `configurable` graph `name` may see: the keys it takes."""
         return select(configurable, self.configurable_keys(name))
 
-    def get(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
-        """The compiled graph named `name`, using `checkpointer`."""
+    @contextlib.asynccontextmanager
+    async def graph_for_run(
+        self,
+        name: str,
+        config: RunnableConfig,
+        checkpointer: BaseCheckpointSaver,
+        store: BaseStore,
+    ) -> AsyncIterator[Pregel]:
+        """Graph `name` for one run, on `checkpointer` and `store`: a factory is called with a
+        copy of the run's `config` (and a runtime on `store`), its context left at the end."""
+        loaded = self._load(name)
+        if loaded.factory is None:
+            yield self._static(name, checkpointer).copy(update={"store": store})
+            return
+        made_with = ensure_config(copy.deepcopy(config))
+        async with loaded.factory.build(made_with, execution_runtime(store)) as made:
+            yield _bound(made, loaded.source, checkpointer, store)
+
+    async def graph_for_reading(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
+        """Graph `name`'s structure on `checkpointer`, for drawing it, its schemas and its
+        threads' states (nothing of a run executes on it). A factory's is built once, with a
+        neutral config and an empty store, its context left at once (LangGraph asks that a
+        factory's graph have the same nodes and edges whatever the config).
+
+        Raises:
+            UnknownGraph: no graph is registered under `name`.
+        """
         if name not in self._compiled:
-            obj = self._load(name)
-            if isinstance(obj, StateGraph):
-                compiled = obj.compile(checkpointer=checkpointer)
-            else:
-                compiled = obj.copy(update={"checkpointer": checkpointer})
-            self._compiled[name] = compiled
+            loaded = self._load(name)
+            if loaded.factory is None:
+                return self._static(name, checkpointer)
+            store = InMemoryStore()
+            async with loaded.factory.build(ensure_config(), read_runtime(store)) as made:
+                self._compiled[name] = _bound(made, loaded.source, checkpointer, None)
         return self._compiled[name]
+
+    def _static(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
+        if name not in self._compiled:
+            loaded = self._load(name)
+            assert loaded.graph is not None
+            self._compiled[name] = _bound(loaded.graph, loaded.source, checkpointer, None)
+        return self._compiled[name]
+
+
+def _env_source(name: str, spec: str) -> GraphSource:
+    """A graph of `RUNSTREAM_GRAPHS` (or a built-in): `module:attr`."""
+    return GraphSource.parse(spec, key=f"graph {name!r}", origin="RUNSTREAM_GRAPHS", base=None)
+
+
+def _bound(
+    graph: Any, source: GraphSource, checkpointer: BaseCheckpointSaver, store: BaseStore | None
+) -> Pregel:
+    """`graph` compiled or copied onto runstream's checkpointer (and `store`, when given).
+
+    Raises:
+        TypeError: a factory made something that is not a graph.
+    """
+    update: dict[str, Any] = {"checkpointer": checkpointer}
+    if store is not None:
+        update["store"] = store
+    if isinstance(graph, StateGraph):
+        return graph.compile(checkpointer=checkpointer, store=store)
+    if isinstance(graph, Pregel):
+        return graph.copy(update=update)
+    raise TypeError(
+        f"graph factory {source.where}:{source.attr} made a {type(graph).__name__},"
+        " not a compiled graph or a StateGraph"
+    )

@@ -68,8 +68,7 @@ async def startup(ctx: dict[str, Any]) -> None:
             tracer=ctx["tracer"],
         )
     )
-    graphs = GraphRegistry(settings.graphs)
-    graphs.validate()
+    graphs = ctx.get("graphs") or GraphRegistry.from_settings(settings)
     worker_id = uuid.uuid4().hex[:12]
     # Open before the first claim; closed after the runs are handed back and the beat said
     # goodbye (the stack unwinds in reverse), so a stopping worker never looks dead.
@@ -321,8 +320,12 @@ def build_worker(
     *,
     handle_signals: bool = True,
     tracer_provider: TracerProvider | None = None,
+    graphs: GraphRegistry | None = None,
 ) -> RunWorker:
     """An arq Worker for this deployment's queue, configured from `settings`.
+
+    `graphs`: loaded already (`runstream worker` loads them first, to refuse a bad project
+    with one line); None: loaded from `settings` when the worker starts.
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
     """
@@ -339,6 +342,6 @@ def build_worker(
         queue_read_limit=window_size(settings.worker_concurrency, settings.max_active_runs),
         keep_result=0,  # outcomes live in Postgres; arq keeps nothing per run
         max_tries=1,
-        ctx={"tracer": make_tracer(tracer_provider)},
+        ctx={"tracer": make_tracer(tracer_provider), "graphs": graphs},
         log_results=False,
     )

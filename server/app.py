@@ -16,6 +16,7 @@ from litestar.plugins.opentelemetry import OpenTelemetryConfig
 from litestar.plugins.prometheus import PrometheusConfig
 from opentelemetry.trace import TracerProvider
 
+from runner.graphs import GraphRegistry
 from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
@@ -79,7 +80,7 @@ def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
 
 
 def _lifespan(
-    settings: Settings, tracer_provider: TracerProvider | None
+    settings: Settings, tracer_provider: TracerProvider | None, graphs: GraphRegistry | None
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     """Open the app's connections (`Resources`, `CallerQuotas`) and start its cron scheduler
     when it starts, stop and close them when it stops; the providers below read the
@@ -88,7 +89,9 @@ def _lifespan(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with (
-            open_resources(settings, tracer=make_tracer(tracer_provider)) as resources,
+            open_resources(
+                settings, tracer=make_tracer(tracer_provider), graphs=graphs
+            ) as resources,
             open_caller_quotas(resources.redis, settings) as quotas,
             running_scheduler(resources, quotas, settings.cron_interval_s),
         ):
@@ -140,8 +143,16 @@ async def _before_request(request: Request[Any, Any, Any]) -> None:
     refuse_nul_in_url(request.scope["path"], request.scope["query_string"])
 
 
-def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = None) -> Litestar:
+def create_app(
+    settings: Settings,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    graphs: GraphRegistry | None = None,
+) -> Litestar:
     """An app whose connections open when it starts and close when it stops.
+
+    `graphs`: the process's graphs, loaded already (`runstream serve` loads them before it
+    listens, to refuse a bad project with one line); None: loaded from `settings` at start.
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
     """
@@ -163,7 +174,7 @@ def create_app(settings: Settings, *, tracer_provider: TracerProvider | None = N
             "quotas": Provide(_provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        lifespan=[_lifespan(settings, tracer_provider)],
+        lifespan=[_lifespan(settings, tracer_provider, graphs)],
         before_request=_before_request,
         before_send=[add_security_headers, add_request_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding

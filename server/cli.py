@@ -19,7 +19,9 @@ from . import operator_cli
 from .commands import migrate, serve, up, worker
 from .logs import configure_logging
 
-__all__ = ["main"]
+__all__ = ["main", "with_project"]
+
+DEFAULT_PROJECT = "langgraph.json"
 
 
 def _positive(text: str) -> int:
@@ -57,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
             help="server processes on the port (and, for up, worker processes too); default 1,"
             " for up the machine's cores",
         )
+        _config_option(sub)
     sub = commands.add_parser("worker", help="run a worker")
+    _config_option(sub)
     sub.add_argument("--concurrency", type=int, default=None, help="runs at once")
     sub.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1)")
     sub.add_argument(
@@ -82,8 +86,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--config",
+        default=None,
+        metavar="PATH",
+        help="a LangGraph project's langgraph.json to serve (default RUNSTREAM_CONFIG, else"
+        " ./langgraph.json when there is one)",
+    )
+
+
+def with_project(settings: Settings, config: str | None) -> Settings:
+    """`settings` with the project to serve: `--config`, else RUNSTREAM_CONFIG, else
+    ./langgraph.json if there is one (as `langgraph dev` finds it), as an absolute path (`up`
+    hands it to its children)."""
+    from dataclasses import replace
+
+    path = config or settings.config_path
+    if path is None and os.path.isfile(DEFAULT_PROJECT):
+        path = DEFAULT_PROJECT
+    return replace(settings, config_path=os.path.abspath(path) if path else None)
+
+
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     """The parsed command, run with the process's settings."""
+    if args.command in ("serve", "worker", "up"):
+        settings = with_project(settings, args.config)
     if args.command == "serve":
         host, port = args.host or settings.host, args.port or settings.port
         return serve(settings, host, port, args.processes or 1)

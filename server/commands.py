@@ -27,6 +27,8 @@ from .logs import configure_logging
 from .multiprocess import listening_socket, run_processes
 
 if TYPE_CHECKING:
+    from runner.graphs import GraphRegistry
+
     from .embedded import EmbeddedServices
 
 __all__ = ["migrate", "serve", "up", "worker"]
@@ -54,6 +56,17 @@ def _announce_model(settings: Settings) -> None:
         logger.info("model", model=settings.model, base_url=settings.openai_base_url or "default")
 
 
+def _load_graphs(settings: Settings) -> GraphRegistry:
+    """The process's graphs, its project's among them, imported and checked.
+
+    Raises:
+        SettingsError: one cannot be served (`runstream` prints the one line, exits 2).
+    """
+    from runner.graphs import GraphRegistry
+
+    return GraphRegistry.from_settings(settings)
+
+
 def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     """The HTTP server; with `processes` > 1, that many server processes on one port."""
     if not settings.auth_enabled:
@@ -63,6 +76,7 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         logger.warning("no RUNSTREAM_API_KEYS: no authentication, serving loopback only")
     settings.stream_token_keys()  # with API keys, a signing key is required
     settings.require_services()
+    graphs = _load_graphs(settings)  # a bad project refused before anything starts
     _announce_model(settings)
     logger.info(
         "listening",
@@ -71,7 +85,7 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         processes=processes,
     )
     if processes == 1:
-        return _serve_process(settings, host, port)
+        return _serve_process(settings, host, port, graphs=graphs)
     sock = listening_socket(host, port)
     children = [(settings, host, port, index, sock) for index in range(processes)]
     return run_processes("server", _serve_child, children, stop_timeout_s=30)
@@ -84,16 +98,23 @@ def _serve_child(settings: Settings, host: str, port: int, index: int, sock: soc
 
 
 def _serve_process(
-    settings: Settings, host: str, port: int, sock: socket.socket | None = None
+    settings: Settings,
+    host: str,
+    port: int,
+    sock: socket.socket | None = None,
+    graphs: GraphRegistry | None = None,
 ) -> int:
-    """One server process: on `sock` when given (shared with its siblings), else it binds."""
+    """One server process: on `sock` when given (shared with its siblings), else it binds;
+    with `graphs` loaded already, or loading them (a spawned child)."""
     import uvicorn
 
     from .app import create_app
     from .event_stream import with_server_send
 
     tracer_provider = tracer_provider_from_env("server")
-    app = create_app(settings, tracer_provider=tracer_provider)
+    if graphs is None:
+        graphs = _load_graphs(settings)
+    app = create_app(settings, tracer_provider=tracer_provider, graphs=graphs)
     settle_heap()  # server/heap.py
 
     class Server(uvicorn.Server):
@@ -148,9 +169,10 @@ def worker(
     if settings.worker_metrics_port and last_port > 65535:
         raise SettingsError(f"metrics ports up to {last_port}: past 65535")
     settings.require_services()
+    graphs = _load_graphs(settings)  # a bad project refused before anything starts
     _announce_model(settings)
     if processes == 1:
-        return _worker_process(settings)
+        return _worker_process(settings, graphs)
     port = settings.worker_metrics_port
     children = [
         (replace(settings, worker_metrics_port=port + index if port else 0), index)
@@ -166,9 +188,11 @@ def _worker_child(settings: Settings, index: int) -> None:
     raise SystemExit(_worker_process(settings))
 
 
-def _worker_process(settings: Settings) -> int:
+def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> int:
     from runner.worker import build_worker
 
+    if graphs is None:  # a spawned child loads its own
+        graphs = _load_graphs(settings)
     try:  # arq runs on the thread's event loop: make it uvloop's, as uvicorn does for serve
         import uvloop
 
@@ -177,7 +201,7 @@ def _worker_process(settings: Settings) -> int:
         pass
     tracer_provider = tracer_provider_from_env("worker")
     try:
-        worker = build_worker(settings, tracer_provider=tracer_provider)
+        worker = build_worker(settings, tracer_provider=tracer_provider, graphs=graphs)
         settle_heap()  # server/heap.py: about a third of the worker's CPU per token
         worker.run()
     finally:
@@ -214,6 +238,10 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from .up_record import UpRecord, remove_up_record, write_up_record
 
     settings.stream_token_keys()  # refuse before starting anything, as `serve` would
+    if settings.config_path is not None:  # its file read (its graphs import in the children)
+        from runner.project import load_project
+
+        load_project(settings.config_path)
     # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also when
     # started in the background, where SIGINT is ignored)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -271,6 +299,8 @@ def _up(
     migrate(settings)
     exe = [sys.executable, "-m", "server.cli"]
     each = ["--processes", str(processes)]
+    if settings.config_path is not None:
+        each += ["--config", settings.config_path]
 
     def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
         stop_with_up = signal_when_parent_dies(signal.SIGTERM)

@@ -56,13 +56,13 @@ class Resources(Services):
 
 @contextlib.asynccontextmanager
 async def open_resources(
-    settings: Settings, *, tracer: Tracer | None = None
+    settings: Settings, *, tracer: Tracer | None = None, graphs: GraphRegistry | None = None
 ) -> AsyncIterator[Resources]:
     """Open the services, the stream reader and the thread watcher; close them in reverse
-    order."""
+    order. `graphs` None: the graphs are loaded from `settings` here."""
     tokens = StreamTokens(settings)
-    graphs = GraphRegistry(settings.graphs)
-    graphs.validate()
+    if graphs is None:
+        graphs = GraphRegistry.from_settings(settings)
     async with (
         open_services(settings, tracer=tracer) as services,
         open_caller_queries(settings) as queries,

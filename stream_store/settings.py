@@ -147,6 +147,8 @@ class Settings:
     signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
     signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
     graphs: dict[str, str] = field(default_factory=dict)
+    # A LangGraph project's langgraph.json (runner/project.py); `--config` or ./langgraph.json
+    config_path: str | None = None
     stream_ttl_s: int = 24 * 3600
     interrupted_ttl_s: int = limits.DEFAULT_INTERRUPTED_TTL_S  # until the run is resumed
     stream_token_ttl_s: int = 3600
@@ -260,6 +262,7 @@ class Settings:
             signing_key=signing_key,
             signing_keys=signing_keys,
             graphs=_pairs(env, "RUNSTREAM_GRAPHS", "="),
+            config_path=env.get("RUNSTREAM_CONFIG") or None,
             stream_ttl_s=_int(env, "RUNSTREAM_STREAM_TTL", 24 * 3600, minimum=1),
             interrupted_ttl_s=_int(
                 env, "RUNSTREAM_INTERRUPTED_TTL", limits.DEFAULT_INTERRUPTED_TTL_S, minimum=1

@@ -307,7 +307,8 @@ class AssistantsController(Controller):
         depth = _xray_depth(xray)
         assistant = await assistant_of(resources, caller.owner, assistant_id)
         name = registered_graph(resources, assistant)
-        drawable = await resources.graphs.get(name, resources.checkpointer).aget_graph(xray=depth)
+        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        drawable = await graph.aget_graph(xray=depth)
         return drawable.to_json()
 
     @get("/{assistant_id:str}", summary="An assistant, by its id (or a graph's name)")
@@ -427,7 +428,7 @@ class AssistantsController(Controller):
     ) -> dict[str, Any]:
         assistant = await assistant_of(resources, caller.owner, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = resources.graphs.get(name, resources.checkpointer)
+        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
         return {
             "graph_id": name,
             "input_schema": graph.get_input_jsonschema(),

@@ -144,7 +144,7 @@ async def _patched(
         payload = {**cron.payload, **fields}
         if assistant is None:  # deleted meanwhile: the cron's slots are refused (404)
             raise NotFound(f"assistant {cron.payload.get('assistant_id')} not found")
-        check_run(resources, cron.owner, _run_request(payload), cron.thread_id, assistant)
+        await check_run(resources, cron.owner, _run_request(payload), cron.thread_id, assistant)
         changes["payload"] = payload
     if body.metadata is not None:
         changes["metadata"] = body.metadata

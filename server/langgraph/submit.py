@@ -63,7 +63,7 @@ def _text_content(content: Any) -> str:
     raise unprocessable("message content must be text (a string, or blocks of type 'text')")
 
 
-def _command(
+async def _command(
     resources: Resources, body: RunCreate, graph: str, thread_id: str | None
 ) -> dict[str, Any]:
     """The request's checked `command` (none: `{}`)."""
@@ -71,7 +71,7 @@ def _command(
         return {}
     command = checked_command(
         body.command,
-        resources.graphs.get(graph, resources.checkpointer),
+        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
         resources.settings.max_resume_bytes,
     )
     if "resume" in command and thread_id is None:
@@ -130,7 +130,7 @@ def assistant_configurable(assistant: AssistantRecord) -> dict[str, Any]:
     return {**(assistant.config.get("configurable") or {}), **assistant.context}
 
 
-def _new_run(
+async def _new_run(
     resources: Resources,
     caller: Caller,
     body: RunCreate,
@@ -144,7 +144,7 @@ def _new_run(
         modes = stream_modes(body.stream_mode)
     except ValueError as exc:
         raise unprocessable(str(exc)) from None
-    command = _command(resources, body, graph, thread_id)
+    command = await _command(resources, body, graph, thread_id)
     checkpoint = _fork_point(body, thread_id)
     messages = _input_messages(resources, body, command, checkpoint is not None)
     configurable = {
@@ -226,7 +226,7 @@ async def submit(
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
     assistant = await assistant_of(resources, caller.owner, body.assistant_id)
-    new = _new_run(resources, caller, body, thread_id, assistant)
+    new = await _new_run(resources, caller, body, thread_id, assistant)
     await _check_fork_point(resources, caller, new)
     try:
         created = await record_run(resources, quotas, new, dialect="langgraph")
@@ -253,7 +253,7 @@ async def submit_batch(
     if not 1 <= len(bodies) <= BATCH_MAX_RUNS:
         raise unprocessable(f"a batch holds 1 to {BATCH_MAX_RUNS} runs, not {len(bodies)}")
     news = [
-        _new_run(
+        await _new_run(
             resources,
             caller,
             body,
@@ -282,11 +282,11 @@ async def checked_run(
     """Check a run request as its submit will (422, 404 for an unknown assistant, 413),
     recording nothing: a cron's, when the cron is made. Answers its assistant."""
     assistant = await assistant_of(resources, owner, body.assistant_id)
-    check_run(resources, owner, body, thread_id, assistant)
+    await check_run(resources, owner, body, thread_id, assistant)
     return assistant
 
 
-def check_run(
+async def check_run(
     resources: Resources,
     owner: str,
     body: RunCreate,
@@ -295,7 +295,7 @@ def check_run(
 ) -> None:
     """`checked_run` with the assistant already read: no Postgres (a cron's change is checked
     inside the transaction that holds the cron's row)."""
-    _new_run(resources, Caller(owner), body, thread_id, assistant)
+    await _new_run(resources, Caller(owner), body, thread_id, assistant)
 
 
 async def submit_scheduled(
@@ -309,6 +309,6 @@ async def submit_scheduled(
     """Record the run of one of a cron's slots, as `submit` records a request's: at most one
     run per `idempotency_key` (a second submit of the slot answers the first run)."""
     assistant = await assistant_of(resources, owner, body.assistant_id)
-    new = _new_run(resources, Caller(owner), body, thread_id, assistant)
+    new = await _new_run(resources, Caller(owner), body, thread_id, assistant)
     new.idempotency_key = idempotency_key
     return await record_run(resources, quotas, new, dialect="langgraph")

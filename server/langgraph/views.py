@@ -178,17 +178,17 @@ def graph_name(thread: ThreadRecord, latest: RunRecord | None) -> str | None:
     return named if isinstance(named, str) else None
 
 
-def _graph_of(
+async def _graph_of(
     resources: Resources, thread: ThreadRecord, latest: RunRecord | None
 ) -> Pregel | None:
     name = graph_name(thread, latest)
     if name is None or name not in resources.graphs:
         return None
-    return resources.graphs.get(name, resources.checkpointer)
+    return await resources.graphs.graph_for_reading(name, resources.checkpointer)
 
 
 async def graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:
-    return _graph_of(resources, thread, await _latest_run(resources, thread))
+    return await _graph_of(resources, thread, await _latest_run(resources, thread))
 
 
 def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
@@ -298,7 +298,7 @@ async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
     if thread.langgraph_status is None:
         raise RuntimeError("thread_view needs the thread's LangGraph status (langgraph=True)")
     latest = await _latest_run(resources, thread)
-    state = await _current_state(thread, _graph_of(resources, thread, latest))
+    state = await _current_state(thread, await _graph_of(resources, thread, latest))
     interrupts: dict[str, list[dict[str, Any]]] = {}
     for task in state.tasks:
         if task["interrupts"]:

@@ -1,0 +1,284 @@
+"""A user's LangGraph project: its `langgraph.json` read into graph sources, env and paths.
+
+The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
+`langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
+a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
+version will serve (`auth`, `http`, `store`, ...) is refused, so that nothing a project relies
+on, above all its auth, is silently dropped. Every refusal is a `ProjectError` naming the
+file, the key and the cause, which `runstream` prints as one line before exiting with 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+from dotenv import dotenv_values
+
+from stream_store.settings import SettingsError
+
+__all__ = [
+    "BUILD_ONLY_KEYS",
+    "NOT_SERVED_YET",
+    "GraphSource",
+    "Project",
+    "ProjectError",
+    "load_project",
+]
+
+logger = structlog.get_logger()
+
+# Keys that only concern the Docker image `langgraph build` makes: the user installs their
+# packages into runstream's environment, so there is nothing to build.
+BUILD_ONLY_KEYS = frozenset(
+    {
+        "python_version",
+        "node_version",
+        "api_version",
+        "base_image",
+        "image_distro",
+        "pip_config_file",
+        "pip_installer",
+        "source",
+        "dockerfile_lines",
+        "keep_pkg_tools",
+        "_INTERNAL_docker_tag",
+    }
+)
+
+# Keys a later version serves. Until then a project with one of them does not start: running
+# it without its auth would expose its data, without its routes or store it would half-work.
+NOT_SERVED_YET: dict[str, str] = {
+    "auth": "custom auth (auth.path) is not served yet; runstream's API keys are",
+    "http": "custom routes and CORS (http) are not served yet",
+    "store": "store.index and store.ttl are not served yet (the store itself is, without them)",
+    "checkpointer": "checkpointer settings (ttl, serde) are not served yet",
+    "ui": "generative UI components (ui) are not served",
+    "ui_config": "generative UI components (ui_config) are not served",
+    "webhooks": "webhooks are not served yet",
+    "encryption": "custom encryption is not served",
+    "priority": "run priorities are not served",
+}
+
+# Keys LangGraph itself refuses now (`langgraph_cli/config.py` validate_config).
+_NO_LONGER_SUPPORTED = {
+    "project_root": "top-level project_root is no longer supported by LangGraph (source.root)",
+    "package": "top-level package is no longer supported by LangGraph (source.package)",
+}
+
+# `$schema` points editors at LangGraph's JSON schema; nothing to serve.
+_SERVED = frozenset({"graphs", "env", "dependencies", "$schema"})
+_JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
+
+
+class ProjectError(SettingsError):
+    """The project cannot be served: one line naming the file, the key and the cause."""
+
+    def __init__(self, file: str | Path, key: str, cause: str) -> None:
+        super().__init__(f"{file}: {key}: {cause}")
+        self.file = str(file)
+        self.key = key
+        self.cause = cause
+
+
+class _GraphDef(msgspec.Struct):
+    """A graph given as an object: `{"path": "./agent.py:graph", "description": "..."}`."""
+
+    path: str
+    description: str | None = None
+
+
+class _ProjectFile(msgspec.Struct):
+    """The keys runstream reads; the others are looked at by name only."""
+
+    graphs: dict[str, Any] = {}  # each entry converted on its own, to name it in an error
+    env: dict[str, str] | str | None = None
+    dependencies: list[str] = []
+
+
+@dataclass(frozen=True)
+class GraphSource:
+    """Where one graph is: a Python file or an importable module, and the attribute in it
+    (a file's `module` is the name it is imported under).
+
+    `key` and `origin` are for messages: the setting that named it (`graphs.agent` in a
+    langgraph.json, `RUNSTREAM_GRAPHS`) and the file that setting is in.
+    """
+
+    key: str
+    origin: str
+    attr: str
+    module: str | None = None
+    path: Path | None = None
+    description: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str, *, key: str, origin: str, base: Path | None) -> GraphSource:
+        """`module.path:attr`, or `./file.py:attr` (a `/` makes it a file, relative to `base`),
+        as `langgraph_api/graph.py` `collect_graphs_from_env` tells them apart."""
+        where, colon, attr = spec.rpartition(":")
+        if not colon or not where or not attr:
+            expected = "expected './file.py:name' or 'package.module:name'"
+            raise ProjectError(origin, key, f"{spec!r} names no attribute: {expected}")
+        if "/" not in where:
+            return cls(key=key, origin=origin, attr=attr, module=where)
+        # The name LangGraph's server imports the file under (`_graph_from_spec`), made of the
+        # path as written: classes of the file in saved state keep their module on both.
+        name = where.replace("/", "__").replace(".py", "").replace(" ", "_").lstrip(".")
+        if where.endswith(_JS_SUFFIXES):
+            raise ProjectError(origin, key, f"{where} is JavaScript: only Python graphs are served")
+        path = Path(where) if base is None else base / where
+        if not path.is_file():
+            raise ProjectError(origin, key, f"{path} is not a file")
+        return cls(key=key, origin=origin, attr=attr, module=name, path=path.resolve())
+
+    @property
+    def where(self) -> str:
+        """The file or module, as a message shows it."""
+        return str(self.path) if self.path is not None else str(self.module)
+
+
+@dataclass(frozen=True)
+class Project:
+    """What runstream serves of a `langgraph.json`: its graphs, env and import paths."""
+
+    file: Path
+    graphs: dict[str, GraphSource] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    import_paths: tuple[Path, ...] = ()
+    ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
+
+    def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
+        """Put the project's env and import paths in place, before its graphs are imported.
+
+        The env is the user's code's environment, not runstream's settings (those were read
+        from runstream's own environment before, and a `RUNSTREAM_*` key here changes none of
+        them: it is left out, and said). As `langgraph dev` does (`langgraph_api/cli.py`
+        `run_server`, `patch_environment`), the project's values replace those already set.
+        The paths go at the end of `sys.path`, as `langgraph dev` appends them.
+        """
+        own = sorted(name for name in self.env if name.startswith("RUNSTREAM_"))
+        if own:
+            logger.warning(
+                "the project's env sets runstream settings, which runstream reads from its own"
+                " environment and ./.env only: left out",
+                names=own,
+                file=str(self.file),
+            )
+        for name, value in self.env.items():
+            if not name.startswith("RUNSTREAM_"):
+                environ[name] = value  # the user's environment (see above), not a setting
+        for path in self.import_paths:
+            if str(path) not in sys.path:
+                sys.path.append(str(path))
+        if self.ignored:
+            logger.info(
+                "langgraph.json keys of LangGraph's image build are ignored",
+                keys=list(self.ignored),
+                file=str(self.file),
+            )
+
+
+def load_project(file: str | Path) -> Project:
+    """Read and check `file` (a langgraph.json); imports nothing and changes nothing.
+
+    Raises:
+        ProjectError: the file is missing or malformed, or asks for what is not served.
+    """
+    path = Path(file).resolve()
+    try:
+        raw = msgspec.json.decode(path.read_bytes())
+    except OSError as exc:
+        raise ProjectError(path, "(file)", f"cannot be read: {exc.strerror or exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ProjectError(path, "(file)", f"is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProjectError(path, "(file)", "is not a JSON object")
+    _refuse_unserved(path, raw)
+    try:
+        shape = msgspec.convert(raw, _ProjectFile)
+    except msgspec.ValidationError as exc:
+        _, _, at = str(exc).rpartition(" - at `$.")
+        raise ProjectError(path, at.rstrip("`") or "(file)", _cause(exc)) from None
+    base = path.parent
+    if not shape.graphs:
+        raise ProjectError(path, "graphs", 'names no graph (e.g. {"agent": "./agent.py:graph"})')
+    graphs = {name: _graph_source(path, name, value, base) for name, value in shape.graphs.items()}
+    unknown = sorted(set(raw) - _SERVED - BUILD_ONLY_KEYS - set(NOT_SERVED_YET))
+    if unknown:
+        logger.warning("unknown langgraph.json keys are ignored", keys=unknown, file=str(path))
+    return Project(
+        file=path,
+        graphs=graphs,
+        env=_env(path, shape.env, base),
+        import_paths=tuple(
+            dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
+        ),
+        ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
+    )
+
+
+def _refuse_unserved(path: Path, raw: Mapping[str, Any]) -> None:
+    """A key a later version serves, or LangGraph no longer takes, given a value: refused."""
+    for key, why in {**NOT_SERVED_YET, **_NO_LONGER_SUPPORTED}.items():
+        if raw.get(key) not in (None, {}, [], ""):
+            raise ProjectError(path, key, f"{why}: not served by this version of runstream")
+
+
+def _graph_source(path: Path, name: str, raw: Any, base: Path) -> GraphSource:
+    if not name:
+        raise ProjectError(path, "graphs", "a graph's name is empty")
+    try:
+        value = msgspec.convert(raw, str | _GraphDef)
+    except msgspec.ValidationError as exc:
+        raise ProjectError(path, f"graphs.{name}", _cause(exc)) from None
+    spec = value if isinstance(value, str) else value.path
+    source = GraphSource.parse(spec, key=f"graphs.{name}", origin=str(path), base=base)
+    if isinstance(value, _GraphDef) and value.description is not None:
+        source = GraphSource(**{**source.__dict__, "description": value.description})
+    return source
+
+
+def _cause(error: msgspec.ValidationError) -> str:
+    """msgspec's message without its ` - at `$.key`` (the key is named apart)."""
+    return str(error).partition(" - at `$")[0]
+
+
+def _env(path: Path, env: dict[str, str] | str | None, base: Path) -> dict[str, str]:
+    """`env` as a mapping: given as one, or read from the dotenv file it names. A missing file
+    is no error, as with `langgraph dev` (templates name a `.env` the user makes)."""
+    if env is None:
+        return {}
+    if isinstance(env, dict):
+        return env
+    env_file = base / env
+    if not env_file.is_file():
+        logger.warning("the project's env file is missing", env=str(env_file), file=str(path))
+        return {}
+    try:
+        values = dotenv_values(env_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProjectError(path, "env", f"{env_file} cannot be read: {exc}") from None
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _local_dependencies(path: Path, dependencies: list[str], base: Path) -> list[Path]:
+    """The local paths among `dependencies` (those starting with `.`, as LangGraph tells them
+    apart), each a directory; package names are the user's to install."""
+    paths: list[Path] = []
+    for index, dependency in enumerate(dependencies):
+        if not dependency.startswith("."):
+            continue
+        folder = (base / dependency).resolve()
+        if not folder.is_dir():
+            raise ProjectError(
+                path, f"dependencies[{index}]", f"{dependency!r} is not a directory ({folder})"
+            )
+        paths.append(folder)
+    return paths

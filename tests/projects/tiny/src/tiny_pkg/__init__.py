@@ -1,0 +1,1 @@
+"""A package under a dependency path (`./src`), imported by module name."""

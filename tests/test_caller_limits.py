@@ -106,7 +106,7 @@ class TestSettings:
     """The four limits are settings with generous defaults; 0 turns one off."""
 
     def test_defaults_and_environment(self) -> None:
-        defaults = Settings.from_env({}, env_file="")
+        defaults = Settings.from_env({"RUNSTREAM_API_KEYS": "k:alice"}, env_file="")
         assert (
             defaults.max_submits_per_minute,
             defaults.max_active_runs,

@@ -254,7 +254,7 @@ async def _stream_built(
     if isinstance(invoke_with, dict) and run.attempt == 1:
         # A later attempt's `retry` announcement already sent whatever of the run's messages
         # (its input among them) the stream did not have whole.
-        for message in invoke_with["messages"]:
+        for message in invoke_with.get("messages", []):
             await writer.emit("message", MessageData(message=to_wire_message(message)))
     with_values = "values" in run.stream_modes
     if with_values and run.attempt > 1:

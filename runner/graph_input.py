@@ -86,9 +86,13 @@ def _answer_taken(run: RunRecord, state: StateSnapshot, started: bool) -> bool:
 
 
 def _input(run: RunRecord, forks: bool) -> dict[str, Any] | None:
-    """The run's input; None (re-run from the checkpoint) for a fork without messages."""
-    messages = input_messages(run)
-    return None if forks and not messages else {"messages": messages}
+    """The run's input (checked at submit against the graph's input schema: any of its keys,
+    `messages` among them or not), its `messages` as LangChain messages with their fixed ids;
+    None (re-run from the checkpoint) for a fork without input."""
+    given = {key: value for key, value in run.input.items() if key != "messages"}
+    if messages := input_messages(run):
+        given["messages"] = messages
+    return None if forks and not given else given
 
 
 async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> GraphCall:

@@ -28,6 +28,7 @@ __all__ = [
     "event_id",
     "idempotency_key",
     "input_messages",
+    "message_texts",
     "metadata",
     "object_id",
     "resume_value",
@@ -75,16 +76,25 @@ def _too_large(what: str, size: str, limit: int, setting: str = "") -> ApiError:
 
 def input_messages(messages: Sequence[InputMessage], settings: Settings) -> None:
     """413 for more messages, or a longer message, than the operator allows."""
-    if len(messages) > settings.max_run_messages:
-        size = f"has {len(messages)} messages"
+    message_texts([m.content for m in messages], settings)
+
+
+def message_texts(texts: Sequence[str], settings: Settings, where: str = "input.messages") -> None:
+    """413 for more messages (`texts`: their contents' text, at `where`), or a longer
+    message, than the operator allows: `/v1`'s input, and any messages a LangGraph run's
+    input gives."""
+    if len(texts) > settings.max_run_messages:
         raise _too_large(
-            "input.messages", size, settings.max_run_messages, "RUNSTREAM_MAX_RUN_MESSAGES"
+            where,
+            f"has {len(texts)} messages",
+            settings.max_run_messages,
+            "RUNSTREAM_MAX_RUN_MESSAGES",
         )
-    for index, message in enumerate(messages):
-        if len(message.content) > settings.max_message_chars:
+    for index, text in enumerate(texts):
+        if len(text) > settings.max_message_chars:
             raise _too_large(
-                f"input.messages[{index}].content",
-                f"is {len(message.content)} characters",
+                f"{where}[{index}].content",
+                f"is {len(text)} characters",
                 settings.max_message_chars,
                 "RUNSTREAM_MAX_MESSAGE_CHARS",
             )

@@ -326,6 +326,25 @@ class TestInputMessages:
         message = {"type": "human", "content": blocks, "id": "m1", "name": None, "example": False}
         assert engine_messages([message]) == [{"role": "user", "content": blocks, "id": "m1"}]
 
+    def test_tool_messages_and_ai_tool_calls_are_taken_in_either_form(self) -> None:
+        call = {"name": "f", "args": {"a": 1}, "id": "c1", "type": "tool_call"}
+        openai = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "f", "arguments": '{"a": 1}'},
+        }
+        assert engine_messages(
+            [
+                {"type": "ai", "content": "", "tool_calls": [call]},
+                {"role": "assistant", "content": "", "tool_calls": [openai]},
+                {"type": "tool", "content": "ok", "tool_call_id": "c1", "name": "f"},
+            ]
+        ) == [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "ok", "tool_call_id": "c1", "name": "f"},
+        ]
+
     def test_no_messages_is_an_empty_list(self) -> None:
         assert engine_messages(None) == []
         assert engine_messages([]) == []
@@ -333,7 +352,7 @@ class TestInputMessages:
     @pytest.mark.parametrize(
         ("messages", "error"),
         [
-            ([{"type": "tool", "content": "r", "tool_call_id": "c"}], r"\[0\]: tool messages"),
+            ([{"type": "tool", "content": "r"}], r"\[0\]: a tool message needs the tool_call_id"),
             ([{"role": "function", "content": "x"}], r"\[0\] needs a role .* 'function'"),
             ([{"content": "x"}], r"\[0\] needs a role .* None"),
             ([{"role": ["user"], "content": "x"}], r"\[0\] needs a role .* \['user'\]"),
@@ -344,7 +363,7 @@ class TestInputMessages:
             ([{"type": "human", "content": "x", "id": ""}], r"\[0\]\.id must be"),
             (
                 [{"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": {}}]}],
-                r"\[0\]: messages with tool calls",
+                r"\[0\]\.tool_calls must be a list of tool calls, each with an id",
             ),
         ],
     )

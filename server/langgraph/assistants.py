@@ -41,6 +41,7 @@ from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..resources import Resources
+from .graph_schemas import graph_schemas
 from .submit import unprocessable
 from .views import (
     assistant_of,
@@ -429,14 +430,7 @@ class AssistantsController(Controller):
         assistant = await assistant_of(resources, caller.owner, assistant_id)
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
-        return {
-            "graph_id": name,
-            "input_schema": graph.get_input_jsonschema(),
-            "output_schema": graph.get_output_jsonschema(),
-            "state_schema": graph.get_input_jsonschema(),
-            "config_schema": None,
-            "context_schema": None,
-        }
+        return {"graph_id": name, **graph_schemas(graph)}
 
 
 @get("/ok", tags=["langgraph"], summary="LangGraph's liveness answer")

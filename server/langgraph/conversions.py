@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_core.messages import convert_to_messages
+
 from stream_store.events import RunStatus
 from stream_store.run_records import RunRecord
 
@@ -92,16 +94,19 @@ _INPUT_ROLES = {
     "ai": "assistant",
     "assistant": "assistant",
     "system": "system",
+    "tool": "tool",
 }
 
 
-def engine_messages(messages: Any) -> list[dict[str, Any]]:
-    """runstream input messages (`{"role", "content", "id"?}`) from `input["messages"]` of a
-    LangGraph run: one message or a list of them.
+def engine_messages(messages: Any, where: str = "input.messages") -> list[dict[str, Any]]:
+    """runstream input messages (`{"role", "content", "id"?, "tool_calls"?, "tool_call_id"?,
+    "name"?}`) from a LangGraph run's messages (at `where`): one message or a list of them.
 
     A message is in a LangChain shape: `{"type": "human", "content": ...}`, `{"role": "user",
     ...}` (role, as in LangChain, wins over type), or a bare string (a human message); content
-    is a string or a list of content blocks.
+    is a string or a list of content blocks. AI messages may carry `tool_calls` (LangChain's
+    or OpenAI's form, kept in LangChain's) and tool messages need their `tool_call_id`: a
+    client answering a dangling tool call (agent-chat-ui) sends both kinds as input.
 
     Raises:
         ValueError: any other shape or role, naming the message at fault.
@@ -109,7 +114,7 @@ def engine_messages(messages: Any) -> list[dict[str, Any]]:
     if messages is None:
         return []
     items = messages if isinstance(messages, list) else [messages]
-    return [_engine_message(message, f"input.messages[{i}]") for i, message in enumerate(items)]
+    return [_engine_message(message, f"{where}[{i}]") for i, message in enumerate(items)]
 
 
 def _engine_message(message: Any, where: str) -> dict[str, Any]:
@@ -118,25 +123,52 @@ def _engine_message(message: Any, where: str) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ValueError(f"{where} must be a message object or a string")
     kind = message.get("role", message.get("type"))
-    if kind == "tool":
-        raise ValueError(f"{where}: tool messages are not accepted as input")
     if not isinstance(kind, str) or kind not in _INPUT_ROLES:
         roles = ", ".join(_INPUT_ROLES)
         raise ValueError(f"{where} needs a role (or type) among {roles}, got {kind!r}")
-    if message.get("tool_calls"):
-        raise ValueError(f"{where}: messages with tool calls are not accepted as input")
+    role = _INPUT_ROLES[kind]
     content = message.get("content")
     if not isinstance(content, str) and not (
         isinstance(content, list) and all(isinstance(block, str | dict) for block in content)
     ):
         raise ValueError(f"{where}.content must be a string or a list of content blocks")
-    converted = {"role": _INPUT_ROLES[kind], "content": content}
+    converted: dict[str, Any] = {"role": role, "content": content}
     message_id = message.get("id")
     if message_id is not None:
         if not isinstance(message_id, str) or not message_id:
             raise ValueError(f"{where}.id must be a non-empty string")
         converted["id"] = message_id
+    if isinstance(message.get("name"), str) and message["name"]:
+        converted["name"] = message["name"]
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError(f"{where}: a tool message needs the tool_call_id it answers")
+        converted["tool_call_id"] = call_id
+    elif message.get("tool_calls"):
+        if role != "assistant":
+            raise ValueError(f"{where}: only AI messages carry tool_calls")
+        converted["tool_calls"] = _tool_calls(message, where)
     return converted
+
+
+def _tool_calls(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """An AI message's tool calls in LangChain's form, each with an id (a tool message
+    answers it by that id), as LangChain reads them from either form."""
+    raw = message["tool_calls"]
+    if not isinstance(raw, list) or not all(isinstance(c, dict) and c.get("id") for c in raw):
+        raise ValueError(f"{where}.tool_calls must be a list of tool calls, each with an id")
+    try:
+        (parsed,) = convert_to_messages([{"role": "assistant", "content": "", "tool_calls": raw}])
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ValueError(f"{where}.tool_calls: {reason}") from None
+    calls = getattr(parsed, "tool_calls", None) or []
+    if len(calls) != len(raw):
+        raise ValueError(f"{where}.tool_calls: each needs a name, args (an object) and an id")
+    return [
+        {"name": c["name"], "args": c["args"], "id": c["id"], "type": "tool_call"} for c in calls
+    ]
 
 
 _LANGCHAIN_TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}

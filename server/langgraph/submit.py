@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import TITLE_CHARS, Created, NewRun
-from stream_store.schemas import InputMessage
 
 from .. import inputs
 from ..auth import Caller
@@ -29,7 +26,8 @@ from ..errors import ApiError
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
-from .conversions import engine_messages, stream_modes
+from .conversions import stream_modes
+from .run_input import checked_input
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
 from .wire import RunCreate
@@ -49,18 +47,6 @@ RECORDED_MODES = ("values", "updates")  # what the worker records beyond runstre
 
 def unprocessable(message: str) -> ApiError:
     return ApiError(422, "invalid_request", message)
-
-
-def _text_content(content: Any) -> str:
-    """A message's text: runstream's graphs take text, given as a string or text blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-        for b in content
-    ):
-        return "".join(b["text"] for b in content)
-    raise unprocessable("message content must be text (a string, or blocks of type 'text')")
 
 
 async def _command(
@@ -102,27 +88,31 @@ def _fork_point(body: RunCreate, thread_id: str | None) -> dict[str, str] | None
     return {"checkpoint_id": checked_checkpoint_id(raw_id), "checkpoint_ns": ""}
 
 
-def _input_messages(
-    resources: Resources, body: RunCreate, command: dict[str, Any], forks: bool
-) -> list[dict[str, Any]]:
-    """The request's `input.messages` as runstream input messages, within the bounds. None
-    with a checkpoint re-runs from there (LangGraph's input `None`: regenerate)."""
-    raw = body.input.get("messages") if isinstance(body.input, dict) else body.input
-    if isinstance(body.input, dict) and set(body.input) - {"messages"}:
-        raise unprocessable("runstream's graphs take input {'messages': [...]} only")
-    try:
-        messages = engine_messages(raw) if raw is not None else []
-    except ValueError as exc:
-        raise unprocessable(str(exc)) from None
-    if not messages and not command and not forks:
-        raise unprocessable(
-            "input.messages needs at least one message (or a command, or a checkpoint to"
-            " re-run from)"
-        )
-    for message in messages:
-        message["content"] = _text_content(message["content"])
-    inputs.input_messages(msgspec.convert(messages, list[InputMessage]), resources.settings)
-    return messages
+async def _graph_input(
+    resources: Resources, body: RunCreate, graph: str, command: dict[str, Any], forks: bool
+) -> dict[str, Any]:
+    """The request's `input`, checked against the graph's input schema (run_input.py). None
+    with a command, or with a checkpoint (LangGraph's input `None`: re-run from there)."""
+    return checked_input(
+        body.input,
+        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
+        resources.settings,
+        needs_input=not command and not forks,
+    )
+
+
+def _title(graph_input: dict[str, Any]) -> str | None:
+    """The run's title: the start of its input's first human message, if it has one."""
+    messages = graph_input.get("messages")
+    first_user = next(
+        (
+            m["content"]
+            for m in (messages if isinstance(messages, list) else [])
+            if isinstance(m, dict) and m.get("role") == "user"
+        ),
+        None,
+    )
+    return first_user[:TITLE_CHARS] if isinstance(first_user, str) else None
 
 
 def assistant_configurable(assistant: AssistantRecord) -> dict[str, Any]:
@@ -146,7 +136,7 @@ async def _new_run(
         raise unprocessable(str(exc)) from None
     command = await _command(resources, body, graph, thread_id)
     checkpoint = _fork_point(body, thread_id)
-    messages = _input_messages(resources, body, command, checkpoint is not None)
+    graph_input = await _graph_input(resources, body, graph, command, checkpoint is not None)
     configurable = {
         **assistant_configurable(assistant),
         **((body.config or {}).get("configurable") or {}),
@@ -155,7 +145,6 @@ async def _new_run(
     inputs.configurable(configurable, resources.graphs, graph)
     metadata = body.metadata or {}
     inputs.metadata(metadata, resources.settings)
-    first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
     kwargs = {
         "input": body.input,
         "command": command or None,
@@ -171,12 +160,12 @@ async def _new_run(
     return NewRun(
         owner=caller.owner,
         graph=graph,
-        input={"messages": messages},
+        input=graph_input,
         thread_id=thread_id,
         config={"configurable": configurable},
         metadata=metadata,
         multitask=body.multitask_strategy,
-        title=first_user[:TITLE_CHARS] if isinstance(first_user, str) else None,
+        title=_title(graph_input),
         max_active_runs=resources.settings.max_active_runs,
         stream_modes=[m for m in modes if m in RECORDED_MODES],
         kwargs=kwargs,

@@ -26,18 +26,9 @@ from tests.processes import ROOT, Cluster
 from tests.test_caller_limits import ALICE, BOB
 from tests.test_langgraph_api import client_for, human
 from tests.test_store_bounds import assert_error, start
+from tests.test_thread_delete import checkpoint_rows
 
 NO_SUBMIT_LIMIT = {"max_submits_per_minute": 0}
-
-
-async def checkpoints_of(settings: Settings, thread_id: str) -> int:
-    async with await schema_connection(settings) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row[0])
 
 
 async def thread_count(settings: Settings) -> int:
@@ -137,7 +128,7 @@ class TestCheckpointCaps:
         await start_worker()
         probe = await start(start_server)
         tid = await ran_thread(client_for(probe, "key-a"))
-        kept = await checkpoints_of(settings, tid)
+        kept = await checkpoint_rows(settings, tid)
         url = await start(start_server, max_thread_checkpoints=kept + 1)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             first = await client.post(
@@ -150,7 +141,7 @@ class TestCheckpointCaps:
             error = assert_error(refused, 413)
             assert error["code"] == "too_many_checkpoints", error
             assert "RUNSTREAM_MAX_THREAD_CHECKPOINTS" in error["message"], error
-        assert await checkpoints_of(settings, tid) == kept + 1
+        assert await checkpoint_rows(settings, tid) == kept + 1
         # a run on the thread is not refused: the cap is on writes outside runs
         run = await client_for(url, "key-a").runs.wait(tid, "chat", input=human("again"))
         assert run["messages"][-1]["content"] == "again"

@@ -30,6 +30,7 @@ from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
 from .conversions import engine_messages, stream_modes
+from .run_context import check_context
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
 from .wire import RunCreate
@@ -153,6 +154,8 @@ async def _new_run(
         **(body.context or {}),
     }
     inputs.configurable(configurable, resources.graphs, graph)
+    context = {**assistant.context, **(body.context or {})}  # as LangGraph's server merges them
+    await check_context(resources, graph, context)
     metadata = body.metadata or {}
     inputs.metadata(metadata, resources.settings)
     first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
@@ -161,7 +164,7 @@ async def _new_run(
         "command": command or None,
         "checkpoint": checkpoint,  # where the run starts; None: the thread's latest checkpoint
         "config": body.config or {},
-        "context": body.context or {},
+        "context": context,  # what the graph's `runtime.context` is built from (runner/execute.py)
         "stream_mode": modes,
         "on_disconnect": body.on_disconnect,
         "resumable": True,  # every runstream run is

@@ -42,6 +42,7 @@ from stream_store.tracing import (
 
 from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
+from .effects import running
 from .graph_context import graph_context
 from .graph_input import graph_input
 from .graphs import RunContext
@@ -277,9 +278,10 @@ async def _stream_built(
         stream = graph.astream(  # type: ignore[call-overload]
             invoke_with, call.config, context=context, stream_mode=modes, durability=DURABILITY
         )
-        async for mode, chunk in stream:
-            for event, data in translator.translate(mode, chunk):
-                await writer.emit(event, data)
+        with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
+            async for mode, chunk in stream:
+                for event, data in translator.translate(mode, chunk):
+                    await writer.emit(event, data)
     return await _settle(services, attempt, run, writer, graph, config)
 
 

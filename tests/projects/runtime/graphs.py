@@ -4,8 +4,11 @@ and a store item they write for the run's owner."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import os
+from pathlib import Path
 from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage
@@ -14,6 +17,8 @@ from langgraph.config import get_store, get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel
+
+from runner.effects import once
 
 SEEN_KEYS = ("thread_id", "run_id", "assistant_id", "graph_id", "team", "langgraph_auth_user_id")
 
@@ -68,3 +73,31 @@ def _graph(schema: type[Any]) -> Any:
 dated = _graph(Dated)
 typed = _graph(Typed)
 modelled = _graph(Modelled)
+
+
+async def send_once(state: MessagesState) -> Any:
+    """A user tool's effect (a line appended to a file) through `once`, then a linger before
+    the checkpoint: a worker killed then hands the step to an attempt that must not send again."""
+
+    def append() -> int:
+        path = Path(os.environ["RUNTIME_EFFECTS_FILE"])
+        with path.open("a") as sent:
+            sent.write("sent\n")
+        return len(path.read_text().splitlines())
+
+    async def send() -> dict[str, Any]:
+        return {"sent": await asyncio.to_thread(append)}
+
+    result = await once("send-1", send, name="send")
+    get_stream_writer()({"result": result})
+    await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_LINGER_S", "3")))
+    return {"messages": [AIMessage(content=json.dumps(result))]}
+
+
+sends_once = (
+    StateGraph(MessagesState)
+    .add_node("send", send_once)
+    .add_edge(START, "send")
+    .add_edge("send", END)
+    .compile()
+)

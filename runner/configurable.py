@@ -4,8 +4,9 @@ LangGraph keeps its own machinery in `configurable` (`__pregel_checkpointer`, `c
 `thread_id`, ...: `langgraph/_internal/_constants.py`). A caller who could set those would run a
 graph without runstream's fenced checkpointer, or on another thread's checkpoints. So:
 
-- a graph takes the model factory's keys (`runner.models.MODEL_CONFIGURABLE`) plus the keys its
-  module declares in `CONFIGURABLE_KEYS` (`runner.graphs.GraphRegistry`), and nothing else;
+- a graph whose module declares its keys in `CONFIGURABLE_KEYS` (the built-ins do) takes the model
+  factory's keys (`runner.models.MODEL_CONFIGURABLE`) plus those, and nothing else; any other
+  graph takes every key that is not reserved, as on LangGraph's server (`allowed` None);
 - a reserved key is never taken, and a graph that declares one fails at start-up;
 - the server refuses a run that sends anything else (`check`, 400); the worker passes a graph
   only the keys it takes (`select`) and sets its own (`thread_id`) after them, so a run recorded
@@ -56,11 +57,13 @@ def is_reserved(key: str) -> bool:
     return key in RESERVED_KEYS or key.startswith(RESERVED_PREFIXES)
 
 
-def _listed(keys: Collection[str]) -> str:
+def _listed(keys: Collection[str] | None) -> str:
+    if keys is None:
+        return "any key that is not reserved"
     return ", ".join(sorted(keys)) or "(none)"
 
 
-def check(configurable: Mapping[str, Any], allowed: Collection[str], graph: str) -> None:
+def check(configurable: Mapping[str, Any], allowed: Collection[str] | None, graph: str) -> None:
     """Refuse any key `graph` does not take, and any value the model factory cannot use.
 
     Raises:
@@ -72,7 +75,7 @@ def check(configurable: Mapping[str, Any], allowed: Collection[str], graph: str)
                 f"config.configurable key {key[:80]!r} is reserved for LangGraph and runstream;"
                 f" graph {graph!r} takes: {_listed(allowed)}"
             )
-        if key not in allowed:
+        if allowed is not None and key not in allowed:
             raise ConfigurableRefused(
                 f"config.configurable key {key[:80]!r} is not one graph {graph!r} takes;"
                 f" allowed: {_listed(allowed)}"
@@ -84,12 +87,14 @@ def check(configurable: Mapping[str, Any], allowed: Collection[str], graph: str)
                 raise ConfigurableRefused(f"config.configurable: {exc}") from None
 
 
-def select(configurable: Mapping[str, Any] | None, allowed: Collection[str]) -> dict[str, Any]:
+def select(
+    configurable: Mapping[str, Any] | None, allowed: Collection[str] | None
+) -> dict[str, Any]:
     """The keys of a recorded run's `configurable` that its graph takes; the rest are dropped."""
     taken = {
         key: value
         for key, value in (configurable or {}).items()
-        if key in allowed and not is_reserved(key)
+        if (allowed is None or key in allowed) and not is_reserved(key)
     }
     dropped = sorted(set(configurable or {}) - set(taken))
     if dropped:

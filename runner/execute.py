@@ -23,6 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
+from stream_store.assistant_ids import run_assistant_id
 from stream_store.checkpoints import FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
 from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage
@@ -41,6 +42,8 @@ from stream_store.tracing import (
 
 from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
+from .effects import running
+from .graph_context import graph_context
 from .graph_input import graph_input
 from .graphs import RunContext
 from .models import make_chat_model
@@ -203,6 +206,20 @@ def _resume_mark(run: RunRecord) -> dict[str, str]:
     return {"resume_id": resume_id} if resume_id else {}
 
 
+def _server_configurable(run: RunRecord) -> dict[str, Any]:
+    """What LangGraph's server adds to a run's `configurable` (langgraph_runtime_inmem's
+    `Runs.put`, langgraph_api's `models/run.py`), after the caller's keys: a caller cannot set
+    these (they are reserved, `runner.configurable`). LangGraph reads `assistant_id` and
+    `graph_id` into `runtime.server_info`."""
+    return {
+        "thread_id": run.thread_id,
+        "run_id": run.run_id,
+        "assistant_id": run_assistant_id(run),
+        "graph_id": run.graph,
+        "langgraph_auth_user_id": run.owner,
+    }
+
+
 async def _stream_graph(
     state: WorkerState, attempt: Attempt, run: RunRecord, writer: AttemptWriter
 ) -> bool:
@@ -210,7 +227,7 @@ async def _stream_graph(
     services = state.services
     configurable = state.graphs.caller_configurable(run.graph, run.config.get("configurable"))
     config: dict[str, Any] = {
-        "configurable": {**configurable, "thread_id": run.thread_id},
+        "configurable": {**configurable, **_server_configurable(run)},
         # in every checkpoint the attempt saves (runner/graph_input.py reads them back)
         "metadata": {"run_id": run.run_id, **_resume_mark(run)},
     }
@@ -240,13 +257,7 @@ async def _stream_built(
     callbacks = graph_callbacks(services.tracer)  # a span per node and model call, if traced
     if callbacks:
         config["callbacks"] = callbacks
-    context = RunContext(
-        run_id=run.run_id,
-        thread_id=run.thread_id,
-        attempt=run.attempt,
-        chat_model=make_chat_model(services.settings, configurable),
-        ledger=state.ledger,
-    )
+    context = _graph_context(state, run, graph, configurable)
     # `config` is the thread's latest checkpoint, where the run's outcome is read; `call.config`
     # is where the graph starts (a fork's checkpoint, until the run saved one of its own)
     call = await graph_input(graph, run, config)
@@ -267,10 +278,29 @@ async def _stream_built(
         stream = graph.astream(  # type: ignore[call-overload]
             invoke_with, call.config, context=context, stream_mode=modes, durability=DURABILITY
         )
-        async for mode, chunk in stream:
-            for event, data in translator.translate(mode, chunk):
-                await writer.emit(event, data)
+        with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
+            async for mode, chunk in stream:
+                for event, data in translator.translate(mode, chunk):
+                    await writer.emit(event, data)
     return await _settle(services, attempt, run, writer, graph, config)
+
+
+def _graph_context(
+    state: WorkerState, run: RunRecord, graph: Pregel, configurable: dict[str, Any]
+) -> Any:
+    """The graph's `runtime.context`: runstream's `RunContext` for a graph that asks for it
+    (the built-ins), else the run's context (the assistant's under the run's, recorded at
+    submit) built into the graph's own `context_schema` (`runner.graph_context`)."""
+    schema = graph.context_schema
+    if isinstance(schema, type) and issubclass(schema, RunContext):
+        return RunContext(
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            attempt=run.attempt,
+            chat_model=make_chat_model(state.services.settings, configurable),
+            ledger=state.ledger,
+        )
+    return graph_context(schema, run.kwargs.get("context") or {})
 
 
 async def _settle(

@@ -8,7 +8,7 @@ copies it with its own checkpointer.
 
 The `config.configurable` keys a graph takes are the model factory's (`fake_token_delay_ms`)
 plus those its module lists in `CONFIGURABLE_KEYS`, by attribute name; a graph not listed takes
-only the model factory's. Nothing else reaches a graph (`runner.configurable`).
+any key LangGraph and runstream do not reserve (`runner.configurable`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class GraphRegistry:
         }
         self._loaded: dict[str, LoadedGraph] = {}
         self._compiled: dict[str, Pregel] = {}
-        self._configurable: dict[str, frozenset[str]] = {}
+        self._configurable: dict[str, frozenset[str] | None] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GraphRegistry:
@@ -238,8 +238,10 @@ class GraphRegistry:
             self._loaded[name] = load_graph(source)
         return self._loaded[name]
 
-    def configurable_keys(self, name: str) -> frozenset[str]:
-        """The `configurable` keys graph `name` takes: the model factory's and its declared ones.
+    def configurable_keys(self, name: str) -> frozenset[str] | None:
+        """The `configurable` keys graph `name` takes: the model factory's and those its module
+        declares in `CONFIGURABLE_KEYS`; None when it declares none (it takes any key that is
+        not reserved, as on LangGraph's server).
 
         Raises:
             UnknownGraph: no graph is registered under `name`.
@@ -248,8 +250,11 @@ class GraphRegistry:
         if name not in self._configurable:
             loaded = self._load(name)
             source = loaded.source
-            declared = getattr(loaded.module, "CONFIGURABLE_KEYS", {}).get(source.attr, ())
+            declared = getattr(loaded.module, "CONFIGURABLE_KEYS", {}).get(source.attr)
             where = f"{source.where}:{source.attr}"
+            if declared is None:
+                self._configurable[name] = None
+                return None
             if isinstance(declared, str) or not all(isinstance(k, str) for k in declared):
                 raise ProjectError(
                     source.origin, source.key, f"CONFIGURABLE_KEYS of {where} must list strings"

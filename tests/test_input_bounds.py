@@ -133,16 +133,17 @@ class TestConfigurableAllowList:
             error = assert_error(await client.post("/v1/runs", json=body), 400)
             assert "mood" in error["message"] and "persona" in error["message"]
 
-    async def test_user_graph_that_declares_nothing_takes_only_the_model_keys(
+    async def test_user_graph_that_declares_nothing_takes_any_key_not_reserved(
         self, start_server: StartServer
     ) -> None:
+        """As on LangGraph's server; LangGraph's and runstream's own keys stay refused."""
         server = await start_server(graphs=PERSONA_GRAPHS)
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-            body = with_configurable({"persona": "pirate"}, graph="words")
+            body = with_configurable({"checkpoint_ns": "x"}, graph="words")
             error = assert_error(await client.post("/v1/runs", json=body), 400)
-            assert "persona" in error["message"] and "fake_token_delay_ms" in error["message"]
+            assert "checkpoint_ns" in error["message"] and "reserved" in error["message"]
             await no_threads(client)
-            body = with_configurable({"fake_token_delay_ms": 0}, graph="words")
+            body = with_configurable({"persona": "pirate"}, graph="words")
             assert (await client.post("/v1/runs", json=body)).status_code == 202
 
     def test_graph_declaring_a_reserved_key_fails_at_start_up(self) -> None:

@@ -4,14 +4,13 @@ statuses, stream modes and messages (docs/langgraph.md).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import convert_to_messages
 
+from stream_store.assistant_ids import assistant_id_for, run_assistant_id
 from stream_store.events import RunStatus
-from stream_store.run_records import RunRecord
 
 from .wire import RunStatusName
 
@@ -28,21 +27,6 @@ __all__ = [
 # The stream modes runstream's events can serve; `events`, `debug`, `tasks`, `checkpoints`,
 # `tools` and `lifecycle` need graph internals the worker does not store.
 STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tuple", "custom")
-
-_ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
-
-
-def assistant_id_for(graph: str) -> str:
-    """The id LangGraph gives a graph's system assistant, so ids match a stock server's."""
-    return str(uuid.uuid5(_ASSISTANT_NAMESPACE, graph))
-
-
-def run_assistant_id(run: RunRecord) -> str:
-    """The assistant a run was made with: a created one's id, kept in its LangGraph fields
-    (`kwargs`), or its graph's own (runs of `/v1`, and of a graph's assistant)."""
-    named = run.kwargs.get("assistant_id")
-    return named if isinstance(named, str) else assistant_id_for(run.graph)
-
 
 # An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a
 # thread left `interrupted`; LangGraph's `interrupted` run is one cancelled on request.

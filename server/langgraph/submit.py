@@ -27,6 +27,7 @@ from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
 from .conversions import stream_modes
+from .run_context import check_context
 from .run_input import checked_input
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
@@ -143,6 +144,8 @@ async def _new_run(
         **(body.context or {}),
     }
     inputs.configurable(configurable, resources.graphs, graph)
+    context = {**assistant.context, **(body.context or {})}  # as LangGraph's server merges them
+    await check_context(resources, graph, context)
     metadata = body.metadata or {}
     inputs.metadata(metadata, resources.settings)
     kwargs = {
@@ -150,7 +153,7 @@ async def _new_run(
         "command": command or None,
         "checkpoint": checkpoint,  # where the run starts; None: the thread's latest checkpoint
         "config": body.config or {},
-        "context": body.context or {},
+        "context": context,  # what the graph's `runtime.context` is built from (runner/execute.py)
         "stream_mode": modes,
         "on_disconnect": body.on_disconnect,
         "resumable": True,  # every runstream run is

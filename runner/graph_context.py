@@ -1,0 +1,66 @@
+"""A user graph's `runtime.context`: the run's context built into the graph's `context_schema`.
+
+As LangGraph's server does (langgraph_api/stream.py `_filter_context_by_schema`, then
+langgraph's `_coerce_context`): the assistant's context updated by the run's, its keys the
+schema does not name dropped, then a dataclass or Pydantic schema built from it (its defaults
+filling what was not given), a TypedDict or no schema given the dict itself. runstream checks
+this at submit too (`server.langgraph.submit`), so a context the schema refuses is a 422 there,
+never a run that fails.
+
+The built-in graphs take runstream's `RunContext` instead (`runner.graphs`): a graph whose
+`context_schema` is `RunContext` gets that, whatever the run's context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, get_type_hints, is_typeddict
+
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["ContextRefused", "graph_context"]
+
+
+class ContextRefused(ValueError):
+    """A run's context that the graph's `context_schema` cannot take."""
+
+
+def _is_model(schema: Any) -> bool:
+    return isinstance(schema, type) and issubclass(schema, BaseModel)
+
+
+def _fields(schema: type[Any]) -> set[str] | None:
+    """The keys `schema` names; None: it takes any (no fields it declares can be found)."""
+    if _is_model(schema):
+        return set(schema.model_fields)
+    if dataclasses.is_dataclass(schema):
+        return {field.name for field in dataclasses.fields(schema)}
+    if is_typeddict(schema):
+        return set(get_type_hints(schema))
+    return None
+
+
+def graph_context(schema: type[Any] | None, values: Mapping[str, Any]) -> Any:
+    """`values` (the assistant's context updated by the run's) as the graph's context.
+
+    Raises:
+        ContextRefused: the schema refuses it (a wrong type, a required field missing),
+        with the schema's own message.
+    """
+    if schema is None:
+        return dict(values)
+    names = _fields(schema)
+    taken = {k: v for k, v in values.items() if names is None or k in names}
+    if not (dataclasses.is_dataclass(schema) or _is_model(schema)):
+        return taken  # a TypedDict (or a schema LangGraph passes a dict to as it is)
+    try:
+        return schema(**taken)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        )
+        raise ContextRefused(f"context does not fit {schema.__name__}: {problems}") from None
+    except (TypeError, ValueError) as exc:  # a dataclass's missing field, or its own check
+        raise ContextRefused(f"context does not fit {schema.__name__}: {exc}") from None

@@ -17,7 +17,6 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import msgspec
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
@@ -40,6 +39,7 @@ from stream_store.approvals import (
     RejectDecision,
     ReviewConfig,
     read_answer,
+    request_value,
 )
 
 from .configurable import is_reserved, select
@@ -179,7 +179,7 @@ async def confirm_and_run(state: MessagesState, runtime: Runtime[RunContext]) ->
     request = review_request(last.tool_calls)
     # The answer is read as `interrupt()` takes it (`response_schema`): one it cannot read fails
     # the run and is not kept, so the question still waits for a good one.
-    value = msgspec.to_builtins(request)
+    value = request_value(request)
     decisions: list[Decision] = interrupt(value, response_schema=_answer_schema(request))
     results: list[ToolMessage] = []
     writer = get_stream_writer()

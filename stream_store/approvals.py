@@ -27,6 +27,7 @@ __all__ = [
     "ReviewConfig",
     "is_review_request",
     "read_answer",
+    "request_value",
 ]
 
 DecisionType = Literal["approve", "edit", "reject"]
@@ -94,6 +95,19 @@ class _ApproveAll(msgspec.Struct):
 
 class BadAnswer(ValueError):
     """A resume value that does not answer the review request; the message says why."""
+
+
+def _as_json(obj: Any) -> Any:
+    # A `str` subclass in a call's arguments (LangChain's `TextAccessor`, from `message.text`)
+    if isinstance(obj, str):
+        return str(obj)
+    raise NotImplementedError(f"{type(obj).__name__} is not a JSON type")
+
+
+def request_value(request: HITLRequest) -> dict[str, Any]:
+    """`request` as the interrupt's value: plain JSON types, as clients and checkpoints take it."""
+    value: dict[str, Any] = msgspec.to_builtins(request, enc_hook=_as_json)
+    return value
 
 
 def is_review_request(value: Any) -> bool:

@@ -19,6 +19,7 @@ from stream_store.approvals import (
     ReviewConfig,
     is_review_request,
     read_answer,
+    request_value,
 )
 
 TWO_CALLS = HITLRequest(
@@ -89,3 +90,19 @@ def test_a_review_request_is_told_from_other_interrupt_values() -> None:
     assert not is_review_request({"action_requests": [], "review_configs": []})
     assert not is_review_request({"question": "ok?"})
     assert not is_review_request("ok?")
+
+
+def test_the_interrupt_value_is_plain_json_whatever_str_the_arguments_hold() -> None:
+    class Text(str):  # as LangChain's `message.text` (TextAccessor) is
+        pass
+
+    request = HITLRequest(
+        action_requests=[ActionRequest(name="save_note", args={"content": Text("a")})],
+        review_configs=[ReviewConfig(action_name="save_note", allowed_decisions=["approve"])],
+    )
+    value = request_value(request)
+    assert value == {
+        "action_requests": [{"name": "save_note", "args": {"content": "a"}}],
+        "review_configs": [{"action_name": "save_note", "allowed_decisions": ["approve"]}],
+    }
+    assert type(value["action_requests"][0]["args"]["content"]) is str

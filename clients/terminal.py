@@ -8,9 +8,24 @@ server and prints how to come back to it.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
+import msgspec
+
+from stream_store.approvals import (
+    Action,
+    ActionRequest,
+    ApproveDecision,
+    Decision,
+    DecisionType,
+    EditDecision,
+    HITLRequest,
+    HITLResponse,
+    RejectDecision,
+    is_review_request,
+)
 from stream_store.events import Event, MessageData, PendingData, RetryData, TokenData
 
 from ._client import AsyncClient
@@ -39,7 +54,7 @@ def _print_event(event: Event, out: TextIO) -> None:
 
 
 async def _follow(client: AsyncClient, run_id: str, out: TextIO) -> None:
-    """Print the run until it ends; answer approval prompts; Ctrl-C detaches."""
+    """Print the run until it ends; ask the user each interrupt's answer; Ctrl-C detaches."""
     last: str | None = None
     while True:
         pending: PendingData | None = None
@@ -56,10 +71,69 @@ async def _follow(client: AsyncClient, run_id: str, out: TextIO) -> None:
         else:
             out.write("\n")
             return
-        interrupt = pending.interrupt if pending and isinstance(pending.interrupt, dict) else {}
-        question = str(interrupt.get("question", "Approve?"))
-        answer = await _read_line(f"\n{question} [y/N] ")
-        await client.resume(run_id, {"approve": (answer or "").strip().lower() in ("y", "yes")})
+        await client.resume(run_id, await _answer(pending.interrupt if pending else None, out))
+
+
+_CHOICES: dict[str, str] = {"approve": "[a]pprove", "edit": "[e]dit", "reject": "[r]eject"}
+
+
+async def _decide(action: ActionRequest, allowed: list[DecisionType], out: TextIO) -> Decision:
+    """Ask about one proposed call until the answer is one of the `allowed` decisions.
+
+    End of input rejects it, as a "no": nothing runs that nobody approved.
+    """
+    allowed = allowed or ["approve", "edit", "reject"]
+    out.write(f"\n{action.description or f'Run {action.name}?'}\n")
+    out.write(f"  {action.name}({json.dumps(action.args, ensure_ascii=False)})\n")
+    out.flush()
+    choices = ", ".join(_CHOICES[d] for d in allowed)
+    while True:
+        line = await _read_line(f"{choices}: ")
+        if line is None:
+            return RejectDecision()
+        answer = line.strip().lower()
+        chosen = next((d for d in allowed if answer and d.startswith(answer)), None)
+        if chosen == "approve":
+            return ApproveDecision()
+        if chosen == "reject":
+            reason = ((await _read_line("reason, for the model (Enter for none): ")) or "").strip()
+            return RejectDecision(message=reason or None)
+        if chosen == "edit":
+            args: dict[str, Any] = {}
+            for name, value in action.args.items():
+                shown = value if isinstance(value, str) else json.dumps(value)
+                typed = await _read_line(f"{name} [{shown}]: ")
+                args[name] = _typed_arg(typed, value) if typed else value
+            return EditDecision(edited_action=Action(name=action.name, args=args))
+
+
+def _typed_arg(typed: str, original: Any) -> Any:
+    """A typed argument: as typed for a text argument, else JSON when it parses."""
+    if isinstance(original, str):
+        return typed
+    try:
+        return json.loads(typed)
+    except ValueError:
+        return typed
+
+
+async def _answer(interrupt: Any, out: TextIO) -> Any:
+    """The resume value: decisions for a review request, else a JSON value typed in."""
+    if is_review_request(interrupt):
+        request = msgspec.convert(interrupt, HITLRequest)
+        allowed = {c.action_name: c.allowed_decisions for c in request.review_configs}
+        decisions = [
+            await _decide(action, allowed.get(action.name, []), out)
+            for action in request.action_requests
+        ]
+        return msgspec.to_builtins(HITLResponse(decisions=decisions))
+    out.write(f"\nThe run waits for an answer to: {json.dumps(interrupt, ensure_ascii=False)}\n")
+    while True:
+        typed = ((await _read_line("answer (JSON, Enter for null): ")) or "").strip()
+        try:
+            return json.loads(typed) if typed else None
+        except ValueError as error:
+            out.write(f"not JSON: {error}\n")
 
 
 async def attach(url: str, api_key: str | None, run_id: str, out: TextIO = sys.stdout) -> int:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
@@ -33,7 +34,19 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import interrupt
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
+from pydantic import AfterValidator
 
+from stream_store.approvals import (
+    ActionRequest,
+    Decision,
+    DecisionType,
+    EditDecision,
+    HITLRequest,
+    RejectDecision,
+    ReviewConfig,
+    read_answer,
+    request_value,
+)
 from stream_store.settings import Settings
 
 from .configurable import is_reserved, select
@@ -119,34 +132,90 @@ async def propose(state: MessagesState, runtime: Runtime[RunContext]) -> dict[st
     return {"messages": [reply]}
 
 
+# What a reviewer may do with a proposed note. No "respond": a note is not a question a person
+# could answer in the tool's place.
+APPROVAL_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
+
+
+def review_request(calls: list[ToolCall]) -> HITLRequest:
+    """The interrupt's value for one model turn: every proposed call, as agent-chat-ui reads it."""
+    return HITLRequest(
+        action_requests=[
+            ActionRequest(name=call["name"], args=call["args"], description=f"Run {call['name']}?")
+            for call in calls
+        ],
+        review_configs=[
+            ReviewConfig(action_name=name, allowed_decisions=APPROVAL_DECISIONS)
+            for name in dict.fromkeys(call["name"] for call in calls)
+        ],
+    )
+
+
+def _rejected(call: ToolCall, decision: RejectDecision) -> ToolMessage:
+    """What the model reads for a rejected call (worded as LangChain's middleware words it)."""
+    if decision.message:
+        content = (
+            f"User rejected the tool call for `{call['name']}` with reason: {decision.message}"
+        )
+    else:
+        content = (
+            f"User rejected the tool call for `{call['name']}` with id {call['id']}. The tool"
+            " was not executed. Do not retry this tool call unless the user explicitly requests it."
+        )
+    return ToolMessage(
+        content=content, name=call["name"], tool_call_id=call["id"] or "", status="error"
+    )
+
+
+def _answer_schema(request: HITLRequest) -> Any:
+    """The answer to `request` as `interrupt()` validates it: the decisions it makes."""
+
+    def review_answer(value: Any) -> list[Decision]:
+        return read_answer(request, value)
+
+    return Annotated[Any, AfterValidator(review_answer)]
+
+
 async def confirm_and_run(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Ask a person about each proposed call; run the approved ones, skip the others.
+    """Ask a person about the proposed calls at once; run the approved or edited ones.
 
     `interrupt()` pauses the run here; code above it re-runs on resume, so nothing with a side
-    effect may come before it.
+    effect may come before it. An edited call runs with the reviewer's arguments under the
+    model's tool-call id, so the ledger still runs it at most once.
     """
     last = state["messages"][-1]
     assert isinstance(last, AIMessage)
+    request = review_request(last.tool_calls)
+    # The answer is read as `interrupt()` takes it (`response_schema`): one it cannot read fails
+    # the run and is not kept, so the question still waits for a good one.
+    value = request_value(request)
+    decisions: list[Decision] = interrupt(value, response_schema=_answer_schema(request))
     results: list[ToolMessage] = []
     writer = get_stream_writer()
-    for call in last.tool_calls:
-        decision = interrupt({"tool_call": call, "question": f"Run {call['name']}?"})
-        approved = isinstance(decision, dict) and decision.get("approve") is True
-        if approved:
-            execution = await run_save_note(runtime.context, call)
-            output = execution.result
-            writer(
-                {
-                    "tool": call["name"],
-                    "tool_call_id": call["id"],
-                    "executed": True,
-                    "replayed": execution.replayed,
-                }
-            )
-        else:
-            output = f"{call['name']} was not approved and did not run"
+    for call, decision in zip(last.tool_calls, decisions, strict=True):
+        if isinstance(decision, RejectDecision):
+            results.append(_rejected(call, decision))
             writer({"tool": call["name"], "tool_call_id": call["id"], "executed": False})
-        results.append(ToolMessage(content=str(output), tool_call_id=call["id"] or ""))
+            continue
+        ran = call
+        if isinstance(decision, EditDecision):
+            ran = {**call, "args": decision.edited_action.args}
+        execution = await run_save_note(runtime.context, ran)
+        output = str(execution.result)
+        if isinstance(decision, EditDecision):
+            edited = json.dumps(decision.edited_action.args, ensure_ascii=False)
+            output = f"{output}; a reviewer edited the call, it ran with {edited}"
+        writer(
+            {
+                "tool": call["name"],
+                "tool_call_id": call["id"],
+                "executed": True,
+                "replayed": execution.replayed,
+            }
+        )
+        results.append(
+            ToolMessage(content=output, name=call["name"], tool_call_id=call["id"] or "")
+        )
     return {"messages": results}
 
 

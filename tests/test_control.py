@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from arq.worker import Worker
 
 from tests.sse import iter_events, read_events, reassemble
@@ -87,21 +88,31 @@ class TestApproval:
         run = await self.start(client)
         url = f"/v1/runs/{run['run_id']}/events"
         polled = (await client.get(f"/v1/runs/{run['run_id']}")).json()
-        assert polled["interrupt"]["tool_call"]["name"] == "save_note"
+        assert polled["interrupt"] == {
+            "action_requests": [
+                {
+                    "name": "save_note",
+                    "args": {"content": "remember the milk"},
+                    "description": "Run save_note?",
+                }
+            ],
+            "review_configs": [
+                {"action_name": "save_note", "allowed_decisions": ["approve", "edit", "reject"]}
+            ],
+        }
         thread = (await client.get(f"/v1/threads/{run['thread_id']}")).json()
         assert thread["status"] == "interrupted"
 
         resumed = await client.post(
-            f"/v1/runs/{run['run_id']}/resume", json={"resume": {"approve": True}}
+            f"/v1/runs/{run['run_id']}/resume",
+            json={"resume": {"decisions": [{"type": "approve"}]}},
         )
         assert resumed.status_code == 202
         assert resumed.json()["run_id"] == run["run_id"]
         events = await read_events(client, url)
         names = [e.event for e in events]
         assert names.count("pending") == 1
-        assert events[names.index("pending")].data["interrupt"]["tool_call"]["args"] == {
-            "content": "remember the milk"
-        }
+        assert events[names.index("pending")].data["interrupt"] == polled["interrupt"]
         statuses = [e.data["status"] for e in events if e.event == "run"]
         assert statuses == ["queued", "running", "interrupted", "queued", "running", "succeeded"]
         executed = [e.data for e in events if e.event == "custom"]
@@ -122,18 +133,62 @@ class TestApproval:
         assert events[-1].event == "done" and events[-1].data["status"] == "succeeded"
         assert events[-1].data["output"]["content"] == "remember the milk"
 
-    async def test_reject_skips_the_tool(self, client: httpx.AsyncClient, worker: Worker) -> None:
+    async def resume_with(self, client: httpx.AsyncClient, resume: Any) -> list[Any]:
+        """Resume a new approval run with `resume`; its events to the end."""
         run = await self.start(client)
-        await client.post(f"/v1/runs/{run['run_id']}/resume", json={"resume": {"approve": False}})
-        events = await read_events(client, f"/v1/runs/{run['run_id']}/events")
-        assert next(e.data for e in events if e.event == "custom")["executed"] is False
-        tool = [
-            e.data["message"]
+        response = await client.post(f"/v1/runs/{run['run_id']}/resume", json={"resume": resume})
+        assert response.status_code == 202
+        return await read_events(client, f"/v1/runs/{run['run_id']}/events")
+
+    @staticmethod
+    def tool_messages(events: list[Any]) -> list[str]:
+        return [
+            e.data["message"]["content"]
             for e in events
             if e.event == "message" and e.data["message"]["role"] == "tool"
         ]
-        assert "not approved" in tool[0]["content"]
+
+    async def test_edit_runs_the_edited_call(
+        self, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        edited = {"name": "save_note", "args": {"content": "oat milk"}}
+        events = await self.resume_with(
+            client, {"decisions": [{"type": "edit", "edited_action": edited}]}
+        )
+        assert next(e.data for e in events if e.event == "custom")["executed"] is True
+        assert self.tool_messages(events) == [
+            'saved note (8 characters); a reviewer edited the call, it ran with {"content":'
+            ' "oat milk"}'
+        ]
         assert events[-1].data["status"] == "succeeded"
+
+    async def test_reject_skips_the_tool_and_the_model_gets_the_reason(
+        self, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        events = await self.resume_with(
+            client, {"decisions": [{"type": "reject", "message": "I have milk"}]}
+        )
+        assert next(e.data for e in events if e.event == "custom")["executed"] is False
+        assert self.tool_messages(events) == [
+            "User rejected the tool call for `save_note` with reason: I have milk"
+        ]
+        assert events[-1].data["status"] == "succeeded"
+
+    @pytest.mark.parametrize(("approve", "executed"), [(True, True), (False, False)])
+    async def test_the_older_answer_is_still_taken(
+        self, client: httpx.AsyncClient, worker: Worker, approve: bool, executed: bool
+    ) -> None:
+        events = await self.resume_with(client, {"approve": approve})
+        assert next(e.data for e in events if e.event == "custom")["executed"] is executed
+        assert events[-1].data["status"] == "succeeded"
+
+    async def test_an_answer_it_cannot_read_fails_the_run_with_the_reason(
+        self, client: httpx.AsyncClient, worker: Worker
+    ) -> None:
+        events = await self.resume_with(client, {"decisions": []})
+        assert not [e for e in events if e.event == "custom"]
+        assert events[-1].event == "error" and events[-1].data["code"] == "graph_error"
+        assert "0 decisions for 1 proposed calls" in events[-1].data["message"]
 
     async def test_resume_on_a_run_that_is_not_interrupted_is_409(
         self, client: httpx.AsyncClient, worker: Worker

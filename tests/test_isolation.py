@@ -98,7 +98,7 @@ async def alice_data(callers: Callers, start_worker: StartWorker) -> AliceData:
     async with asyncio.timeout(30):
         async for event in iter_events(alice, f"/v1/runs/{interrupted_id}/events"):
             if event.event == "pending":
-                assert event.data["interrupt"]["tool_call"]["name"] == "save_note"
+                assert event.data["interrupt"]["action_requests"][0]["name"] == "save_note"
                 break
             assert event.event not in ("done", "error"), event
         else:

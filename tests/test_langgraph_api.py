@@ -609,10 +609,18 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
         asked[-3].data
     ]
     assert {} not in [p.data for p in asked if p.event == "updates"]
-    assert interrupt["value"]["question"] == "Run save_note?"
-    assert interrupt["value"]["tool_call"]["args"] == {"content": "buy milk"}
+    # LangChain's HITLRequest, which agent-chat-ui draws Approve / Edit / Reject for
+    proposed = asked[-2].data["messages"][-1]["tool_calls"]
+    assert [c["name"] for c in proposed] == ["save_note"]
+    assert interrupt["value"] == {
+        "action_requests": [
+            {"name": "save_note", "args": {"content": "buy milk"}, "description": "Run save_note?"}
+        ],
+        "review_configs": [
+            {"action_name": "save_note", "allowed_decisions": ["approve", "edit", "reject"]}
+        ],
+    }
     assert [m["type"] for m in asked[-2].data["messages"]] == ["human", "ai"]
-    assert asked[-2].data["messages"][-1]["tool_calls"][0]["name"] == "save_note"
     assert (await sdk.runs.get(tid, first_run))["status"] == "success"
     assert (await sdk.threads.get(tid))["status"] == "interrupted"
     state = await sdk.threads.get_state(tid)
@@ -626,8 +634,9 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
         await sdk.runs.cancel(tid, first_run)
     assert (await sdk.runs.get(tid, first_run))["status"] == "success"
 
+    approve = {"decisions": [{"type": "approve"}]}
     resumed = await collect(
-        sdk.runs.stream(tid, "approval", command={"resume": {"approve": True}}, stream_mode=modes)
+        sdk.runs.stream(tid, "approval", command={"resume": approve}, stream_mode=modes)
     )
     second_run = resumed[0].data["run_id"]
     assert second_run != first_run
@@ -636,7 +645,7 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
     assert customs == [
         {
             "tool": "save_note",
-            "tool_call_id": interrupt["value"]["tool_call"]["id"],
+            "tool_call_id": proposed[0]["id"],
             "executed": True,
             "replayed": False,
         }
@@ -656,6 +665,133 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
         asked
     )
     assert await collect(sdk.runs.join_stream(tid, first_run, last_event_id=asked[-1].id)) == []
+
+
+async def notes_of(settings: Settings, thread_id: str) -> list[str]:
+    """The contents of the notes `save_note` wrote on the thread, oldest first."""
+    async with await schema_connection(settings) as conn:
+        cur = await conn.execute(
+            "SELECT content FROM runstream_notes WHERE thread_id = %s ORDER BY created_at",
+            (thread_id,),
+        )
+        return [row[0] for row in await cur.fetchall()]
+
+
+EDIT_TO_EGGS = {"type": "edit", "edited_action": {"name": "save_note", "args": {"content": "eggs"}}}
+
+
+@pytest.mark.parametrize(
+    ("decision", "notes", "tool_message"),
+    [
+        ({"type": "approve"}, ["buy milk"], "saved note (8 characters)"),
+        (
+            EDIT_TO_EGGS,
+            ["eggs"],
+            "saved note (4 characters); a reviewer edited the call,"
+            ' it ran with {"content": "eggs"}',
+        ),
+        (
+            {"type": "reject", "message": "not now"},
+            [],
+            "User rejected the tool call for `save_note` with reason: not now",
+        ),
+    ],
+    ids=["approve", "edit", "reject"],
+)
+async def test_each_decision_does_what_it_says(
+    sdk: LangGraphClient,
+    settings: Settings,
+    decision: dict[str, Any],
+    notes: list[str],
+    tool_message: str,
+) -> None:
+    """agent-chat-ui's buttons: what it sends for each (`{"decisions": [...]}`) and what runs."""
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    call = asked["values"]["messages"][-1]["tool_calls"][0]
+    parts = await collect(
+        sdk.runs.stream(
+            tid,
+            "approval",
+            command={"resume": {"decisions": [decision]}},
+            stream_mode=["values", "custom"],
+        )
+    )
+    assert parts[-1].data["status"] == "success"
+    executed = decision["type"] != "reject"
+    custom = {"tool": "save_note", "tool_call_id": call["id"], "executed": executed}
+    assert [p.data for p in parts if p.event == "custom"] == [
+        {**custom, "replayed": False} if executed else custom
+    ]
+    final = [p.data for p in parts if p.event == "values"][-1]
+    # the tool message is what the model was given next: the conversation it answered
+    assert messages_of(final) == [
+        ("human", "buy milk"),
+        ("ai", ""),
+        ("tool", tool_message),
+        ("ai", "buy milk"),
+    ]
+    assert final["messages"][1]["tool_calls"] == [call]  # the model's call, as it proposed it
+    assert final["messages"][2]["status"] == ("success" if executed else "error")
+    assert await notes_of(settings, tid) == notes
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_a_reject_without_a_message_tells_the_model_not_to_retry(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    call_id = asked["values"]["messages"][-1]["tool_calls"][0]["id"]
+    out = await sdk.runs.wait(
+        tid, "approval", command={"resume": {"decisions": [{"type": "reject"}]}}
+    )
+    assert out["messages"][2]["content"] == (
+        f"User rejected the tool call for `save_note` with id {call_id}. The tool was not"
+        " executed. Do not retry this tool call unless the user explicitly requests it."
+    )
+    assert await notes_of(settings, tid) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({"decisions": []}, "0 decisions for 1 proposed calls"),
+        ({"decisions": [{"type": "respond", "message": "x"}]}, "the resume value must be"),
+        ({"decisions": [{**EDIT_TO_EGGS, "edited_action": {"name": "rm", "args": {}}}]}, "rm"),
+        ({"approve": "yes"}, "the resume value must be"),
+    ],
+    ids=["count", "respond", "other-tool", "not-a-bool"],
+)
+async def test_an_answer_the_graph_cannot_read_fails_the_run_and_runs_nothing(
+    sdk: LangGraphClient, settings: Settings, answer: Any, why: str
+) -> None:
+    """As LangChain's middleware does: the run fails with the reason; the question still waits,
+    and a good answer then goes on."""
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    parts = await collect(sdk.runs.stream(tid, "approval", command={"resume": answer}))
+    [error] = [p.data for p in parts if p.event == "error"]
+    assert error["error"] == "ValidationError" and why in error["message"]
+    assert await notes_of(settings, tid) == []
+    state = await sdk.threads.get_state(tid)
+    assert state["interrupts"] == asked["interrupts"]
+    out = await sdk.runs.wait(
+        tid, "approval", command={"resume": {"decisions": [{"type": "approve"}]}}
+    )
+    assert messages_of(out)[2] == ("tool", "saved note (8 characters)")
+    assert await notes_of(settings, tid) == ["buy milk"]
+
+
+async def test_the_older_answer_approve_true_or_false_is_still_taken(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    for approve, notes in ((False, []), (True, ["buy milk"])):
+        asked = await interrupted_thread(sdk)
+        tid = asked["checkpoint"]["thread_id"]
+        out = await sdk.runs.wait(tid, "approval", command={"resume": {"approve": approve}})
+        assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"]
+        assert await notes_of(settings, tid) == notes
 
 
 async def test_command_update_and_goto_steer_the_graph_as_in_langgraph(
@@ -1473,7 +1609,7 @@ async def test_update_state_as_the_interrupted_node_answers_it_and_a_resume_goes
     )
     out = await sdk.runs.wait(tid, "approval", command={"resume": {"approve": True}})
     [interrupt] = out["__interrupt__"]
-    assert interrupt["value"]["tool_call"]["args"] == {"content": "bread"}
+    assert interrupt["value"]["action_requests"][0]["args"] == {"content": "bread"}
     after = await sdk.threads.get_state(tid)
     assert after["next"] == ["confirm_and_run"]
     assert after["interrupts"] == [{"id": interrupt["id"], "value": interrupt["value"]}]
@@ -1507,7 +1643,7 @@ async def test_resume_naming_an_interrupt_that_update_state_replaced_asks_again(
     assert [p for p in parts if p.event == "custom"] == []
     [interrupt] = parts[-2].data["__interrupt__"]
     assert interrupt["id"] != old["id"]
-    assert interrupt["value"]["tool_call"]["args"] == {"content": "eggs"}
+    assert interrupt["value"]["action_requests"][0]["args"] == {"content": "eggs"}
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted"
     assert list(thread["interrupts"].values()) == [

@@ -241,7 +241,13 @@ async def test_use_stream_shows_an_interrupt_and_resumes_it(
     node: str, server: ServerHandle, worker: Worker
 ) -> None:
     paused, done = await use_stream(node, server.url, "interrupt", "note this")
-    assert paused["interrupt"]["question"] == "Run save_note?"
+    [action] = paused["interrupt"]["action_requests"]
+    assert (action["name"], action["args"]) == ("save_note", {"content": "note this"})
+    assert paused["interrupt"]["review_configs"][0]["allowed_decisions"] == [
+        "approve",
+        "edit",
+        "reject",
+    ]
     assert [m["type"] for m in paused["messages"]] == ["human", "ai"]
     # the approved call ran, and the graph answered after it
     assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]

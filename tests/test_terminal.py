@@ -72,17 +72,43 @@ class TestTerminalChat:
         try:
             await expect(child, "> ")
             child.sendline("buy milk")
-            await expect(child, r"Run save_note\? \[y/N\] ")
-            child.sendline("y")
-            await expect(child, r"\[tool: saved note")
+            await expect(child, r"Run save_note\?")
+            await expect(child, r'save_note\(\{"content": "buy milk"\}\)')
+            await expect(child, r"\[a\]pprove, \[e\]dit, \[r\]eject: ")
+            child.sendline("a")
+            await expect(child, r"\[tool: saved note \(8 characters\)\]")
             await expect(child, "buy milk")  # the model's answer after the tool
+            await expect(child, "> ")
+            child.sendline("buy bread")
+            await expect(child, r"\[a\]pprove, \[e\]dit, \[r\]eject: ")
+            child.sendline("e")
+            await expect(child, r"content \[buy bread\]: ")
+            child.sendline("buy rye bread")
+            await expect(child, r"\[tool: saved note \(13 characters\); a reviewer edited")
+            await expect(child, "> ")
+            child.sendline("buy eggs")
+            await expect(child, r"\[a\]pprove, \[e\]dit, \[r\]eject: ")
+            child.sendline("r")
+            await expect(child, r"reason, for the model \(Enter for none\): ")
+            child.sendline("we have eggs")
+            await expect(child, r"\[tool: User rejected the tool call for `save_note` with reason")
             await expect(child, "> ")
         finally:
             child.terminate(force=True)
         async with httpx.AsyncClient(base_url=server.url) as http:
             detail = (await http.get(f"/v1/threads/{thread['thread_id']}")).json()
-        assert [m["role"] for m in detail["messages"]] == ["user", "assistant", "tool", "assistant"]
-        assert detail["messages"][-1]["content"] == "buy milk"
+        assert [m["role"] for m in detail["messages"]] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ] * 3
+        assert [m["content"] for m in detail["messages"] if m["role"] == "tool"] == [
+            "saved note (8 characters)",
+            'saved note (13 characters); a reviewer edited the call, it ran with {"content":'
+            ' "buy rye bread"}',
+            "User rejected the tool call for `save_note` with reason: we have eggs",
+        ]
 
     async def test_chat_survives_the_server_being_killed_mid_answer(
         self, cluster: Cluster, start_worker: StartWorker

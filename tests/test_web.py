@@ -21,6 +21,7 @@ from playwright.async_api import (
     Browser,
     BrowserContext,
     ConsoleMessage,
+    Locator,
     Page,
     async_playwright,
     expect,
@@ -29,6 +30,7 @@ from playwright.async_api import (
 from server.page import WEB_DIR
 from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
 from tests.processes import Cluster
+from tests.sse import read_events
 
 pytestmark = pytest.mark.browser
 
@@ -297,30 +299,83 @@ async def test_answer_finishes_in_both_tabs_after_the_server_is_killed(
     tabs.assert_no_errors()
 
 
-async def test_approval_prompt_resumes_the_run(
+async def ask_approval(page: Page, text: str) -> Locator:
+    """Send `text` to the approval graph; the review card of its one proposed call."""
+    await send(page, text, graph="approval")
+    await expect(page.locator("#approval")).to_be_visible()
+    await status(page, "interrupted")
+    review = page.locator("#approval .review")
+    await expect(review).to_have_count(1)
+    await expect(review.locator(".review-description")).to_have_text("Run save_note?")
+    await expect(review.locator(".review-call")).to_contain_text(text)
+    # the decisions the graph's review config allows, as agent-chat-ui draws them
+    buttons = review.locator(".review-buttons button")
+    assert await buttons.all_text_contents() == ["Approve", "Edit", "Reject"]
+    return review
+
+
+async def answered(page: Page) -> list[list[str]]:
+    """The conversation once the resumed run has ended, with the card gone."""
+    await status(page, "succeeded")
+    await expect(page.locator("#approval")).to_be_hidden()
+    await expect(page.locator("#messages .message")).to_have_count(4)
+    shown = await roles_and_texts(page)
+    assert [role for role, _ in shown] == ["user", "assistant", "tool", "assistant"]
+    return shown
+
+
+async def test_approve_runs_the_proposed_call(
     server: ServerHandle, worker: Worker, tabs: Tabs
 ) -> None:
     text = "remember to water the plants"
     page = await tabs.open(server.url)
-    await send(page, text, graph="approval")
-
-    approval = page.locator("#approval")
-    await expect(approval).to_be_visible()
-    await expect(page.locator("#approval-question")).to_have_text("Run save_note?")
-    await expect(page.locator("#approval-detail")).to_contain_text(text)
-    await status(page, "interrupted")
+    review = await ask_approval(page, text)
     await tabs.screenshot(page, "pending")
 
-    await page.click("#approve")
-    await status(page, "succeeded")
-    await expect(approval).to_be_hidden()
-    await expect(page.locator("#messages .message")).to_have_count(4)
-    shown = await roles_and_texts(page)
-    assert [role for role, _ in shown] == ["user", "assistant", "tool", "assistant"]
+    await review.locator("[data-decision=approve]").click()
+    shown = await answered(page)
     assert shown[0][1] == text
     assert shown[1][1].startswith("→ save_note(") and text in shown[1][1]
     assert shown[2][1] == f"saved note ({len(text)} characters)"
     assert shown[3][1] == text  # the model's answer after the tool ran
+    tabs.assert_no_errors()
+
+
+async def test_edit_runs_the_call_with_the_edited_arguments(
+    server: ServerHandle, worker: Worker, tabs: Tabs
+) -> None:
+    page = await tabs.open(server.url)
+    review = await ask_approval(page, "buy milk")
+
+    await review.locator("[data-decision=edit]").click()
+    field = review.locator("textarea[data-arg=content]")
+    await expect(field).to_have_value("buy milk")
+    await field.fill("buy oat milk")
+    await tabs.screenshot(page, "editing")
+    await review.locator(".send-edit").click()
+    shown = await answered(page)
+    assert shown[2][1] == (
+        'saved note (12 characters); a reviewer edited the call, it ran with {"content":'
+        ' "buy oat milk"}'
+    )
+    tabs.assert_no_errors()
+
+
+async def test_reject_runs_nothing_and_the_reason_goes_to_the_model(
+    server: ServerHandle, worker: Worker, tabs: Tabs
+) -> None:
+    page = await tabs.open(server.url)
+    review = await ask_approval(page, "buy milk")
+
+    await review.locator("[data-decision=reject]").click()
+    await review.locator("textarea.reject-message").fill("we have milk")
+    await review.locator(".send-reject").click()
+    shown = await answered(page)
+    assert shown[2][1] == "User rejected the tool call for `save_note` with reason: we have milk"
+    run_id = await last_run(page, server)
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        events = await read_events(http, f"/v1/runs/{run_id}/events")
+    assert [e.data["executed"] for e in events if e.event == "custom"] == [False]
     tabs.assert_no_errors()
 
 

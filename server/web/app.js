@@ -264,12 +264,144 @@ function discardPartial(messageId) {
   }
 }
 
+// ---- the approval card ----------------------------------------------------------------------
+//
+// An interrupt in LangChain's human-in-the-loop shape (`action_requests`, `review_configs`, as
+// the built-in `approval` graph and agent-chat-ui use it) gets one review per proposed call,
+// with the buttons its review config allows; once every call has a decision the run is resumed
+// with `{"decisions": [...]}`, in the calls' order. Any other interrupt value is shown as JSON
+// and answered with a JSON value typed in.
+
+function isReviewRequest(value) {
+  return Boolean(value) && Array.isArray(value.action_requests) && value.action_requests.length > 0
+    && Array.isArray(value.review_configs) && value.review_configs.length > 0
+    && value.action_requests.every((a) => a && typeof a.name === "string" && a.args && typeof a.args === "object")
+    && value.review_configs.every((c) => c && typeof c.action_name === "string" && Array.isArray(c.allowed_decisions));
+}
+
+function element(tag, props = {}, children = []) {
+  const el = Object.assign(document.createElement(tag), props);
+  el.append(...children);
+  return el;
+}
+
+function argText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function argValue(text, original) {
+  if (typeof original === "string") return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+const DECIDED = { approve: "approved", edit: "edited", reject: "rejected" };
+
+function reviewCard(action, allowed, decide) {
+  const card = element("div", { className: "review" });
+  const buttons = element("div", { className: "review-buttons" });
+  const editor = element("div", { className: "review-edit", hidden: true });
+  const rejecter = element("div", { className: "review-reject", hidden: true });
+  const decided = element("p", { className: "review-decided", hidden: true });
+  const settle = (decision) => {
+    for (const b of card.querySelectorAll("button")) b.disabled = true;
+    editor.hidden = rejecter.hidden = true;
+    decided.hidden = false;
+    decided.textContent = `→ ${DECIDED[decision.type]}`;
+    decide(decision);
+  };
+  const button = (decision, label, secondary, onClick) => {
+    if (!allowed.includes(decision)) return;
+    buttons.append(element("button", {
+      type: "button", textContent: label, className: secondary ? "secondary" : "",
+      onclick: onClick,
+    }));
+    buttons.lastChild.dataset.decision = decision;
+  };
+  const fields = Object.entries(action.args).map(([name, value]) => {
+    const input = element("textarea", { rows: 2, value: argText(value) });
+    input.dataset.arg = name;
+    editor.append(element("label", { textContent: name }, [input]));
+    return [name, input, value];
+  });
+  editor.append(element("button", {
+    type: "button", textContent: "Run edited", className: "send-edit",
+    onclick: () => settle({
+      type: "edit",
+      edited_action: {
+        name: action.name,
+        args: Object.fromEntries(fields.map(([name, input, value]) => [name, argValue(input.value, value)])),
+      },
+    }),
+  }));
+  const reason = element("textarea", { rows: 2, className: "reject-message", placeholder: "Why not (the model reads this)" });
+  rejecter.append(
+    element("label", { textContent: "Reason" }, [reason]),
+    element("button", {
+      type: "button", textContent: "Send rejection", className: "send-reject",
+      onclick: () => settle(reason.value.trim() ? { type: "reject", message: reason.value.trim() } : { type: "reject" }),
+    }),
+  );
+  button("approve", "Approve", false, () => settle({ type: "approve" }));
+  button("edit", "Edit", true, () => {
+    editor.hidden = !editor.hidden;
+    rejecter.hidden = true;
+  });
+  button("reject", "Reject", true, () => {
+    rejecter.hidden = !rejecter.hidden;
+    editor.hidden = true;
+  });
+  card.append(
+    element("p", { className: "review-description", textContent: action.description || `Run ${action.name}?` }),
+    element("pre", { className: "review-call", textContent: `${action.name}(${JSON.stringify(action.args, null, 2)})` }),
+    buttons, editor, rejecter, decided,
+  );
+  return card;
+}
+
 function showApproval(interrupt) {
-  $("approval-question").textContent = (interrupt && interrupt.question) || "The run is waiting for you.";
-  const call = interrupt && interrupt.tool_call;
-  $("approval-detail").textContent = call ? `${call.name}(${JSON.stringify(call.args, null, 2)})`
-    : JSON.stringify(interrupt, null, 2);
+  const reviews = $("approval-reviews");
+  reviews.replaceChildren();
+  const review = isReviewRequest(interrupt);
+  $("approval-other").hidden = review;
+  if (review) {
+    const actions = interrupt.action_requests;
+    const decisions = new Array(actions.length);
+    let left = actions.length;
+    $("approval-question").textContent = actions.length > 1
+      ? `${actions.length} calls to review; the run goes on once each has a decision.` : "";
+    actions.forEach((action, index) => {
+      const config = interrupt.review_configs.find((c) => c.action_name === action.name);
+      reviews.append(reviewCard(action, config ? config.allowed_decisions : [], (decision) => {
+        decisions[index] = decision;
+        left -= 1;
+        if (left === 0) {
+          $("approval").hidden = true;
+          runAction("resume", { resume: { decisions } });
+        }
+      }));
+    });
+  } else {
+    $("approval-question").textContent = "The run is waiting for an answer.";
+    $("approval-detail").textContent = JSON.stringify(interrupt, null, 2);
+    $("resume-value").value = "null";
+  }
   $("approval").hidden = false;
+}
+
+function resumeWithTypedValue() {
+  let value;
+  try {
+    value = JSON.parse($("resume-value").value);
+  } catch (error) {
+    notice(`The answer is not JSON: ${error.message}`);
+    return;
+  }
+  $("approval").hidden = true;
+  runAction("resume", { resume: value });
 }
 
 function clearConversation() {
@@ -571,14 +703,7 @@ function start() {
   });
   $("new-thread").addEventListener("click", newChat);
   $("cancel").addEventListener("click", () => runAction("cancel"));
-  $("approve").addEventListener("click", () => {
-    $("approval").hidden = true;
-    runAction("resume", { resume: { approve: true } });
-  });
-  $("reject").addEventListener("click", () => {
-    $("approval").hidden = true;
-    runAction("resume", { resume: { approve: false } });
-  });
+  $("resume").addEventListener("click", resumeWithTypedValue);
   $("set-key").addEventListener("click", async () => {
     await askForKey();
     loadThreads();

@@ -9,7 +9,7 @@
 // unmount the component once the answer shows <words_before> words (a closed tab), mount a new
 // one on the same thread and storage (the reloaded page), which must rejoin the run by itself.
 // interrupt: the `approval` graph pauses; the hook shows the interrupt; resume it with a
-// `Command` and wait for the end. Prints one JSON line per observation and exits 0; on an
+// `Command` carrying an approve decision and wait for the end. Prints one JSON line per observation and exits 0; on an
 // error prints it to stderr and exits 1. Run by tests/test_langgraph_js.py.
 import React from "react";
 import TestRenderer, { act } from "react-test-renderer";
@@ -125,7 +125,8 @@ try {
     page.seen.current.submit(input, {});
     const paused = await until(page.seen, (s) => !s.isLoading && s.interrupt != null, "the interrupt");
     print({ thread_id: threadId, interrupt: paused.interrupt.value, messages: shown(paused) });
-    page.seen.current.submit(undefined, { command: { resume: { approve: true } } });
+    // as agent-chat-ui's Approve button sends it (use-interrupted-actions.tsx)
+    page.seen.current.submit({}, { command: { resume: { decisions: [{ type: "approve" }] } } });
     const done = await until(
       page.seen,
       (s) => answered(4)(s) && s.interrupt == null,

@@ -237,7 +237,7 @@ async def test_bad_crons_are_refused_saying_why_and_nothing_is_created(
         "no input": (
             lambda: sdk.crons.create("chat", schedule=EVERY_MINUTE),
             422,
-            "input.messages",
+            "input needs a message or a value of the graph's input keys",
         ),
         "unknown configurable key": (
             lambda: sdk.crons.create(

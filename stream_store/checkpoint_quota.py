@@ -19,11 +19,9 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .errors import QuotaExceeded
+from .owner_caps import count_locked
 
 __all__ = ["CheckpointQuota"]
-
-# The advisory-lock class (first of two int4 keys) under which a write counts its owner's bytes.
-_LOCK_CLASS = 0x636B7074  # "ckpt"
 
 _BYTES_OF_THREADS = (
     "(SELECT coalesce(sum(pg_column_size(c.checkpoint) + pg_column_size(c.metadata)), 0)"
@@ -60,13 +58,9 @@ class CheckpointQuota:
         """
         if not self.max_per_thread and not self.max_owner_bytes:
             return
-        async with conn.pipeline():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, owner)
-            )
-            cur = await conn.execute(_USAGE, {"thread": thread_id, "owner": owner})
-        usage = await cur.fetchone()
-        assert usage is not None  # a SELECT of scalar subqueries has one row
+        usage = await count_locked(
+            conn, owner, "checkpoints", _USAGE, {"thread": thread_id, "owner": owner}
+        )
         count, thread_bytes = int(usage["thread_checkpoints"]), int(usage["thread_bytes"])
         owner_bytes = int(usage["owner_bytes"])
         full = count > self.max_per_thread if copy else count >= self.max_per_thread

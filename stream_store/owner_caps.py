@@ -1,5 +1,6 @@
 """How many assistants and crons one caller may keep (`RUNSTREAM_MAX_ASSISTANTS`,
-`RUNSTREAM_MAX_CRONS`).
+`RUNSTREAM_MAX_CRONS`), and the count under the caller's lock that every cap on what a caller
+keeps is taken with (`count_locked`: these two, the store's items and bytes, checkpoints).
 
 Both are rows a caller makes once and keeps: without a cap one caller could fill Postgres, and
 every cron is a claim the shared scheduler makes each time it is due. The count is taken in the
@@ -9,19 +10,26 @@ cannot both pass at the limit; the lock is held to the end of that transaction.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .errors import Conflict
 
-__all__ = ["make_room"]
+__all__ = ["count_locked", "make_room"]
 
 Kind = Literal["assistants", "crons"]
+LockedKind = Literal["assistants", "crons", "store", "checkpoints"]
 
 # The advisory-lock classes (first of two int4 keys), one per kind; the caller is the second.
-_LOCK_CLASS: dict[Kind, int] = {"assistants": 0x61737374, "crons": 0x63726F6E}  # "asst", "cron"
+_LOCK_CLASS: dict[LockedKind, int] = {
+    "assistants": 0x61737374,  # "asst"
+    "crons": 0x63726F6E,  # "cron"
+    "store": 0x73746F72,  # "stor"
+    "checkpoints": 0x636B7074,  # "ckpt"
+}
 _SETTING: dict[Kind, str] = {
     "assistants": "RUNSTREAM_MAX_ASSISTANTS",
     "crons": "RUNSTREAM_MAX_CRONS",
@@ -38,17 +46,36 @@ async def make_room(conn: AsyncConnection[DictRow], owner: str, kind: Kind, limi
     """
     if not limit:
         return
-    async with conn.pipeline():  # the lock, then a count that sees what it waited for
-        await conn.execute(
-            f"SELECT pg_advisory_xact_lock({_LOCK_CLASS[kind]}, hashtext(%s))", (owner,)
-        )
-        cur = await conn.execute(
-            f"SELECT count(*) AS kept FROM runstream_{kind} WHERE owner = %s", (owner,)
-        )
-    counted = await cur.fetchone()
+    counted = await count_locked(
+        conn,
+        owner,
+        kind,
+        f"SELECT count(*) AS kept FROM runstream_{kind} WHERE owner = %(owner)s",
+        {"owner": owner},
+    )
     if counted is not None and counted["kept"] >= limit:
         raise Conflict(
             f"you have {counted['kept']} {kind} and {_SETTING[kind]} allows {limit};"
             f" delete one before making another",
             code=f"too_many_{kind}",
         )
+
+
+async def count_locked(
+    conn: AsyncConnection[DictRow],
+    owner: str,
+    kind: LockedKind,
+    query: str,
+    params: Mapping[str, Any],
+) -> DictRow:
+    """The one row of `query` (what `owner` keeps of `kind`), counted in `conn`'s transaction
+    under the caller's advisory lock for `kind`, held to the transaction's end: the write that
+    follows the check commits before another write of the caller counts. One round trip."""
+    async with conn.pipeline():  # the lock, then a count that sees what it waited for
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS[kind], owner)
+        )
+        cur = await conn.execute(query, params)
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate without GROUP BY has one row
+    return row

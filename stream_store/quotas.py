@@ -4,7 +4,7 @@ Most per-caller limits live here (docs/security.md, "Per-caller limits"):
 
 - requests per minute, in three budgets (`Budget`): submits (runs and threads), other writes,
   and the queries a caller shapes (store, searches, history). Each is a sliding log per caller
-  (`scripts/take_submit.lua`), one EVALSHA per request; a request refused here is not counted;
+  (`scripts/take_window.lua`), one EVALSHA per request; a request refused here is not counted;
 - open SSE connections, per caller and per stream token: sorted sets of connection ids scored
   by when each lapses (`scripts/take_stream_slot.lua`). A slot is taken at attach (one EVALSHA),
   renewed by its server every ping interval together with all of the process's other slots (one
@@ -61,7 +61,7 @@ _GIVE_BACK_ON_STOP_S = 2.0
 
 _SCRIPTS = files("stream_store") / "scripts"
 _CLOCK = (_SCRIPTS / "_fence.lua").read_text()  # `now_ms()`: Redis's clock, as for leases
-_TAKE_SUBMIT = f"{_CLOCK}\n{(_SCRIPTS / 'take_submit.lua').read_text()}"
+_TAKE_WINDOW = f"{_CLOCK}\n{(_SCRIPTS / 'take_window.lua').read_text()}"
 _TAKE_SLOT = f"{_CLOCK}\n{(_SCRIPTS / 'take_stream_slot.lua').read_text()}"
 _RENEW_SLOTS = f"{_CLOCK}\n{(_SCRIPTS / 'renew_stream_slots.lua').read_text()}"
 
@@ -117,7 +117,7 @@ class CallerQuotas:
         self._per_token = settings.max_sse_connections_per_token
         self._renew_s = settings.ping_interval_s
         self._slot_ttl_ms = max(1, math.ceil(SLOT_TTL_PINGS * settings.ping_interval_s * 1000))
-        self._take_submit = register_script(redis, _TAKE_SUBMIT)
+        self._take_window = register_script(redis, _TAKE_WINDOW)
         self._take_slot = register_script(redis, _TAKE_SLOT)
         self._renew_slots = register_script(redis, _RENEW_SLOTS)
         self._held: dict[str, StreamSlot] = {}  # open connections of this process
@@ -145,7 +145,7 @@ class CallerQuotas:
             return None
         counted = CountedRequest(self._keys.caller_window(owner, budget.value), uuid.uuid4().hex)
         with redis_errors():
-            wait_ms = await self._take_submit(
+            wait_ms = await self._take_window(
                 keys=[counted.key], args=[limit, limits.SUBMIT_WINDOW_S * 1000, counted.member]
             )
         if wait_ms:

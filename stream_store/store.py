@@ -36,6 +36,7 @@ from psycopg.rows import DictRow
 
 from .connections import PgPool
 from .errors import QuotaExceeded
+from .owner_caps import count_locked
 
 __all__ = [
     "STORE_TTL",
@@ -86,10 +87,6 @@ async def owner_store_on(conn: AsyncConnection[DictRow], owner: str) -> AsyncIte
         await _stop_tasks(store)
 
 
-# The advisory-lock class (first of two int4 keys) under which a put counts its owner's items.
-_STORE_LOCK = 0x73746F72  # "stor"
-
-
 async def make_store_room(
     conn: AsyncConnection[DictRow],
     owner: str,
@@ -116,15 +113,16 @@ async def make_store_room(
     label = owner_label(owner)
     prefix = ".".join((label, *namespace))
     pattern = label.replace("_", "\\_") + ".%"  # `_` is a LIKE wildcard; `-` and the rest not
-    async with conn.pipeline():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_STORE_LOCK, owner))
-        cur = await conn.execute(
-            "SELECT count(*) AS items, coalesce(sum(pg_column_size(value)), 0) AS bytes"
-            " FROM store WHERE prefix LIKE %s AND NOT (prefix = %s AND key = %s)",
-            (pattern, prefix, key),
-        )
-    kept = await cur.fetchone()
-    items, stored = (int(kept["items"]), int(kept["bytes"])) if kept else (0, 0)
+    kept = await count_locked(
+        conn,
+        owner,
+        "store",
+        "SELECT count(*) AS items, coalesce(sum(pg_column_size(value)), 0) AS bytes"
+        " FROM store WHERE prefix LIKE %(pattern)s"
+        " AND NOT (prefix = %(prefix)s AND key = %(key)s)",
+        {"pattern": pattern, "prefix": prefix, "key": key},
+    )
+    items, stored = int(kept["items"]), int(kept["bytes"])
     if max_items and items + 1 > max_items:
         raise QuotaExceeded(
             f"you keep {items} store items and RUNSTREAM_MAX_STORE_ITEMS allows {max_items};"

@@ -514,6 +514,7 @@ class TestSseConnections:
             assert waited_s < SLOT_TTL_PINGS * 0.3 + 1, waited_s
 
 
+@pytest.mark.slow
 class TestFlood:
     """One caller flooding submits and attaches does not hold up another caller's run.
 
@@ -578,6 +579,7 @@ class TestFlood:
         assert attaches.get("429", 0) > 0, attaches
 
 
+@pytest.mark.slow
 class TestReplayFlood:
     """Replays of a long run in plain `messages` mode, two at a time without a pause, leave
     another caller's requests as fast as they were (issue 20, "replay cost": two replays of a

@@ -30,6 +30,7 @@ async def test_once_outside_a_run_is_refused() -> None:
         await once("k", effect)
 
 
+@pytest.mark.slow
 async def test_a_user_effect_runs_once_across_a_worker_kill(
     cluster: Cluster, tmp_path: Path
 ) -> None:

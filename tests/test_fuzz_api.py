@@ -55,7 +55,10 @@ from tests.conftest import launch_worker, serve_in_loop, stop_worker
 T = TypeVar("T")
 
 # Schemathesis' own strategies draw from `random`, which Hypothesis warns about on every run.
-pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning"),
+    pytest.mark.slow,
+]
 
 # A run's event stream stays open until the run ends: read it for at most this long, or this
 # many events, then hang up (a cut stream is not a failure).

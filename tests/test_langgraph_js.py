@@ -32,6 +32,9 @@ from arq.worker import Worker
 from tests.conftest import ServerHandle
 from tests.processes import TcpProxy
 
+pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
+
+
 JS = Path(__file__).parent / "js"
 SCRIPT = JS / "stream_run.mjs"
 USE_STREAM = JS / "use_stream.mjs"

@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bench.launcher import Process, child_env, free_port
 from tests.processes import Cluster
 from tests.sse import read_events
+
+pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
+
 
 PROCESS_TAG = re.compile(r"process=(\d+)")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from redis.asyncio import Redis
 
 from bench.launcher import free_port
@@ -22,6 +23,9 @@ from clients import AsyncClient
 from stream_store.keys import KeySpace
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
+
+pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
+
 
 RUNSTREAM = Path(sys.executable).parent / "runstream"
 

@@ -13,12 +13,15 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
 from stream_store.settings import Settings
 from tests.processes import Cluster
 from tests.sse import Received, read_events, reassemble
+
+pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
 
 
 async def start_both(cluster: Cluster) -> str:

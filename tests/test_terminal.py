@@ -10,10 +10,13 @@ import sys
 
 import httpx
 import pexpect
+import pytest
 from arq.worker import Worker
 
 from tests.conftest import ServerHandle, StartWorker, free_port
 from tests.processes import ROOT, Cluster
+
+pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
 
 
 def spawn_chat(url: str, *extra: str) -> pexpect.spawn:

@@ -144,6 +144,7 @@ async def run_to_the_end(http: httpx.AsyncClient, content: str) -> dict[str, Any
     return run
 
 
+@pytest.mark.slow
 class TestUp:
     """One command runs everything; Ctrl-C stops it all; the next start has the threads."""
 

@@ -32,7 +32,7 @@ from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
 from tests.processes import Cluster
 from tests.sse import read_events
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")
 NO_CHROMIUM = "chromium is not installed: ./scripts/test installs it (apt-get install chromium)"

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from stream_store.settings import Settings
@@ -192,6 +193,7 @@ class TestAssistantVersions:
             assert (await client.get(f"/assistants/{aid}", headers=ALICE)).json()["name"] == "v3"
 
 
+@pytest.mark.slow
 class TestFloods:
     """One caller flooding store searches, copies or state writes leaves another caller's
     requests answering, quickly. Real server and worker processes, the flood from a process of

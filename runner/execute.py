@@ -276,7 +276,13 @@ async def _stream_built(
         translator = StreamTranslator(record_updates="updates" in run.stream_modes)
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
         stream = graph.astream(  # type: ignore[call-overload]
-            invoke_with, call.config, context=context, stream_mode=modes, durability=DURABILITY
+            invoke_with,
+            call.config,
+            context=context,
+            stream_mode=modes,
+            durability=DURABILITY,
+            interrupt_before=run.kwargs.get("interrupt_before"),
+            interrupt_after=run.kwargs.get("interrupt_after"),
         )
         with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
             async for mode, chunk in stream:
@@ -312,7 +318,8 @@ async def _settle(
     config: dict[str, Any],
 ) -> bool:
     """Record what the graph's stream ended in: an interrupt (False), or the run's outcome
-    (True): cancelled if a cancel came while it stopped at an interrupt, else succeeded."""
+    (True): cancelled if a cancel came while it stopped at an interrupt, else succeeded (at its
+    end, or at a breakpoint)."""
     snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
     if snapshot.interrupts and await services.events.cancel_requested(run.run_id):
         # cancelled while it ran
@@ -325,6 +332,8 @@ async def _settle(
         if await services.lifecycle.interrupt(run, first.value, first.id):
             writer.metrics.outcome(run.graph, RunStatus.INTERRUPTED)
         return False
+    if snapshot.next:  # stopped at a breakpoint: done, and the thread waits (LangGraph's way)
+        await services.run_records.note_breakpoint(run.run_id)
     messages = snapshot.values.get("messages") or []
     last = messages[-1] if messages else None
     output = to_wire_message(last) if isinstance(last, AIMessage) else None

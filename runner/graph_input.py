@@ -88,11 +88,13 @@ def _answer_taken(run: RunRecord, state: StateSnapshot, started: bool) -> bool:
 def _input(run: RunRecord, forks: bool) -> dict[str, Any] | None:
     """The run's input (checked at submit against the graph's input schema: any of its keys,
     `messages` among them or not), its `messages` as LangChain messages with their fixed ids;
-    None (re-run from the checkpoint) for a fork without input."""
+    None (go on from the checkpoint) for a fork without input, or a LangGraph run whose input
+    was `null` (submit took it only on a thread with a checkpoint)."""
     given = {key: value for key, value in run.input.items() if key != "messages"}
     if messages := input_messages(run):
         given["messages"] = messages
-    return None if forks and not given else given
+    goes_on = forks or ("input" in (run.kwargs or {}) and run.kwargs["input"] is None)
+    return None if goes_on and not given else given
 
 
 async def graph_input(graph: Pregel, run: RunRecord, config: dict[str, Any]) -> GraphCall:

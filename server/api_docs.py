@@ -1,4 +1,5 @@
-"""The API docs at `/schema`: Swagger UI from this server's own files, never from another host.
+"""The API docs at `/schema`: Swagger UI from this server's own files, never from another host;
+and again at LangGraph's paths, `/docs` and `/openapi.json`, where its tools and generators look.
 
 Swagger UI is vendored in `server/web/vendor/swagger-ui/` (version, source, license and hashes
 in its README) and served under `/ui/` with the web page, so the docs work offline and run no
@@ -18,14 +19,23 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from litestar import Litestar, Request, Router
+from litestar import Litestar, MediaType, Request, Router, get
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 
 from stream_store.schemas import Body
 
-__all__ = ["DOCS_PATH", "SWAGGER_UI_URL", "OfflineSwaggerRenderPlugin"]
+__all__ = [
+    "DOCS_PATH",
+    "LANGGRAPH_DOCS_PATH",
+    "SWAGGER_UI_URL",
+    "OfflineSwaggerRenderPlugin",
+    "langgraph_docs",
+    "langgraph_openapi",
+]
 
 DOCS_PATH = "/schema"
+LANGGRAPH_DOCS_PATH = "/docs"
+LANGGRAPH_OPENAPI_PATH = "/openapi.json"
 SWAGGER_UI_URL = "/ui/vendor/swagger-ui"
 
 
@@ -46,8 +56,10 @@ class OfflineSwaggerRenderPlugin(OpenAPIRenderPlugin):
         self.init_js_url = init_js_url
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        title = escape(str(openapi_schema["info"]["title"]))
-        spec_url = escape(self.get_openapi_json_route(request))
+        return self.page(str(openapi_schema["info"]["title"]), self.get_openapi_json_route(request))
+
+    def page(self, title: str, spec_url: str) -> bytes:
+        title, spec_url = escape(title), escape(spec_url)
         page = f"""<!doctype html>
 <html lang="en">
 <head>
@@ -68,6 +80,21 @@ class OfflineSwaggerRenderPlugin(OpenAPIRenderPlugin):
 
     def receive_router(self, router: Router) -> None:
         """Add no OAuth2 redirect page: runstream uses API keys, not OAuth."""
+
+
+@get(
+    LANGGRAPH_OPENAPI_PATH, include_in_schema=False, media_type=MediaType.JSON, sync_to_thread=False
+)
+def langgraph_openapi(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The document of `/schema/openapi.json`, where LangGraph's server serves its own."""
+    return request.app.openapi_schema.to_schema()
+
+
+@get(LANGGRAPH_DOCS_PATH, include_in_schema=False, media_type=MediaType.HTML, sync_to_thread=False)
+def langgraph_docs(request: Request[Any, Any, Any]) -> bytes:
+    """The docs page of `/schema`, reading `/openapi.json`, where LangGraph's server has its."""
+    title = str(request.app.openapi_schema.info.title)
+    return OfflineSwaggerRenderPlugin().page(title, LANGGRAPH_OPENAPI_PATH)
 
 
 def _closed_bodies() -> dict[str, type[Body]]:

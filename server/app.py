@@ -21,7 +21,13 @@ from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
 
-from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin, refuse_unknown_fields_in_schema
+from .api_docs import (
+    DOCS_PATH,
+    OfflineSwaggerRenderPlugin,
+    langgraph_docs,
+    langgraph_openapi,
+    refuse_unknown_fields_in_schema,
+)
 from .auth import Caller, caller_from_request
 from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
@@ -167,6 +173,8 @@ def create_app(
             metrics,
             index,
             page_assets(),
+            langgraph_docs,
+            langgraph_openapi,
         ],
         dependencies={
             "resources": Provide(_provide_resources, sync_to_thread=False),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from litestar.datastructures import MutableScopeHeaders
 from litestar.types import Message, Scope
 
-from .api_docs import DOCS_PATH
+from .api_docs import DOCS_PATH, LANGGRAPH_DOCS_PATH
 
 __all__ = ["DOCS_CSP", "NON_PAGE_CSP", "PAGE_CSP", "add_security_headers"]
 
@@ -54,7 +54,7 @@ _ALWAYS = {
 def _csp(path: str, content_type: str) -> str:
     if not content_type.lower().startswith("text/html"):
         return NON_PAGE_CSP
-    if path == DOCS_PATH or path.startswith(f"{DOCS_PATH}/"):
+    if path in (DOCS_PATH, LANGGRAPH_DOCS_PATH) or path.startswith(f"{DOCS_PATH}/"):
         return DOCS_CSP
     return PAGE_CSP
 

@@ -357,6 +357,16 @@ class RunRecords:
             (run_id,),
         )
 
+    async def note_breakpoint(self, run_id: str) -> None:
+        """Remember that the run stopped at a breakpoint (`interrupt_before`/`_after`): it
+        succeeds, and LangGraph shows its thread `interrupted` until the next run."""
+        await execute(
+            self.pool,
+            "UPDATE runstream_runs SET kwargs = kwargs || '{\"breakpoint\": true}'"
+            " WHERE run_id = %s",
+            (run_id,),
+        )
+
     # -- deletes -----------------------------------------------------------------------------
 
     async def delete_run(self, run_id: str, owner: str) -> bool:

@@ -47,13 +47,15 @@ _THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
 # A thread's status as LangGraph's server sets it when a run ends (the LangGraph API shows it
 # and `search_threads`/`count_threads` filter on it; this is its only definition): busy while
 # a run is queued or running, interrupted while one is; otherwise from the latest run that
-# started: `error` if it failed, `interrupted` if it was cancelled mid-step (LangGraph: the
-# checkpoint still has a next step), else `idle`. A run cancelled before it started changes
-# nothing.
+# started: `error` if it failed, `interrupted` if it was cancelled mid-step or stopped at a
+# breakpoint (LangGraph: the checkpoint still has a next step), else `idle`. A run cancelled
+# before it started changes nothing.
 _LANGGRAPH_THREAD_STATUS = f"""
     CASE {_BUSY_OR_INTERRUPTED}
-      ELSE COALESCE((SELECT CASE r.status WHEN 'failed' THEN 'error'
-                                          WHEN 'cancelled' THEN 'interrupted' ELSE 'idle' END
+      ELSE COALESCE((SELECT CASE WHEN r.status = 'failed' THEN 'error'
+                                 WHEN r.status = 'cancelled' OR r.kwargs ? 'breakpoint'
+                                   THEN 'interrupted'
+                                 ELSE 'idle' END
                      FROM runstream_runs r WHERE r.thread_id = t.thread_id
                      AND r.started_at IS NOT NULL
                      ORDER BY r.created_at DESC LIMIT 1), 'idle')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -96,3 +96,27 @@ async def recall(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str
 
 remembers = StateGraph(MessagesState, context_schema=RunContext).add_node("recall", recall)
 remembers.add_edge(START, "recall").add_edge("recall", END)
+
+
+# Three steps in a row, for breakpoints (`interrupt_before` / `interrupt_after`).
+class Steps(TypedDict):
+    steps: list[str]
+
+
+def _step(name: str) -> Any:
+    def step(state: Steps) -> dict[str, Any]:
+        return {"steps": [*state.get("steps", []), name]}
+
+    step.__name__ = name
+    return step
+
+
+steps = (
+    StateGraph(Steps)
+    .add_node("a", _step("a"))
+    .add_node("b", _step("b"))
+    .add_node("c", _step("c"))
+    .add_edge(START, "a")
+    .add_edge("a", "b")
+    .add_edge("b", "c")
+)

@@ -1,5 +1,5 @@
-"""The API docs at `/schema` work offline: every file they load comes from this server
-(issue 9; server/api_docs.py; server/web/vendor/swagger-ui/README.md).
+"""The API docs at `/schema` (and LangGraph's `/docs`, `/openapi.json`) work offline: every file
+they load comes from this server (issue 9; server/api_docs.py; server/web/vendor/swagger-ui/).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from server.page import WEB_DIR
 from server.security_headers import DOCS_CSP
 from tests.test_security_headers import Tags, assert_always, csp_directives
 
-DOCS_PAGES = ["/schema", "/schema/swagger"]
+DOCS_PAGES = ["/schema", "/schema/swagger", "/docs"]  # /docs: LangGraph's path
 VENDOR_DIR = WEB_DIR / "vendor" / "swagger-ui"
 ABSOLUTE_URL = re.compile(r"(?:https?:)?//[^\s\"'<>]+", re.IGNORECASE)
 
@@ -121,3 +121,12 @@ class TestSchemaSaysWhatIsRefused:
             json={"input": {"messages": [{"role": "user", "content": "hi"}]}, "extra": 1},
         )
         assert refused.status_code == 400, refused.text
+
+
+async def test_langgraphs_openapi_path_serves_the_same_document(client: httpx.AsyncClient) -> None:
+    """Tools and generators written for LangGraph's server read `/openapi.json` (issue 25)."""
+    ours = (await client.get("/schema/openapi.json")).json()
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == ours and "/threads/{thread_id}/runs" in ours["paths"]

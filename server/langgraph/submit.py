@@ -90,15 +90,25 @@ def _fork_point(body: RunCreate, thread_id: str | None) -> dict[str, str] | None
 
 
 async def _graph_input(
-    resources: Resources, body: RunCreate, graph: str, command: dict[str, Any], forks: bool
+    resources: Resources,
+    body: RunCreate,
+    graph: str,
+    command: dict[str, Any],
+    forks: bool,
+    thread_id: str | None,
 ) -> dict[str, Any]:
     """The request's `input`, checked against the graph's input schema (run_input.py). None
-    with a command, or with a checkpoint (LangGraph's input `None`: re-run from there)."""
+    with a command, with a checkpoint (LangGraph's input `None`: re-run from there), or on a
+    thread that has one (go on from its latest, past a breakpoint: runner/graph_input.py)."""
+    needs_input = not command and not forks
+    if needs_input and body.input is None and thread_id is not None:
+        latest = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        needs_input = await resources.checkpointer.aget_tuple(latest) is None  # type: ignore[arg-type]
     return checked_input(
         body.input,
         await resources.graphs.graph_for_reading(graph, resources.checkpointer),
         resources.settings,
-        needs_input=not command and not forks,
+        needs_input=needs_input,
     )
 
 
@@ -137,7 +147,9 @@ async def _new_run(
         raise unprocessable(str(exc)) from None
     command = await _command(resources, body, graph, thread_id)
     checkpoint = _fork_point(body, thread_id)
-    graph_input = await _graph_input(resources, body, graph, command, checkpoint is not None)
+    graph_input = await _graph_input(
+        resources, body, graph, command, checkpoint is not None, thread_id
+    )
     configurable = {
         **assistant_configurable(assistant),
         **((body.config or {}).get("configurable") or {}),
@@ -157,6 +169,9 @@ async def _new_run(
         "stream_mode": modes,
         "on_disconnect": body.on_disconnect,
         "resumable": True,  # every runstream run is
+        # breakpoints: the run stops there, succeeded, its thread `interrupted` (runner/execute.py)
+        "interrupt_before": body.interrupt_before,
+        "interrupt_after": body.interrupt_after,
     }
     if assistant.owner is not None:  # a created assistant: its id is the run's (`run_view`)
         kwargs["assistant_id"] = assistant.assistant_id

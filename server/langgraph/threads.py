@@ -261,6 +261,8 @@ class ThreadsController(Controller):
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
         checkpoint_id = data.checkpoint.get("checkpoint_id")
+        if checkpoint_id is None:  # as `RemoteGraph.aget_state` asks: the latest, as LangGraph
+            return await thread_state(resources, thread)
         if not isinstance(checkpoint_id, str):
             raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
         return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))

@@ -141,9 +141,14 @@ def version_view(record: AssistantRecord | StoredVersion) -> AssistantVersion:
     )
 
 
+# A run's own field (`assistant_id`) and runstream's notes on it (`RunRecords.ask_rollback`,
+# `note_breakpoint`), kept in its kwargs but not what the caller sent.
+_NOT_KWARGS = frozenset({"assistant_id", "rollback", "breakpoint"})
+
+
 def run_view(run: RunRecord) -> Run:
     kwargs = run.kwargs or {"input": run.input, "config": run.config, "stream_mode": ["values"]}
-    kwargs = {k: v for k, v in kwargs.items() if k != "assistant_id"}  # the run's own field
+    kwargs = {k: v for k, v in kwargs.items() if k not in _NOT_KWARGS}
     return Run(
         run_id=run.run_id,
         thread_id=run.thread_id,

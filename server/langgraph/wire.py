@@ -102,6 +102,11 @@ STORE_MIN_TTL_MINUTES = 1 / 60
 STORE_MAX_TTL_MINUTES = 100 * 365 * 24 * 60
 
 
+# Where a run stops, as LangGraph takes it: before (after) every node, or the nodes named; a node
+# the graph lacks is ignored, as LangGraph's server does.
+Breakpoints = Literal["*"] | list[str]
+
+
 class Request(msgspec.Struct, kw_only=True):
     """Base of request bodies; unknown fields are ignored (see the module docstring)."""
 
@@ -120,8 +125,8 @@ class RunCreate(Request):
     context: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     checkpoint_id: str | None = None
-    interrupt_before: str | list[str] | None = None
-    interrupt_after: str | list[str] | None = None
+    interrupt_before: Breakpoints | None = None
+    interrupt_after: Breakpoints | None = None
     multitask_strategy: MultitaskStrategy = "enqueue"
     if_not_exists: Literal["create", "reject"] = "reject"
     on_disconnect: Literal["cancel", "continue"] = "continue"  # stream and wait only
@@ -140,8 +145,8 @@ class CronRun(Request):
     metadata: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
-    interrupt_before: str | list[str] | None = None
-    interrupt_after: str | list[str] | None = None
+    interrupt_before: Breakpoints | None = None
+    interrupt_after: Breakpoints | None = None
     multitask_strategy: MultitaskStrategy | None = None
     stream_mode: str | list[str] | None = None
     stream_subgraphs: bool | None = None

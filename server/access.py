@@ -1,0 +1,85 @@
+"""A project's `@auth.on` handlers applied to threads and runs (docs/langgraph.md, "Auth").
+
+Owners already keep callers apart; these add LangGraph's finer rules on top: a refusal (403 or
+the handler's status), a metadata filter the thread must match (else it is not found, 404, as
+LangGraph answers), metadata a create handler stamps. A caller without rules (API keys, JWTs,
+no sign-in) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stream_store.errors import NotFound
+from stream_store.metadata_filters import matches
+from stream_store.run_submit import NewRun
+from stream_store.thread_records import ThreadRecord
+
+from .auth import Caller
+from .resources import Resources
+
+__all__ = ["check_thread_access", "prepare_run", "thread_not_found"]
+
+
+def thread_not_found(thread_id: str) -> NotFound:
+    """The answer for a thread the caller may not see: the one for a thread that is not there."""
+    return NotFound(f"thread {thread_id} not found")
+
+
+async def check_thread_access(
+    resources: Resources,
+    caller: Caller,
+    thread_id: str,
+    action: str,
+    value: dict[str, Any] | None = None,
+    thread: ThreadRecord | None = None,
+) -> None:
+    """Ask the project's `threads` handler about `action` on the thread; a filter it returns
+    must match the thread's metadata (`thread`, or read here when None).
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: the thread is filtered out (or missing).
+    """
+    if caller.rules is None:
+        return
+    filters = await caller.authorize("threads", action, {"thread_id": thread_id, **(value or {})})
+    if not filters:
+        return
+    if thread is None:
+        thread = await resources.thread_records.get_thread(thread_id, caller.owner)
+    if thread is None or not matches(thread.metadata, filters):
+        raise thread_not_found(thread_id)
+
+
+async def prepare_run(
+    resources: Resources, caller: Caller, new: NewRun, value: dict[str, Any]
+) -> None:
+    """Before a run is recorded: the project's `threads.create_run` handler (LangGraph calls it
+    for every run), whose metadata changes land on the run and whose filter the run's thread
+    must match; then the signed-in user into the run's `configurable`, which the worker hands
+    the graph (runner/execute.py).
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: the run's thread is filtered out.
+    """
+    if caller.rules is not None:
+        value = {
+            "thread_id": new.thread_id,
+            "run_id": None,
+            "status": "pending",
+            "metadata": new.metadata,
+            **value,
+        }
+        filters = await caller.authorize("threads", "create_run", value)
+        new.metadata = dict(value.get("metadata") or {})
+        if filters and new.thread_id is not None:
+            thread = await resources.thread_records.get_thread(new.thread_id, caller.owner)
+            if thread is not None and not matches(thread.metadata, filters):
+                raise thread_not_found(new.thread_id)
+    if caller.user is not None:
+        configurable = dict(new.config.get("configurable") or {})
+        configurable["langgraph_auth_user"] = caller.user.record()
+        configurable["langgraph_auth_permissions"] = caller.user.permissions
+        new.config = {**new.config, "configurable": configurable}

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 from stream_store.run_submit import NewRun
 from stream_store.thread_records import ThreadRecord
 
 from .auth import Caller
+from .langgraph.views import assistant_of
 from .resources import Resources
 
-__all__ = ["check_thread_access", "prepare_run", "thread_not_found"]
+__all__ = ["allowed_assistant", "check_thread_access", "prepare_run", "thread_not_found"]
 
 
 def thread_not_found(thread_id: str) -> NotFound:
@@ -50,6 +52,30 @@ async def check_thread_access(
         thread = await resources.thread_records.get_thread(thread_id, caller.owner)
     if thread is None or not matches(thread.metadata, filters):
         raise thread_not_found(thread_id)
+
+
+async def allowed_assistant(
+    resources: Resources,
+    caller: Caller,
+    assistant_id: str,
+    action: str = "read",
+    value: dict[str, Any] | None = None,
+) -> AssistantRecord:
+    """The assistant `assistant_id` names (a graph's, or the caller's), once the project's
+    `assistants` handler allowed `action` on it; one its filter leaves out is not found, as
+    one that is not there (404).
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: no such assistant, or filtered out.
+    """
+    filters = await caller.authorize(
+        "assistants", action, {"assistant_id": assistant_id, **(value or {})}
+    )
+    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    if not matches(assistant.metadata, filters):
+        raise NotFound(f"assistant {assistant_id} not found")
+    return assistant
 
 
 async def prepare_run(

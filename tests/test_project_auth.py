@@ -59,9 +59,7 @@ class TestSigningIn:
 
 
 class TestResourceRules:
-    async def test_a_create_handler_stamps_the_threads_metadata(
-        self, served: ServerHandle
-    ) -> None:
+    async def test_a_create_handler_stamps_the_threads_metadata(self, served: ServerHandle) -> None:
         alice = as_user(served.url, "token-alice")
         thread = await alice.threads.create(metadata={"topic": "plans"})
         assert thread["metadata"] == {"topic": "plans", "created_by": "alice"}
@@ -126,6 +124,29 @@ class TestResourceRules:
         listed = await alice.store.list_namespaces()
         assert listed["namespaces"] == [["alice", "notes"]]
 
+    async def test_assistants_are_stamped_and_filtered(self, served: ServerHandle) -> None:
+        alice = as_user(served.url, "token-alice")
+        victor = as_user(served.url, "token-victor")
+        mine = await alice.assistants.create("whoami", metadata={"purpose": "demo"})
+        assert mine["metadata"] == {"purpose": "demo", "made_by": "alice"}
+        made = await victor.assistants.create("whoami")  # allowed, but outside his filter
+        assert made["metadata"]["made_by"] == "victor"
+
+        found = await victor.assistants.search(limit=50)
+        assert {a["graph_id"] for a in found} >= {"whoami"}  # the graphs' own are his to see
+        assert {a["metadata"]["created_by"] for a in found} == {"system"}
+        with pytest.raises(NotFoundError):
+            await victor.assistants.get(made["assistant_id"])
+        assert (await alice.assistants.get(mine["assistant_id"]))["name"] == mine["name"]
+
+    async def test_crons_are_stamped_refused_and_filtered(self, served: ServerHandle) -> None:
+        alice = as_user(served.url, "token-alice")
+        cron = await alice.crons.create("whoami", schedule="0 0 1 1 *", input=ASK)
+        assert cron["metadata"] == {"made_by": "alice"}
+        with pytest.raises(PermissionDeniedError):
+            await alice.crons.delete(cron["cron_id"])
+        assert [c["cron_id"] for c in await alice.crons.search()] == [cron["cron_id"]]
+
 
 class TestLoadingTheAuth:
     def test_the_auth_of_the_test_project_loads(self) -> None:
@@ -136,8 +157,18 @@ class TestLoadingTheAuth:
     @pytest.mark.parametrize(
         ("auth", "files", "key", "cause"),
         [
-            ({"path": "./a.py:auth"}, {"a.py": "import nope\n"}, "auth.path", "ModuleNotFoundError"),
-            ({"path": "./a.py:auth"}, {"a.py": "auth = 3\n"}, "auth.path", "not a langgraph_sdk.Auth"),
+            (
+                {"path": "./a.py:auth"},
+                {"a.py": "import nope\n"},
+                "auth.path",
+                "ModuleNotFoundError",
+            ),
+            (
+                {"path": "./a.py:auth"},
+                {"a.py": "auth = 3\n"},
+                "auth.path",
+                "not a langgraph_sdk.Auth",
+            ),
             (
                 {"path": "./a.py:auth"},
                 {"a.py": "from langgraph_sdk import Auth\nauth = Auth()\n"},

@@ -61,3 +61,31 @@ async def own_namespace(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> N
     """Every user's items live under their identity, as LangGraph's docs scope the store."""
     if value.get("namespace") is not None:
         value["namespace"] = (ctx.user.identity, *value["namespace"])
+
+
+@auth.on.assistants.create
+async def stamp_assistant(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> None:
+    value.setdefault("metadata", {})["made_by"] = ctx.user.identity
+
+
+@auth.on.assistants
+async def viewers_see_the_graphs_own(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> Any:
+    """A viewer reaches only the graphs' own assistants (LangGraph marks them so)."""
+    if "viewer" in ctx.permissions:
+        return {"created_by": "system"}
+    return None
+
+
+@auth.on.crons.create
+async def stamp_cron(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> None:
+    value.setdefault("metadata", {})["made_by"] = ctx.user.identity
+
+
+@auth.on.crons.delete
+async def keep_crons(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> bool:
+    return False
+
+
+@auth.on.crons.search
+async def crons_of_the_maker(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> Any:
+    return {"made_by": ctx.user.identity}

@@ -21,6 +21,7 @@ from tests.test_project import write_project
 
 PROJECT = ROOT / "tests" / "projects" / "auth" / "langgraph.json"
 ASK = {"question": "who am I?"}
+AUTH_FILE = {"path": "./a.py:auth"}
 
 
 def as_user(url: str, token: str | None) -> LangGraphClient:

@@ -20,7 +20,13 @@ from .auth import Caller
 from .langgraph.views import assistant_of
 from .resources import Resources
 
-__all__ = ["allowed_assistant", "check_thread_access", "prepare_run", "thread_not_found"]
+__all__ = [
+    "allowed_assistant",
+    "check_thread_access",
+    "prepare_run",
+    "run_assistant",
+    "thread_not_found",
+]
 
 
 def thread_not_found(thread_id: str) -> NotFound:
@@ -75,6 +81,24 @@ async def allowed_assistant(
     assistant = await assistant_of(resources, caller.owner, assistant_id)
     if not matches(assistant.metadata, filters):
         raise NotFound(f"assistant {assistant_id} not found")
+    return assistant
+
+
+async def run_assistant(resources: Resources, caller: Caller, assistant_id: str) -> AssistantRecord:
+    """The assistant a run request names. As LangGraph's `Runs.put`, the project's `assistants`
+    `read` handler is asked about a created assistant only: a graph's own is everyone's.
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: no such assistant, or filtered out.
+    """
+    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    if assistant.owner is not None:
+        filters = await caller.authorize(
+            "assistants", "read", {"assistant_id": assistant.assistant_id}
+        )
+        if not matches(assistant.metadata, filters):
+            raise NotFound(f"assistant {assistant_id} not found")
     return assistant
 
 

@@ -21,7 +21,7 @@ from stream_store.run_records import RunRecord
 from stream_store.run_submit import TITLE_CHARS, Created, NewRun
 
 from .. import inputs
-from ..access import allowed_assistant, prepare_run
+from ..access import prepare_run, run_assistant
 from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
@@ -228,7 +228,7 @@ async def submit(
     LangGraph's messages for a busy thread and a missing one."""
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
-    assistant = await allowed_assistant(resources, caller, body.assistant_id)
+    assistant = await run_assistant(resources, caller, body.assistant_id)
     new = await _new_run(resources, caller, body, thread_id, assistant)
     await prepare_run(resources, caller, new, _create_run_value(body, assistant))
     await _check_fork_point(resources, caller, new)
@@ -258,7 +258,7 @@ async def submit_batch(
         raise unprocessable(f"a batch holds 1 to {BATCH_MAX_RUNS} runs, not {len(bodies)}")
     news: list[NewRun] = []
     for body in bodies:
-        assistant = await allowed_assistant(resources, caller, body.assistant_id)
+        assistant = await run_assistant(resources, caller, body.assistant_id)
         new = await _new_run(resources, caller, body, None, assistant)
         await prepare_run(resources, caller, new, _create_run_value(body, assistant))
         news.append(new)

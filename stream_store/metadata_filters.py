@@ -96,10 +96,13 @@ def sql_condition(
             continue
         operator, operand = _condition(value)
         if operator == "$eq":
-            parts.append(f"({column} ? %s AND {column} -> %s = %s)")
+            parts.append(f"({column} ? %s::text AND {column} -> %s::text = %s)")
             params.extend([key, key, Jsonb(operand)])
         else:
             wanted = operand if isinstance(operand, list) else [operand]
-            parts.append(f"(jsonb_typeof({column} -> %s) = 'array' AND {column} -> %s @> %s)")
+            parts.append(
+                f"coalesce(jsonb_typeof({column} -> %s::text) = 'array'"
+                f" AND {column} -> %s::text @> %s, false)"
+            )
             params.extend([key, key, Jsonb(wanted)])
     return " AND ".join(parts) or "true", params

@@ -42,6 +42,7 @@ from stream_store.tracing import (
 
 from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
+from .auth_user import AuthUser
 from .effects import running
 from .graph_context import graph_context
 from .graph_input import graph_input
@@ -210,13 +211,23 @@ def _server_configurable(run: RunRecord) -> dict[str, Any]:
     """What LangGraph's server adds to a run's `configurable` (langgraph_runtime_inmem's
     `Runs.put`, langgraph_api's `models/run.py`), after the caller's keys: a caller cannot set
     these (they are reserved, `runner.configurable`). LangGraph reads `assistant_id` and
-    `graph_id` into `runtime.server_info`."""
+    `graph_id` into `runtime.server_info`, and `langgraph_auth_user` into its `user`: the user
+    a project's auth signed in, recorded with the run at submit (server/access.py), or the
+    run's owner alone."""
+    recorded = (run.config.get("configurable") or {}).get("langgraph_auth_user")
+    user = (
+        AuthUser(recorded)
+        if isinstance(recorded, dict) and recorded.get("identity") == run.owner
+        else AuthUser.of(run.owner, [])
+    )
     return {
         "thread_id": run.thread_id,
         "run_id": run.run_id,
         "assistant_id": run_assistant_id(run),
         "graph_id": run.graph,
         "langgraph_auth_user_id": run.owner,
+        "langgraph_auth_user": user,
+        "langgraph_auth_permissions": user.permissions,
     }
 
 

@@ -252,7 +252,12 @@ class GraphRegistry:
     structure (drawing, schemas, state reads), as LangGraph builds it for those.
     """
 
-    def __init__(self, specs: Mapping[str, str | GraphSource]) -> None:
+    def __init__(
+        self, specs: Mapping[str, str | GraphSource], auth: GraphSource | None = None
+    ) -> None:
+        # The project's `auth.path`, which the server loads (server/project_auth.py): it is
+        # imported where the graphs are, with the project's env and import paths in place.
+        self.auth = auth
         merged: dict[str, str | GraphSource] = {**BUILTIN_GRAPHS, **specs}
         self.sources = {
             name: spec if isinstance(spec, GraphSource) else _env_source(name, spec)
@@ -271,6 +276,7 @@ class GraphRegistry:
             SettingsError: a graph cannot be served (a `ProjectError` names file, key, cause).
         """
         specs: dict[str, str | GraphSource] = dict(settings.graphs)
+        auth: GraphSource | None = None
         if settings.config_path is not None:
             project = load_project(settings.config_path)
             clash = sorted(set(specs) & set(project.graphs))
@@ -282,7 +288,8 @@ class GraphRegistry:
                 )
             project.prepare()
             specs.update(project.graphs)
-        registry = cls(specs)
+            auth = project.auth
+        registry = cls(specs, auth)
         registry.validate()
         return registry
 

@@ -3,7 +3,7 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`auth`, `http`, `store`, ...) is refused, so that nothing a project relies
+version will serve (`http`, `store`, ...) is refused, so that nothing a project relies
 on, above all its auth, is silently dropped. Every refusal is a `ProjectError` naming the
 file, the key and the cause, which `runstream` prints as one line before exiting with 2.
 """
@@ -24,12 +24,14 @@ from dotenv import dotenv_values
 from stream_store.settings import SettingsError
 
 __all__ = [
+    "AUTH_IGNORED_KEYS",
     "BUILD_ONLY_KEYS",
     "NOT_SERVED_YET",
     "GraphSource",
     "Project",
     "ProjectError",
     "load_project",
+    "project_has_auth",
 ]
 
 logger = structlog.get_logger()
@@ -55,7 +57,6 @@ BUILD_ONLY_KEYS = frozenset(
 # Keys a later version serves. Until then a project with one of them does not start: running
 # it without its auth would expose its data, without its routes or store it would half-work.
 NOT_SERVED_YET: dict[str, str] = {
-    "auth": "custom auth (auth.path) is not served yet; runstream's API keys are",
     "http": "custom routes and CORS (http) are not served yet",
     "store": "store.index and store.ttl are not served yet (the store itself is, without them)",
     "checkpointer": "checkpointer settings (ttl, serde) are not served yet",
@@ -73,7 +74,18 @@ _NO_LONGER_SUPPORTED = {
 }
 
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
-_SERVED = frozenset({"graphs", "env", "dependencies", "$schema"})
+_SERVED = frozenset({"graphs", "env", "dependencies", "auth", "$schema"})
+
+# `auth` keys accepted without effect (langgraph_cli/schemas.py `AuthConfig`), and why.
+AUTH_IGNORED_KEYS: dict[str, str] = {
+    # LangSmith Studio's own sign-in is not served: every request goes through `authenticate`,
+    # as LangGraph does with `disable_studio_auth: true`.
+    "disable_studio_auth": "there is no Studio sign-in to disable: every request is authenticated",
+    # Only documents the scheme in LangGraph's OpenAPI document.
+    "openapi": "the security scheme is not added to /schema",
+    # A cache of `authenticate`'s answers: without it every request is authenticated afresh.
+    "cache": "authenticate runs on every request (nothing is cached)",
+}
 _JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 
 
@@ -100,6 +112,7 @@ class _ProjectFile(msgspec.Struct):
     graphs: dict[str, Any] = {}  # each entry converted on its own, to name it in an error
     env: dict[str, str] | str | None = None
     dependencies: list[str] = []
+    auth: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +166,8 @@ class Project:
     env: dict[str, str] = field(default_factory=dict)
     import_paths: tuple[Path, ...] = ()
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
+    # `auth.path`: the project's `langgraph_sdk.Auth` (server/project_auth.py loads it)
+    auth: GraphSource | None = None
 
     def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
         """Put the project's env and import paths in place, before its graphs are imported.
@@ -221,7 +236,41 @@ def load_project(file: str | Path) -> Project:
             dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
         ),
         ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
+        auth=_auth_source(path, shape.auth, base),
     )
+
+
+def project_has_auth(config_path: str | None) -> bool:
+    """Whether the project at `config_path` (None: no project) authenticates its callers with
+    its own `auth` (its file read, nothing imported).
+
+    Raises:
+        ProjectError: the file cannot be served.
+    """
+    return config_path is not None and load_project(config_path).auth is not None
+
+
+def _auth_source(path: Path, auth: dict[str, Any] | None, base: Path) -> GraphSource | None:
+    """`auth.path`, located as a graph is; the other `auth` keys accepted (said in a log line)
+    or refused. An `auth` without `path` is refused: it would leave the project's data open."""
+    if not auth:
+        return None
+    if auth.get("allow_langsmith_api_keys"):
+        raise ProjectError(
+            path, "auth.allow_langsmith_api_keys", "LangSmith API keys are not served"
+        )
+    unknown = sorted(set(auth) - {"path", "allow_langsmith_api_keys"} - set(AUTH_IGNORED_KEYS))
+    if unknown:
+        raise ProjectError(path, f"auth.{unknown[0]}", "is not a key of LangGraph's auth config")
+    spec = auth.get("path")
+    if not isinstance(spec, str) or not spec:
+        raise ProjectError(
+            path, "auth.path", 'names no Auth object (e.g. "./auth.py:auth"): required'
+        )
+    ignored = {key: why for key, why in AUTH_IGNORED_KEYS.items() if key in auth}
+    if ignored:
+        logger.info("langgraph.json auth keys without effect here", **ignored, file=str(path))
+    return GraphSource.parse(spec, key="auth.path", origin=str(path), base=base)
 
 
 def _refuse_unserved(path: Path, raw: Mapping[str, Any]) -> None:

@@ -17,6 +17,7 @@ from litestar.plugins.prometheus import PrometheusConfig
 from opentelemetry.trace import TracerProvider
 
 from runner.graphs import GraphRegistry
+from runner.project import project_has_auth
 from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
@@ -28,7 +29,7 @@ from .api_docs import (
     langgraph_openapi,
     refuse_unknown_fields_in_schema,
 )
-from .auth import Caller, caller_from_request
+from .auth import Caller
 from .browser_guard import browser_guard
 from .errors import EXCEPTION_HANDLERS
 from .health import healthz, readyz
@@ -103,11 +104,7 @@ def _lifespan(
         ):
             app.state.resources = resources
             app.state.quotas = quotas
-            logger.info(
-                "server ready",
-                model=settings.model,
-                auth="api keys" if settings.auth_enabled else "none (loopback only)",
-            )
+            logger.info("server ready", model=settings.model, auth=resources.sign_in.description)
             yield
 
     return lifespan
@@ -137,9 +134,10 @@ def _provide_quotas(request: Request[Any, Any, Any], resources: Resources) -> Ca
     return request.app.state.quotas
 
 
-def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
+async def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
     """The caller; a route with a budget has its own, which counts it (`server/budgets.py`)."""
-    return caller_from_request(request, request.app.state.resources.settings)
+    resources: Resources = request.app.state.resources
+    return await resources.sign_in.caller(request)
 
 
 async def _before_request(request: Request[Any, Any, Any]) -> None:
@@ -147,6 +145,13 @@ async def _before_request(request: Request[Any, Any, Any]) -> None:
     Litestar copies the route handler for every guard call, on every request."""
     await bind_request_id(request)
     refuse_nul_in_url(request.scope["path"], request.scope["query_string"])
+
+
+def _project_auth(settings: Settings, graphs: GraphRegistry | None) -> bool:
+    """Whether the project authenticates callers itself (its langgraph.json `auth`)."""
+    if graphs is not None:
+        return graphs.auth is not None
+    return project_has_auth(settings.config_path)
 
 
 def create_app(
@@ -178,7 +183,7 @@ def create_app(
         ],
         dependencies={
             "resources": Provide(_provide_resources, sync_to_thread=False),
-            "caller": Provide(_provide_caller, sync_to_thread=False),
+            "caller": Provide(_provide_caller),
             "quotas": Provide(_provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
@@ -187,7 +192,11 @@ def create_app(
         before_send=[add_security_headers, add_request_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding
         # refusals go first
-        middleware=[browser_guard(settings), prometheus.middleware, *_traced(tracer_provider)],
+        middleware=[
+            browser_guard(settings, project_auth=_project_auth(settings, graphs)),
+            prometheus.middleware,
+            *_traced(tracer_provider),
+        ],
         request_max_body_size=settings.max_body_bytes,
         cors_config=_cors(settings),
         openapi_config=OpenAPIConfig(

@@ -1,7 +1,10 @@
 """Who is calling: API keys (`RUNSTREAM_API_KEYS`) map to owners; stream URLs carry tokens.
 
-With no keys configured every caller is the owner `local`, and the CLI refuses to listen
-beyond loopback. Stream tokens exist because `EventSource` cannot send headers: a token names
+A deployment authenticates its callers one way (`SignIn`): with API keys (this module), with
+JWTs (`server/jwt_auth.py`), or with its LangGraph project's own `Auth`
+(`server/project_auth.py`), which also decides what each caller may do (`Caller.authorize`).
+With none of them every caller is the owner `local`, and the CLI refuses to listen beyond
+loopback. Stream tokens exist because `EventSource` cannot send headers: a token names
 one run and one owner, expires, and is checked again on every reconnect.
 """
 
@@ -13,12 +16,23 @@ import hmac
 import re
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from litestar import Request
 
+from runner.auth_user import AuthUser
 from stream_store.settings import Settings
 
-__all__ = ["LOCAL_OWNER", "Caller", "StreamTokens", "Unauthorized", "caller_from_request"]
+__all__ = [
+    "LOCAL_OWNER",
+    "ApiKeys",
+    "Caller",
+    "ResourceRules",
+    "SignIn",
+    "StreamTokens",
+    "Unauthorized",
+    "caller_from_request",
+]
 
 LOCAL_OWNER = "local"
 
@@ -27,9 +41,56 @@ class Unauthorized(Exception):
     """No valid credentials (401)."""
 
 
+class ResourceRules(Protocol):
+    """What a caller may do to a resource (a project's `@auth.on` handlers)."""
+
+    async def authorize(
+        self, caller: Caller, resource: str, action: str, value: dict[str, Any]
+    ) -> dict[str, Any] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
+    """Whose data a request reaches (`owner`), and with a project's auth who signed in and
+    the rules that narrow it further."""
+
     owner: str
+    user: AuthUser | None = None
+    rules: ResourceRules | None = None
+
+    async def authorize(
+        self, resource: str, action: str, value: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The project's verdict on `action` on `resource`: None (allowed), or a metadata filter
+        the resource must match (stream_store/metadata_filters.py). `value` is what the
+        handler sees, and may change (metadata stamped on a create, a store namespace).
+
+        Raises:
+            ApiError: a handler refused (403, or the status it raised).
+        """
+        if self.rules is None:
+            return None
+        return await self.rules.authorize(self, resource, action, value)
+
+
+class SignIn(Protocol):
+    """How a deployment authenticates a request: one of API keys, JWTs, a project's Auth."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def caller(self, request: Request[Any, Any, Any]) -> Caller: ...
+
+
+class ApiKeys:
+    """`RUNSTREAM_API_KEYS` (or nobody: owner `local`, on loopback only)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.description = "api keys" if settings.api_keys else "none (loopback only)"
+
+    async def caller(self, request: Request[Any, Any, Any]) -> Caller:
+        return caller_from_request(request, self.settings)
 
 
 def _presented_key(request: Request) -> str | None:
@@ -45,7 +106,7 @@ def caller_from_request(request: Request, settings: Settings) -> Caller:
     Raises:
         Unauthorized: keys are configured and none (or an unknown one) was presented.
     """
-    if not settings.auth_enabled:
+    if not settings.api_keys:
         return Caller(owner=LOCAL_OWNER)
     key = _presented_key(request)
     if key:
@@ -78,8 +139,8 @@ class StreamTokens:
     (docs/security.md). Every server with the same keys agrees.
     """
 
-    def __init__(self, settings: Settings) -> None:
-        keys = settings.stream_token_keys()
+    def __init__(self, settings: Settings, *, project_auth: bool = False) -> None:
+        keys = settings.stream_token_keys(project_auth=project_auth)
         self._keys = {kid: hashlib.sha256(secret.encode()).digest() for kid, secret in keys}
         self._signing_kid = keys[0][0]
         self.ttl_s = settings.stream_token_ttl_s

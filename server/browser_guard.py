@@ -94,13 +94,15 @@ class BrowserGuard:
     cors_origins: frozenset[str] = frozenset()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> BrowserGuard:
+    def from_settings(cls, settings: Settings, *, project_auth: bool = False) -> BrowserGuard:
+        """`project_auth`: the project authenticates callers (its langgraph.json `auth`), as
+        API keys or JWTs do: no host check then."""
         names = {"localhost", *settings.allowed_hosts}
         if settings.host not in _UNSPECIFIED:
             names.add(settings.host)
         return cls(
             allowed_names=frozenset(_normal_host(name) for name in names),
-            check_host=not settings.auth_enabled,
+            check_host=not (settings.auth_enabled or project_auth),
             cors_origins=frozenset(settings.cors_origins),
         )
 
@@ -170,9 +172,11 @@ def _is_json(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
-def browser_guard(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
+def browser_guard(
+    settings: Settings, *, project_auth: bool = False
+) -> Callable[[ASGIApp], ASGIApp]:
     """The Litestar middleware that runs `BrowserGuard.check` before every HTTP route."""
-    guard = BrowserGuard.from_settings(settings)
+    guard = BrowserGuard.from_settings(settings, project_auth=project_auth)
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:

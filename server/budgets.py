@@ -25,7 +25,7 @@ from litestar.di import Provide
 from stream_store.errors import QueryTimeout
 from stream_store.quotas import Budget, CallerQuotas
 
-from .auth import Caller, caller_from_request
+from .auth import Caller
 
 __all__ = ["QUERY", "WRITE"]
 
@@ -36,7 +36,7 @@ def _counted_caller(
     async def counted_caller(
         request: Request[Any, Any, Any], quotas: CallerQuotas
     ) -> AsyncIterator[Caller]:
-        caller = caller_from_request(request, request.app.state.resources.settings)
+        caller = await request.app.state.resources.sign_in.caller(request)
         count = await quotas.take(caller.owner, budget)
         try:
             yield caller

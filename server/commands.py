@@ -67,16 +67,33 @@ def _load_graphs(settings: Settings) -> GraphRegistry:
     return GraphRegistry.from_settings(settings)
 
 
+def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
+    """Load the deployment's sign-in once before listening, so that a project's `Auth` that
+    cannot be served is refused with one line (`SettingsError`)."""
+    from .sign_in import sign_in_for
+
+    sign_in_for(settings, graphs)
+
+
 def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     """The HTTP server; with `processes` > 1, that many server processes on one port."""
-    if not settings.auth_enabled:
+    from runner.project import project_has_auth
+
+    project_auth = project_has_auth(settings.config_path)
+    if not (settings.auth_enabled or project_auth):
         if not _is_loopback(host):
-            logger.error("refusing to listen beyond loopback without RUNSTREAM_API_KEYS", host=host)
+            logger.error(
+                "refusing to listen beyond loopback without authentication (RUNSTREAM_API_KEYS,"
+                " RUNSTREAM_JWT_SECRET or RUNSTREAM_JWT_JWKS_URL, or auth in langgraph.json)",
+                host=host,
+            )
             return 2
         logger.warning("no RUNSTREAM_API_KEYS: no authentication, serving loopback only")
-    settings.stream_token_keys()  # with API keys, a signing key is required
+    # with any sign-in, a signing key is required
+    settings.stream_token_keys(project_auth=project_auth)
     settings.require_services()
     graphs = _load_graphs(settings)  # a bad project refused before anything starts
+    _check_sign_in(settings, graphs)
     _announce_model(settings)
     logger.info(
         "listening",
@@ -234,14 +251,14 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from dataclasses import replace
     from pathlib import Path
 
+    from runner.project import project_has_auth
+
     from .embedded import EmbeddedServices
     from .up_record import UpRecord, remove_up_record, write_up_record
 
-    settings.stream_token_keys()  # refuse before starting anything, as `serve` would
-    if settings.config_path is not None:  # its file read (its graphs import in the children)
-        from runner.project import load_project
-
-        load_project(settings.config_path)
+    # refuse before starting anything, as `serve` would; the project's file read (its graphs
+    # import in the children)
+    settings.stream_token_keys(project_auth=project_has_auth(settings.config_path))
     # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also when
     # started in the background, where SIGINT is ignored)
     signal.signal(signal.SIGTERM, _interrupt)

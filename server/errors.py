@@ -15,6 +15,7 @@ log, with the `request_id` the body and the `X-Request-ID` header carry (`reques
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -53,11 +54,18 @@ logger = structlog.get_logger()
 class ApiError(Exception):
     """A request the server refuses before touching any state."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})  # a project's auth handler may give some
 
 
 _STORE_STATUS: list[tuple[type[StoreError], int]] = [
@@ -105,7 +113,9 @@ def _server_error(request: Request[Any, Any, Any], status: int) -> Response[Any]
 
 
 def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
-    return error_response(request, exc.status, exc.code, exc.message)
+    response = error_response(request, exc.status, exc.code, exc.message)
+    response.headers.update(exc.headers)
+    return response
 
 
 def _store_error(request: Request[Any, Any, Any], exc: StoreError) -> Response[Any]:

@@ -20,9 +20,10 @@ from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 
-from .auth import StreamTokens
+from .auth import SignIn, StreamTokens
 from .fanout import StreamFollower
 from .run_reads import RunReads
+from .sign_in import sign_in_for
 from .thread_watch import ThreadWatch
 
 __all__ = ["Resources", "open_resources"]
@@ -33,6 +34,7 @@ class Resources(Services):
     follower: StreamFollower  # the process's one reader of live streams
     graphs: GraphRegistry
     tokens: StreamTokens
+    sign_in: SignIn  # how a request's caller is known (server/sign_in.py)
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched
@@ -60,9 +62,10 @@ async def open_resources(
 ) -> AsyncIterator[Resources]:
     """Open the services, the stream reader and the thread watcher; close them in reverse
     order. `graphs` None: the graphs are loaded from `settings` here."""
-    tokens = StreamTokens(settings)
     if graphs is None:
         graphs = GraphRegistry.from_settings(settings)
+    sign_in = sign_in_for(settings, graphs)
+    tokens = StreamTokens(settings, project_auth=graphs.auth is not None)
     async with (
         open_services(settings, tracer=tracer) as services,
         open_caller_queries(settings) as queries,
@@ -92,6 +95,7 @@ async def open_resources(
                 follower=follower,
                 graphs=graphs,
                 tokens=tokens,
+                sign_in=sign_in,
                 metrics=metrics,
                 deployment=deployment,
                 run_reads=RunReads(services.run_records),

@@ -19,8 +19,9 @@ from stream_store.schemas import ResumeRequest, RunCreate, RunOut
 from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
 from . import inputs
+from .access import prepare_run
 from .attach import Attachment, check_resume_point
-from .auth import Caller, caller_from_request
+from .auth import Caller
 from .budgets import WRITE
 from .errors import ApiError
 from .event_stream import EventStream
@@ -113,6 +114,8 @@ async def submit_run(
         title=first_user[:TITLE_CHARS] if first_user else None,
         max_active_runs=resources.settings.max_active_runs,
     )
+    # a project's `threads.create_run` handler is asked here too (server/access.py)
+    await prepare_run(resources, caller, new, {"multitask_strategy": body.multitask})
     created = await record_run(resources, quotas, new)
     return Response(run_out(resources, created.run), status_code=202 if created.created else 200)
 
@@ -191,7 +194,7 @@ class RunsController(Controller):
         if token:
             caller = resources.tokens.verify(token, run_id)
         else:
-            caller = caller_from_request(request, resources.settings)
+            caller = await resources.sign_in.caller(request)
         run = await owned_run(resources, run_id, caller)
         record = await resources.events.live_record(run.run_id)
         first_id = check_resume_point(run, record, after)

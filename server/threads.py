@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import structlog
 from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
 
-from stream_store.errors import NotFound
 from stream_store.messages import thread_messages, to_wire_message
+from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
 from stream_store.schemas import (
     RunCreate,
@@ -25,6 +25,7 @@ from stream_store.thread_records import ThreadRecord
 from stream_store.threads import delete_thread
 
 from . import inputs
+from .access import thread_not_found
 from .auth import Caller
 from .budgets import WRITE
 from .resources import Resources
@@ -47,15 +48,23 @@ def thread_out(thread: ThreadRecord) -> ThreadOut:
 
 
 async def owned_thread(
-    resources: Resources, thread_id: str, caller: Caller, *, langgraph: bool = False
+    resources: Resources,
+    thread_id: str,
+    caller: Caller,
+    *,
+    langgraph: bool = False,
+    action: str = "read",
+    value: dict[str, Any] | None = None,
 ) -> ThreadRecord:
     """The caller's thread (404 for an unknown id or another owner's), bound to the log context;
-    `langgraph`: with its LangGraph status, for a route that shows it."""
-    thread = await resources.thread_records.get_thread(
-        inputs.object_id(thread_id, "thread"), caller.owner, langgraph=langgraph
-    )
-    if thread is None:
-        raise NotFound(f"thread {thread_id} not found")
+    `langgraph`: with its LangGraph status, for a route that shows it. With a project's auth,
+    its `threads` handler is asked about `action` first (`value`: what else it is shown), and
+    a thread its filter leaves out is not found either (server/access.py)."""
+    thread_id = inputs.object_id(thread_id, "thread")
+    filters = await caller.authorize("threads", action, {"thread_id": thread_id, **(value or {})})
+    thread = await resources.thread_records.get_thread(thread_id, caller.owner, langgraph=langgraph)
+    if thread is None or not matches(thread.metadata, filters):
+        raise thread_not_found(thread_id)  # a thread filtered out is answered as a missing one
     structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
     return thread
 
@@ -72,7 +81,9 @@ class ThreadsController(Controller):
         caller: Caller,
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> ThreadOut:
-        metadata = data.metadata if data else {}
+        value: dict[str, Any] = {"thread_id": None, "metadata": dict(data.metadata if data else {})}
+        await caller.authorize("threads", "create", value)  # a project's handler may stamp it
+        metadata = value.get("metadata") or {}
         inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)  # the same budget as runs
         thread = await resources.thread_records.create_thread(caller.owner, metadata)

@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from .connections import ConnectionSource
 from .errors import Conflict, postgres_errors
+from .metadata_filters import sql_condition
 from .owner_caps import make_room
 from .pg import fetch_all
 from .thread_records import DeletedThreads, delete_langgraph_threads
@@ -378,11 +379,14 @@ class AssistantRecords:
         graph: str | None,
         name: str | None,
         metadata: dict[str, Any],
+        auth_filters: dict[str, Any] | None = None,
     ) -> tuple[sql.Composable, list[Any]]:
-        """The owner's assistants and `shared` that match, as one relation."""
+        """The owner's assistants and `shared` that match (an auth handler's filter too,
+        stream_store/metadata_filters.py), as one relation."""
         query = f"SELECT {_COLUMNS} FROM runstream_assistants WHERE owner = %s UNION ALL {_SHARED}"
-        where = "metadata @> %s"
-        params: list[Any] = [owner, _shared_rows(shared), Jsonb(metadata)]
+        condition, condition_params = sql_condition("metadata", auth_filters)
+        where = f"metadata @> %s AND {condition}"
+        params: list[Any] = [owner, _shared_rows(shared), Jsonb(metadata), *condition_params]
         if graph is not None:
             where += " AND graph = %s"
             params.append(graph)
@@ -403,10 +407,13 @@ class AssistantRecords:
         offset: int,
         sort_by: str = "created_at",
         descending: bool = True,
+        auth_filters: dict[str, Any] | None = None,
     ) -> list[AssistantRecord]:
         """The owner's assistants and `shared` that match (`name`: a part of the name, in any
         case), ordered by `sort_by` (an `ASSISTANT_SORT_COLUMNS` key)."""
-        matching, params = self._matching(owner, shared, graph=graph, name=name, metadata=metadata)
+        matching, params = self._matching(
+            owner, shared, graph=graph, name=name, metadata=metadata, auth_filters=auth_filters
+        )
         order = "DESC" if descending else "ASC"
         column = ASSISTANT_SORT_COLUMNS[sort_by]
         query = sql.SQL("SELECT * FROM {} a ORDER BY {} {}, assistant_id {} LIMIT %s OFFSET %s")
@@ -426,8 +433,11 @@ class AssistantRecords:
         graph: str | None,
         name: str | None,
         metadata: dict[str, Any],
+        auth_filters: dict[str, Any] | None = None,
     ) -> int:
-        matching, params = self._matching(owner, shared, graph=graph, name=name, metadata=metadata)
+        matching, params = self._matching(
+            owner, shared, graph=graph, name=name, metadata=metadata, auth_filters=auth_filters
+        )
         async with postgres_errors(), self.pool.connection() as conn:
             cur = await conn.execute(
                 sql.SQL("SELECT count(*) AS n FROM {} a").format(matching), params

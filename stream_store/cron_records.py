@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 
 from .connections import ConnectionSource
 from .errors import NotFound, postgres_errors
+from .metadata_filters import sql_condition
 from .owner_caps import make_room
 from .pg import execute, fetch_all
 
@@ -229,10 +230,13 @@ class CronRecords:
         thread_id: str | None,
         enabled: bool | None,
         metadata: dict[str, Any],
+        auth_filters: dict[str, Any] | None = None,
     ) -> tuple[str, list[Any]]:
-        """`graph`: crons of the graph's own assistant; `assistant_id`: of a created one."""
-        query = "FROM runstream_crons WHERE owner = %s AND metadata @> %s"
-        params: list[Any] = [owner, Jsonb(metadata)]
+        """`graph`: crons of the graph's own assistant; `assistant_id`: of a created one;
+        `auth_filters`: an auth handler's (stream_store/metadata_filters.py)."""
+        condition, condition_params = sql_condition("metadata", auth_filters)
+        query = f"FROM runstream_crons WHERE owner = %s AND metadata @> %s AND {condition}"
+        params: list[Any] = [owner, Jsonb(metadata), *condition_params]
         if graph is not None:
             query += " AND assistant_id IS NULL"
         filters = (
@@ -260,6 +264,7 @@ class CronRecords:
         offset: int,
         sort_by: str = "created_at",
         descending: bool = True,
+        auth_filters: dict[str, Any] | None = None,
     ) -> list[CronRecord]:
         """The owner's crons that match, ordered by `sort_by` (a `CRON_SORT_COLUMNS` key)."""
         where, params = self._filter(
@@ -269,6 +274,7 @@ class CronRecords:
             thread_id=thread_id,
             enabled=enabled,
             metadata=metadata,
+            auth_filters=auth_filters,
         )
         order = "DESC" if descending else "ASC"
         column = CRON_SORT_COLUMNS[sort_by]
@@ -288,6 +294,7 @@ class CronRecords:
         thread_id: str | None,
         metadata: dict[str, Any],
         assistant_id: str | None = None,
+        auth_filters: dict[str, Any] | None = None,
     ) -> int:
         where, params = self._filter(
             owner,
@@ -296,6 +303,7 @@ class CronRecords:
             thread_id=thread_id,
             enabled=None,
             metadata=metadata,
+            auth_filters=auth_filters,
         )
         found = await fetch_all(self.pool, f"SELECT count(*) AS n {where}", params)
         return int(found[0]["n"])

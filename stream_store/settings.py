@@ -144,6 +144,12 @@ class Settings:
     # Web origins whose pages may call the API from the browser (CORS); none by default.
     cors_origins: tuple[str, ...] = ()
     api_keys: dict[str, str] = field(default_factory=dict)
+    # Sign-in with JWTs instead of API keys (server/jwt_auth.py): an HS256 secret, or the JWKS
+    # of an identity provider (RS256/ES256); the token's `sub` is the owner.
+    jwt_secret: str = ""
+    jwt_jwks_url: str | None = None
+    jwt_issuer: str | None = None  # required in every token when set
+    jwt_audience: str | None = None  # required in every token when set
     signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
     signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
     graphs: dict[str, str] = field(default_factory=dict)
@@ -240,11 +246,16 @@ class Settings:
                 "set RUNSTREAM_SIGNING_KEY (one key) or RUNSTREAM_SIGNING_KEYS (a list), not both"
             )
 
+        jwt_secret = env.get("RUNSTREAM_JWT_SECRET") or ""
+        jwt_jwks_url = env.get("RUNSTREAM_JWT_JWKS_URL") or None
+        _check_jwt(env, api_keys, jwt_secret, jwt_jwks_url)
+        authenticated = bool(api_keys or jwt_secret or jwt_jwks_url)
+
         def per_caller(name: str, default: int) -> int:
-            """A limit that shares the service between callers: with no API keys there is one
-            caller (`local`, on loopback only), whom it would only get in the way of, so it is
-            off unless set (docs/security.md, "Per-caller limits")."""
-            return _int(env, name, default if api_keys else 0)
+            """A limit that shares the service between callers: with no API keys or JWTs there
+            is one caller (`local`, on loopback only), whom it would only get in the way of, so
+            it is off unless set (docs/security.md, "Per-caller limits")."""
+            return _int(env, name, default if authenticated else 0)
 
         return cls(
             redis_url=env.get("RUNSTREAM_REDIS_URL") or None,
@@ -259,6 +270,10 @@ class Settings:
             allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
             cors_origins=_origins(env, "RUNSTREAM_CORS_ORIGINS"),
             api_keys=api_keys,
+            jwt_secret=jwt_secret,
+            jwt_jwks_url=jwt_jwks_url,
+            jwt_issuer=env.get("RUNSTREAM_JWT_ISSUER") or None,
+            jwt_audience=env.get("RUNSTREAM_JWT_AUDIENCE") or None,
             signing_key=signing_key,
             signing_keys=signing_keys,
             graphs=_pairs(env, "RUNSTREAM_GRAPHS", "="),
@@ -371,23 +386,29 @@ class Settings:
         assert self.redis_url and self.database_url
         return self.redis_url, self.database_url
 
-    def stream_token_keys(self) -> tuple[tuple[str, str], ...]:
+    def stream_token_keys(self, *, project_auth: bool = False) -> tuple[tuple[str, str], ...]:
         """The (key id, secret) pairs of stream tokens, the one that signs first.
 
-        `RUNSTREAM_SIGNING_KEY=s` is the list `default:s`. Without API keys, and without a
-        signing key, a fixed key (see `_NO_AUTH_KEY`).
+        `RUNSTREAM_SIGNING_KEY=s` is the list `default:s`. Without any sign-in (API keys, JWTs,
+        or `project_auth`: the project's langgraph.json has `auth`), and without a signing key,
+        a fixed key (see `_NO_AUTH_KEY`).
 
         Raises:
-            SettingsError: API keys are configured but no signing key: a server that
+            SettingsError: callers are authenticated but there is no signing key: a server that
                 authenticates callers must not sign their stream URLs with a guessable key.
         """
         if self.signing_keys:
             return self.signing_keys
         if self.signing_key:
             return ((SINGLE_KEY_ID, self.signing_key),)
-        if self.auth_enabled:
+        if self.auth_enabled or project_auth:
+            how = (
+                "the project's auth (auth.path) is"
+                if project_auth and not self.auth_enabled
+                else f"{self.sign_in_setting} is"
+            )
             raise SettingsError(
-                "RUNSTREAM_API_KEYS is set but RUNSTREAM_SIGNING_KEY is not: set it to a long "
+                f"{how} set but RUNSTREAM_SIGNING_KEY is not: set it to a long "
                 "random secret (e.g. `openssl rand -hex 32`), the same on every server "
                 "(or RUNSTREAM_SIGNING_KEYS=key_id:secret,... to rotate keys)"
             )
@@ -395,4 +416,42 @@ class Settings:
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_keys)
+        """Whether the settings authenticate callers (API keys or JWTs; a project's own auth
+        is the project's, `runner.project`)."""
+        return bool(self.api_keys or self.jwt_secret or self.jwt_jwks_url)
+
+    @property
+    def sign_in_setting(self) -> str:
+        """The setting that authenticates callers, as messages name it."""
+        if self.jwt_secret:
+            return "RUNSTREAM_JWT_SECRET"
+        if self.jwt_jwks_url:
+            return "RUNSTREAM_JWT_JWKS_URL"
+        return "RUNSTREAM_API_KEYS"
+
+
+def _check_jwt(
+    env: Mapping[str, str], api_keys: dict[str, str], secret: str, jwks_url: str | None
+) -> None:
+    """One way to sign in: API keys or JWTs (an HS256 secret or a JWKS URL), not two, so that
+    which credential names the owner is never a guess; an issuer or audience needs a JWT mode."""
+    if secret and jwks_url:
+        raise SettingsError("set RUNSTREAM_JWT_SECRET (HS256) or RUNSTREAM_JWT_JWKS_URL, not both")
+    if (secret or jwks_url) and api_keys:
+        raise SettingsError(
+            "set RUNSTREAM_API_KEYS or a JWT sign-in (RUNSTREAM_JWT_SECRET,"
+            " RUNSTREAM_JWT_JWKS_URL), not both: a deployment authenticates its callers one way"
+        )
+    if secret and len(secret) < 32:
+        raise SettingsError(
+            "RUNSTREAM_JWT_SECRET must be at least 32 characters (HS256 needs a 256-bit key)"
+        )
+    if jwks_url:
+        parts = urlsplit(jwks_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError(f"RUNSTREAM_JWT_JWKS_URL must be an http(s) URL, got {jwks_url!r}")
+    for name in ("RUNSTREAM_JWT_ISSUER", "RUNSTREAM_JWT_AUDIENCE"):
+        if env.get(name) and not (secret or jwks_url):
+            raise SettingsError(
+                f"{name} is set but neither RUNSTREAM_JWT_SECRET nor RUNSTREAM_JWT_JWKS_URL is"
+            )

@@ -24,6 +24,7 @@ from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from .connections import ConnectionSource
 from .errors import Conflict, NotFound, postgres_errors
 from .events import ACTIVE_STATUSES
+from .metadata_filters import sql_condition
 from .pg import fetch_all
 
 __all__ = [
@@ -219,15 +220,22 @@ class ThreadRecords:
         return await self._threads(query, params)
 
     def _thread_filter(
-        self, owner: str, metadata: dict[str, Any], status: str | None, ids: list[str] | None
+        self,
+        owner: str,
+        metadata: dict[str, Any],
+        status: str | None,
+        ids: list[str] | None,
+        auth_filters: dict[str, Any] | None = None,
     ) -> tuple[str, list[Any]]:
         """The owner's threads whose metadata contains `metadata` (and LangGraph's status,
-        ids), as a subquery `found`, with their LangGraph status."""
+        ids, and an auth handler's filter, stream_store/metadata_filters.py), as a subquery
+        `found`, with their LangGraph status."""
+        condition, condition_params = sql_condition("t.metadata", auth_filters)
         query = (
             f"SELECT * FROM (SELECT {_LANGGRAPH_THREAD_COLUMNS} FROM runstream_threads t"
-            " WHERE t.owner = %s AND t.metadata @> %s"
+            f" WHERE t.owner = %s AND t.metadata @> %s AND {condition}"
         )
-        params: list[Any] = [owner, Jsonb(metadata)]
+        params: list[Any] = [owner, Jsonb(metadata), *condition_params]
         if ids is not None:
             query += " AND t.thread_id::text = ANY(%s)"
             params.append(ids)
@@ -246,16 +254,22 @@ class ThreadRecords:
         limit: int,
         offset: int,
         ids: list[str] | None = None,
+        auth_filters: dict[str, Any] | None = None,
     ) -> list[ThreadRecord]:
         """The owner's threads that match (see `_thread_filter`), newest first."""
-        query, params = self._thread_filter(owner, metadata, status, ids)
+        query, params = self._thread_filter(owner, metadata, status, ids, auth_filters)
         query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
         return await self._threads(query, [*params, limit, offset])
 
     async def count_threads(
-        self, owner: str, *, metadata: dict[str, Any], status: str | None
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any],
+        status: str | None,
+        auth_filters: dict[str, Any] | None = None,
     ) -> int:
-        query, params = self._thread_filter(owner, metadata, status, None)
+        query, params = self._thread_filter(owner, metadata, status, None, auth_filters)
         rows = await fetch_all(self.pool, f"SELECT count(*) AS n FROM ({query}) counted", params)
         return int(rows[0]["n"])
 

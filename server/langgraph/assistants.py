@@ -33,10 +33,12 @@ from stream_store.limits import (
     ASSISTANT_DESCRIPTION_MAX_CHARS,
     ASSISTANT_NAME_MAX_CHARS,
 )
+from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
 from stream_store.threads import delete_assistant
 
 from .. import inputs
+from ..access import allowed_assistant
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -81,10 +83,16 @@ def _read_only(assistant: AssistantRecord) -> Conflict:
     )
 
 
-async def _own(resources: Resources, caller: Caller, assistant_id: str) -> AssistantRecord:
+async def _own(
+    resources: Resources,
+    caller: Caller,
+    assistant_id: str,
+    action: str,
+    value: dict[str, Any] | None = None,
+) -> AssistantRecord:
     """The caller's created assistant `assistant_id` names (404 as for any unknown one; 409
-    for a graph's own)."""
-    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    for a graph's own), as the project's handler allows `action` on it."""
+    assistant = await allowed_assistant(resources, caller, assistant_id, action, value)
     if assistant.owner is None:
         raise _read_only(assistant)
     return assistant
@@ -219,7 +227,17 @@ class AssistantsController(Controller):
         graph = _graph(resources, data.graph_id)
         config, context = _in_step(data.config or {}, data.context or {})
         _checked(resources, graph, config, context)
-        metadata = data.metadata or {}
+        value: dict[str, Any] = {
+            "assistant_id": assistant_id,
+            "graph_id": graph,
+            "config": config,
+            "context": context,
+            "metadata": dict(data.metadata or {}),
+            "if_exists": data.if_exists,
+            "name": data.name,
+        }
+        filters = await caller.authorize("assistants", "create", value)  # may stamp metadata
+        metadata = value.get("metadata") or {}
         inputs.metadata(metadata, resources.settings)
         _checked_text(data.name, data.description)
         existing: AssistantRecord | None = None
@@ -245,7 +263,11 @@ class AssistantsController(Controller):
                 return assistant_view(created)
             with contextlib.suppress(NotFound):  # made meanwhile: by this caller, or another
                 existing = await assistant_of(resources, caller.owner, assistant_id)
-        if existing is not None and data.if_exists == "do_nothing":
+        if (
+            existing is not None
+            and data.if_exists == "do_nothing"
+            and matches(existing.metadata, filters)
+        ):
             return assistant_view(existing)
         raise Conflict(f"Assistant {assistant_id} already exists", code="assistant_exists")
 
@@ -262,12 +284,23 @@ class AssistantsController(Controller):
         data: Annotated[AssistantSearch | None, Body()] = None,
     ) -> Response[list[dict[str, Any]]]:
         body = data or AssistantSearch()
+        filters = await caller.authorize(
+            "assistants",
+            "search",
+            {
+                "graph_id": body.graph_id,
+                "metadata": body.metadata or {},
+                "limit": body.limit,
+                "offset": body.offset,
+            },
+        )
         found = await resources.searched_assistants(caller.owner).search_assistants(
             caller.owner,
             _graph_assistants(resources),
             graph=body.graph_id,
             name=body.name,
             metadata=body.metadata or {},
+            auth_filters=filters,
             limit=body.limit + 1,  # one more tells whether there is a next page
             offset=body.offset,
             sort_by=body.sort_by or "created_at",
@@ -289,12 +322,16 @@ class AssistantsController(Controller):
         data: Annotated[AssistantCount | None, Body()] = None,
     ) -> int:
         body = data or AssistantCount()
+        filters = await caller.authorize(
+            "assistants", "search", {"graph_id": body.graph_id, "metadata": body.metadata or {}}
+        )
         return await resources.searched_assistants(caller.owner).count_assistants(
             caller.owner,
             _graph_assistants(resources),
             graph=body.graph_id,
             name=body.name,
             metadata=body.metadata or {},
+            auth_filters=filters,
         )
 
     @get("/{assistant_id:str}/graph", summary="The assistant's graph: nodes and edges")
@@ -306,7 +343,7 @@ class AssistantsController(Controller):
         xray: Annotated[str | None, Parameter(required=False)] = None,
     ) -> dict[str, Any]:
         depth = _xray_depth(xray)
-        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
         drawable = await graph.aget_graph(xray=depth)
@@ -314,7 +351,7 @@ class AssistantsController(Controller):
 
     @get("/{assistant_id:str}", summary="An assistant, by its id (or a graph's name)")
     async def read(self, assistant_id: str, resources: Resources, caller: Caller) -> Assistant:
-        return assistant_view(await assistant_of(resources, caller.owner, assistant_id))
+        return assistant_view(await allowed_assistant(resources, caller, assistant_id))
 
     @patch(
         "/{assistant_id:str}",
@@ -328,7 +365,16 @@ class AssistantsController(Controller):
         resources: Resources,
         caller: Caller,
     ) -> Assistant:
-        current = await _own(resources, caller, assistant_id)
+        value: dict[str, Any] = {
+            "graph_id": data.graph_id,
+            "config": data.config,
+            "context": data.context,
+            "metadata": dict(data.metadata) if data.metadata is not None else None,
+            "name": data.name,
+        }
+        current = await _own(resources, caller, assistant_id, "update", value)
+        if value.get("metadata") != data.metadata:  # stamped by the project's handler
+            data = msgspec.structs.replace(data, metadata=value["metadata"])
         _checked_text(data.name, data.description)
         _change(resources, data, current)  # checked before anything is locked
         updated = await resources.assistant_records.update_assistant(
@@ -356,7 +402,7 @@ class AssistantsController(Controller):
         ran on go too, with their runs and state, in the same transaction (409 with nothing
         changed while one of them has a queued or running run; an interrupted run is over, and
         goes with its thread)."""
-        assistant = await _own(resources, caller, assistant_id)
+        assistant = await _own(resources, caller, assistant_id, "delete")
         if not await delete_assistant(
             resources.assistant_records,
             resources.lifecycle,
@@ -390,7 +436,7 @@ class AssistantsController(Controller):
         data: Annotated[AssistantVersions | None, Body()] = None,
     ) -> list[AssistantVersion]:
         body = data or AssistantVersions()
-        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        assistant = await allowed_assistant(resources, caller, assistant_id)
         if assistant.owner is None:
             return _versions_of(assistant, body)
         found = await resources.assistant_records.versions(
@@ -413,7 +459,7 @@ class AssistantsController(Controller):
     async def set_latest(
         self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller
     ) -> Assistant:
-        assistant = await _own(resources, caller, assistant_id)
+        assistant = await _own(resources, caller, assistant_id, "update", {"version": data.version})
         updated, has_version = await resources.assistant_records.set_latest(
             assistant.assistant_id, caller.owner, data.version
         )
@@ -427,7 +473,7 @@ class AssistantsController(Controller):
     async def schemas(
         self, assistant_id: str, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
-        assistant = await assistant_of(resources, caller.owner, assistant_id)
+        assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
         return {"graph_id": name, **graph_schemas(graph)}

@@ -20,9 +20,11 @@ from litestar.params import Body
 from stream_store.assistant_records import AssistantRecord
 from stream_store.cron_records import CronRecord, NewCron
 from stream_store.errors import NotFound
+from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
 
 from .. import inputs
+from ..access import check_thread_access
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..resources import Resources
@@ -104,6 +106,17 @@ async def _create(
     timezone = checked_timezone(body.timezone)
     schedule = checked_schedule(body.schedule)
     payload = {"assistant_id": body.assistant_id, **_run_fields(body)}
+    if thread_id is not None:  # its runs go on the thread: the caller must reach it
+        await check_thread_access(resources, caller, thread_id, "read")
+    value: dict[str, Any] = {
+        "payload": payload,
+        "schedule": schedule,
+        "cron_id": None,
+        "thread_id": thread_id,
+        "end_time": body.end_time,
+        "metadata": dict(body.metadata or {}),
+    }
+    await caller.authorize("crons", "create", value)  # may stamp the cron's metadata
     assistant = await _checked_payload(resources, caller.owner, payload, thread_id)
     end_time = _utc(body.end_time)
     await quotas.take_submit(caller.owner)
@@ -116,7 +129,7 @@ async def _create(
             schedule=schedule,
             timezone=timezone,
             payload=payload,
-            metadata=body.metadata or {},
+            metadata=value.get("metadata") or {},
             on_run_completed=body.on_run_completed,
             enabled=body.enabled,
             end_time=end_time,
@@ -208,6 +221,13 @@ class CronsController(Controller):
         _refuse_webhook(data.webhook)
         checked_timezone(data.timezone)
         schedule = checked_schedule(data.schedule) if data.schedule is not None else None
+        await _allowed_cron(
+            resources,
+            caller,
+            cron_id,
+            "update",
+            {"payload": _run_fields(data) or None, "schedule": data.schedule},
+        )
         assistant = None
         if _run_fields(data):  # a PATCH cannot change the cron's assistant: read it first
             current = await resources.cron_records.get_cron(cron_id, caller.owner)
@@ -234,6 +254,7 @@ class CronsController(Controller):
     )
     async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
         cron_id = inputs.object_id(cron_id, "cron")
+        await _allowed_cron(resources, caller, cron_id, "delete")
         if not await resources.cron_records.delete_cron(cron_id, caller.owner):
             raise NotFound(f"cron {cron_id} not found")
 
@@ -245,6 +266,17 @@ class CronsController(Controller):
         data: Annotated[CronSearch | None, Body()] = None,
     ) -> list[dict[str, Any]]:
         body = data or CronSearch()
+        thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+        filters = await caller.authorize(
+            "crons",
+            "search",
+            {
+                "assistant_id": body.assistant_id,
+                "thread_id": thread_id,
+                "limit": body.limit,
+                "offset": body.offset,
+            },
+        )
         named = await _assistant_named(resources, caller.owner, body.assistant_id)
         if named is None:
             return []
@@ -252,9 +284,10 @@ class CronsController(Controller):
             caller.owner,
             graph=named[0],
             assistant_id=named[1],
-            thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
+            thread_id=thread_id,
             enabled=body.enabled,
             metadata=body.metadata or {},
+            auth_filters=filters,
             limit=body.limit,
             offset=body.offset,
             sort_by=body.sort_by or "created_at",
@@ -278,6 +311,10 @@ class CronsController(Controller):
         data: Annotated[CronCount | None, Body()] = None,
     ) -> int:
         body = data or CronCount()
+        thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+        filters = await caller.authorize(
+            "crons", "search", {"assistant_id": body.assistant_id, "thread_id": thread_id}
+        )
         named = await _assistant_named(resources, caller.owner, body.assistant_id)
         if named is None:
             return 0
@@ -285,9 +322,26 @@ class CronsController(Controller):
             caller.owner,
             graph=named[0],
             assistant_id=named[1],
-            thread_id=inputs.object_id(body.thread_id, "thread") if body.thread_id else None,
+            thread_id=thread_id,
             metadata=body.metadata or {},
+            auth_filters=filters,
         )
+
+
+async def _allowed_cron(
+    resources: Resources,
+    caller: Caller,
+    cron_id: str,
+    action: str,
+    value: dict[str, Any] | None = None,
+) -> None:
+    """The project's `crons` handler allows `action` on the cron; one its filter leaves out is
+    not found, as one that is not there (404)."""
+    filters = await caller.authorize("crons", action, {"cron_id": cron_id, **(value or {})})
+    if filters:
+        cron = await resources.cron_records.get_cron(cron_id, caller.owner)
+        if cron is None or not matches(cron.metadata, filters):
+            raise NotFound(f"cron {cron_id} not found")
 
 
 async def _assistant_named(

@@ -21,6 +21,7 @@ from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 
 from .. import inputs
+from ..access import check_thread_access
 from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
@@ -40,11 +41,14 @@ def _flag(value: str | None) -> bool:
 
 
 async def _owned_run(
-    resources: Resources, caller: Caller, thread_id: str, run_id: str
+    resources: Resources, caller: Caller, thread_id: str, run_id: str, action: str = "read"
 ) -> RunRecord:
-    """The caller's run, which LangGraph's paths name under its thread."""
+    """The caller's run, which LangGraph's paths name under its thread; with a project's auth,
+    as its `threads` handler allows `action` on that thread (server/access.py)."""
+    thread_id = inputs.object_id(thread_id, "thread")
+    await check_thread_access(resources, caller, thread_id, action, {"run_id": run_id})
     run = await owned_run(resources, run_id, caller)
-    if run.thread_id != inputs.object_id(thread_id, "thread"):
+    if run.thread_id != thread_id:
         raise NotFound(f"run {run_id} not found")
     return run
 
@@ -138,6 +142,7 @@ class RunsController(Controller):
         status: Annotated[str | None, Parameter(query="status", required=False)] = None,
     ) -> list[Run]:
         thread_id = inputs.object_id(thread_id, "thread")
+        await check_thread_access(resources, caller, thread_id, "read")
         if await resources.thread_records.get_thread(thread_id, caller.owner) is None:
             raise NotFound(f"thread {thread_id} not found")
         runs = [
@@ -204,7 +209,7 @@ class RunsController(Controller):
         wait: Annotated[str | None, Parameter(required=False)] = None,
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
-        run = await _owned_run(resources, caller, thread_id, run_id)
+        run = await _owned_run(resources, caller, thread_id, run_id, "update")
         if run.status.terminal or run.status == RunStatus.INTERRUPTED:
             # an engine run paused at interrupt() is, to LangGraph, a run that ended (`success`)
             status = run_status(run.status)
@@ -222,7 +227,7 @@ class RunsController(Controller):
     async def delete_run(
         self, thread_id: str, run_id: str, resources: Resources, caller: Caller
     ) -> None:
-        run = await _owned_run(resources, caller, thread_id, run_id)
+        run = await _owned_run(resources, caller, thread_id, run_id, "delete")
         if run.status == RunStatus.INTERRUPTED:
             # LangGraph's run ended at its interrupt (`success`); runstream's waits: end it
             with contextlib.suppress(Conflict):

@@ -1,5 +1,8 @@
 """LangGraph's store routes (`client.store.*`): put, get, delete and search items, list
-namespaces. Each caller sees only its own items (`stream_store.store.OwnerStore`).
+namespaces. Each caller sees only its own items (`stream_store.store.OwnerStore`). A
+project's `@auth.on.store` handlers see each request as LangGraph shows it (`namespace`, `key`,
+...) and may rewrite its namespace, which is checked again after them; a search's filter from
+them narrows the caller's own.
 
 A namespace is a list of labels; the SDKs refuse labels with `.` (the store joins labels with
 it), and so does the server, with the other labels the store cannot keep. Every refusal is a
@@ -139,7 +142,16 @@ class StoreController(Controller):
     @put("/items", status_code=204, summary="Store or replace an item", dependencies=WRITE)
     async def put_item(self, data: StorePut, resources: Resources, caller: Caller) -> None:
         namespace = _namespace(data.namespace, "namespace", required=True)
-        key = _key(data.key)
+        value: dict[str, Any] = {
+            "namespace": namespace,
+            "key": _key(data.key),
+            "value": data.value,
+            "index": data.index,
+            "ttl": data.ttl,
+        }
+        await caller.authorize("store", "put", value)
+        namespace = _namespace(list(value["namespace"]), "namespace", required=True)
+        key = _key(value["key"])
         size = len(msgspec.json.encode(data.value))
         async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
             await store.aput(namespace, key, data.value, index=data.index, ttl=data.ttl)
@@ -154,16 +166,23 @@ class StoreController(Controller):
         refresh_ttl: Annotated[bool | None, Parameter(required=False)] = None,
     ) -> Response[dict[str, Any] | None]:
         labels = _namespace(namespace.split(".") if namespace else [], "namespace")
+        value: dict[str, Any] = {"namespace": labels, "key": _key(key)}
+        await caller.authorize("store", "get", value)
+        labels = _namespace(list(value["namespace"]), "namespace")
         async with _owner_store(resources, caller) as store:
-            item = await store.aget(labels, _key(key), refresh_ttl=refresh_ttl)
+            item = await store.aget(labels, _key(value["key"]), refresh_ttl=refresh_ttl)
         return Response(item.dict() if item is not None else None)
 
     @delete("/items", status_code=204, summary="Delete an item", dependencies=WRITE)
     async def delete_item(self, data: StoreDelete, resources: Resources, caller: Caller) -> None:
-        namespace = _namespace(data.namespace, "namespace")
-        key = _key(data.key)
+        value: dict[str, Any] = {
+            "namespace": _namespace(data.namespace, "namespace"),
+            "key": _key(data.key),
+        }
+        await caller.authorize("store", "delete", value)
+        namespace = _namespace(list(value["namespace"]), "namespace")
         async with _owner_store(resources, caller) as store:
-            await store.adelete(namespace, key)
+            await store.adelete(namespace, _key(value["key"]))
 
     @post(
         "/items/search",
@@ -174,8 +193,18 @@ class StoreController(Controller):
     async def search_items(
         self, data: StoreSearch, resources: Resources, caller: Caller
     ) -> dict[str, list[dict[str, Any]]]:
-        prefix = _namespace(data.namespace_prefix, "namespace_prefix")
-        conditions = _filter(data.filter)
+        value: dict[str, Any] = {
+            "namespace": _namespace(data.namespace_prefix, "namespace_prefix"),
+            "filter": _filter(data.filter),
+            "limit": data.limit,
+            "offset": data.offset,
+            "query": None,
+            "refresh_ttl": data.refresh_ttl,
+        }
+        narrowed = await caller.authorize("store", "search", value)
+        prefix = _namespace(list(value["namespace"]), "namespace_prefix")
+        # the handler's filter over the caller's: on a field both name, the handler's holds
+        conditions = _filter({**(value["filter"] or {}), **(narrowed or {})})
         async with _owner_store(resources, caller) as store:
             items = await store.asearch(
                 prefix,
@@ -190,8 +219,16 @@ class StoreController(Controller):
     async def list_namespaces(
         self, data: StoreListNamespaces, resources: Resources, caller: Caller
     ) -> dict[str, list[list[str]]]:
-        prefix = _namespace(data.prefix, "prefix") if data.prefix else None
-        suffix = _namespace(data.suffix, "suffix") if data.suffix else None
+        value: dict[str, Any] = {
+            "namespace": _namespace(data.prefix, "prefix") if data.prefix else None,
+            "suffix": _namespace(data.suffix, "suffix") if data.suffix else None,
+            "max_depth": data.max_depth,
+            "limit": data.limit,
+            "offset": data.offset,
+        }
+        await caller.authorize("store", "list_namespaces", value)
+        prefix = _namespace(list(value["namespace"]), "prefix") if value["namespace"] else None
+        suffix = _namespace(list(value["suffix"]), "suffix") if value["suffix"] else None
         async with _owner_store(resources, caller) as store:
             namespaces = await store.alist_namespaces(
                 prefix=prefix,

@@ -21,6 +21,7 @@ from stream_store.run_records import RunRecord
 from stream_store.run_submit import TITLE_CHARS, Created, NewRun
 
 from .. import inputs
+from ..access import prepare_run, run_assistant
 from ..auth import Caller
 from ..errors import ApiError
 from ..resources import Resources
@@ -194,6 +195,16 @@ async def _new_run(
     )
 
 
+def _create_run_value(body: RunCreate, assistant: AssistantRecord) -> dict[str, Any]:
+    """What LangGraph shows a `threads.create_run` handler of the request (`RunsCreate`)."""
+    return {
+        "assistant_id": assistant.assistant_id,
+        "multitask_strategy": body.multitask_strategy,
+        "if_not_exists": body.if_not_exists,
+        "kwargs": {"input": body.input, "config": body.config or {}, "context": body.context},
+    }
+
+
 async def _check_fork_point(resources: Resources, caller: Caller, new: NewRun) -> None:
     """The run's checkpoint is one of its thread's (404 otherwise, recording nothing). A resume
     answers the interrupt the thread waits at, at its latest checkpoint: it takes that one
@@ -232,8 +243,9 @@ async def submit(
     LangGraph's messages for a busy thread and a missing one."""
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
-    assistant = await assistant_of(resources, caller.owner, body.assistant_id)
+    assistant = await run_assistant(resources, caller, body.assistant_id)
     new = await _new_run(resources, caller, body, thread_id, assistant)
+    await prepare_run(resources, caller, new, _create_run_value(body, assistant))
     await _check_fork_point(resources, caller, new)
     try:
         created = await record_run(resources, quotas, new, dialect="langgraph")
@@ -259,16 +271,12 @@ async def submit_batch(
     the error names them."""
     if not 1 <= len(bodies) <= BATCH_MAX_RUNS:
         raise unprocessable(f"a batch holds 1 to {BATCH_MAX_RUNS} runs, not {len(bodies)}")
-    news = [
-        await _new_run(
-            resources,
-            caller,
-            body,
-            None,
-            await assistant_of(resources, caller.owner, body.assistant_id),
-        )
-        for body in bodies
-    ]
+    news: list[NewRun] = []
+    for body in bodies:
+        assistant = await run_assistant(resources, caller, body.assistant_id)
+        new = await _new_run(resources, caller, body, None, assistant)
+        await prepare_run(resources, caller, new, _create_run_value(body, assistant))
+        news.append(new)
     runs: list[RunRecord] = []
     for new in news:
         try:

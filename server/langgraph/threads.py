@@ -10,6 +10,7 @@ from litestar.params import Body, Parameter
 from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
+from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
 from stream_store.threads import delete_langgraph_threads
 
@@ -71,9 +72,16 @@ class ThreadsController(Controller):
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> Thread:
         body = data or ThreadCreate()
-        metadata = body.metadata or {}
-        inputs.metadata(metadata, resources.settings)
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+        # the project's handler may stamp metadata on the thread (LangGraph's `value["metadata"]`)
+        value: dict[str, Any] = {
+            "thread_id": thread_id,
+            "metadata": dict(body.metadata or {}),
+            "if_exists": body.if_exists,
+        }
+        filters = await caller.authorize("threads", "create", value)
+        metadata = value.get("metadata") or {}
+        inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)
         thread = await resources.thread_records.create_thread(
             caller.owner, metadata, thread_id, langgraph=True
@@ -82,7 +90,11 @@ class ThreadsController(Controller):
             existing = await resources.thread_records.get_thread(
                 str(thread_id), caller.owner, langgraph=True
             )
-            if body.if_exists == "do_nothing" and existing is not None:
+            if (
+                body.if_exists == "do_nothing"
+                and existing is not None
+                and matches(existing.metadata, filters)
+            ):
                 return await thread_view(resources, existing)
             raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
         logger.info("thread created", thread_id=thread.thread_id, dialect="langgraph")
@@ -98,13 +110,26 @@ class ThreadsController(Controller):
         data: Annotated[ThreadSearch | None, Body()] = None,
     ) -> list[Thread]:
         body = data or ThreadSearch()
+        ids = [inputs.object_id(i, "thread") for i in body.ids] if body.ids else None
+        filters = await caller.authorize(
+            "threads",
+            "search",
+            {
+                "metadata": body.metadata or {},
+                "status": body.status,
+                "limit": body.limit,
+                "offset": body.offset,
+                "ids": ids,
+            },
+        )
         threads = await resources.searched_threads(caller.owner).search_threads(
             caller.owner,
             metadata=body.metadata or {},
             status=body.status,
             limit=body.limit,
             offset=body.offset,
-            ids=[inputs.object_id(i, "thread") for i in body.ids] if body.ids else None,
+            ids=ids,
+            auth_filters=filters,
         )
         return [await thread_view(resources, t) for t in threads]
 
@@ -123,8 +148,11 @@ class ThreadsController(Controller):
         body = data or ThreadCount()
         if body.values:
             raise ApiError(422, "invalid_request", "counting threads by values is not supported")
+        filters = await caller.authorize(
+            "threads", "search", {"metadata": body.metadata or {}, "status": body.status}
+        )
         return await resources.searched_threads(caller.owner).count_threads(
-            caller.owner, metadata=body.metadata or {}, status=body.status
+            caller.owner, metadata=body.metadata or {}, status=body.status, auth_filters=filters
         )
 
     @post(
@@ -142,6 +170,24 @@ class ThreadsController(Controller):
         another caller's are skipped and not counted, as a missing thread is. A thread with a
         queued or running run refuses the whole prune (409) before anything changes."""
         ids = list(dict.fromkeys(inputs.object_id(i, "thread") for i in data.thread_ids))
+        filters = await caller.authorize("threads", "delete", {"thread_ids": ids})
+        if filters:  # every thread must match, as LangGraph checks before pruning any
+            found = [
+                len(
+                    await resources.thread_records.search_threads(
+                        caller.owner,
+                        metadata={},
+                        status=None,
+                        limit=max(1, len(ids)),
+                        offset=0,
+                        ids=ids,
+                        auth_filters=narrowed,
+                    )
+                )
+                for narrowed in (None, filters)
+            ]
+            if found[1] < found[0]:
+                raise NotFound("threads not found")
         if data.strategy == "delete":
             count = await delete_langgraph_threads(
                 resources.thread_records, resources.lifecycle, caller.owner, ids
@@ -169,11 +215,13 @@ class ThreadsController(Controller):
     async def update(
         self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
     ) -> Thread:
-        thread = await owned_thread(resources, thread_id, caller)
-        metadata = {**thread.metadata, **(data.metadata or {})}
+        value: dict[str, Any] = {"metadata": dict(data.metadata or {})}
+        thread = await owned_thread(resources, thread_id, caller, action="update", value=value)
+        changes = value.get("metadata") or {}  # as the project's handler left them
+        metadata = {**thread.metadata, **changes}
         inputs.metadata(metadata, resources.settings)
         updated = await resources.thread_records.update_thread_metadata(
-            thread.thread_id, caller.owner, data.metadata or {}, langgraph=True
+            thread.thread_id, caller.owner, changes, langgraph=True
         )
         if updated is None:
             raise NotFound(f"thread {thread_id} not found")
@@ -188,7 +236,7 @@ class ThreadsController(Controller):
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
         """As a prune of the one thread: its interrupted run is over (runstream's own would
         wait for a resume) and goes with it, its viewers told it was cancelled."""
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await owned_thread(resources, thread_id, caller, action="delete")
         ids = [thread.thread_id]
         if not await delete_langgraph_threads(
             resources.thread_records, resources.lifecycle, caller.owner, ids
@@ -231,7 +279,7 @@ class ThreadsController(Controller):
     async def update_state(
         self, thread_id: str, data: StateUpdate, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await owned_thread(resources, thread_id, caller, action="update")
         return await update_state(resources, thread, data)
 
     @post(
@@ -242,6 +290,7 @@ class ThreadsController(Controller):
     )
     async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
         thread = await owned_thread(resources, thread_id, caller)
+        await caller.authorize("threads", "create", {"thread_id": None})  # as LangGraph asks
         return await thread_view(resources, await copy_thread(resources, thread))
 
     @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")

@@ -34,6 +34,7 @@ from server.embedded import EmbeddedServices
 from server.event_stream import with_server_send
 from server.logs import configure_logging
 from stream_store.settings import Settings
+from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
 from tests.redis_cluster import LocalRedisCluster
 
@@ -330,3 +331,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def openai_compat() -> Iterator[RunningServer]:
+    """The local OpenAI-compatible server (tests/openai_compat.py) on a free loopback port,
+    from a thread; `.base_url` is what `OPENAI_BASE_URL` takes."""
+    with running_in_thread() as running:
+        yield running

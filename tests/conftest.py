@@ -29,9 +29,8 @@ from redis.asyncio import Redis, RedisCluster
 
 from bench.launcher import free_port
 from runner.worker import build_worker
-from server.app import create_app
+from server.app import create_app, serving
 from server.embedded import EmbeddedServices
-from server.event_stream import with_server_send
 from server.logs import configure_logging
 from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread
@@ -233,7 +232,7 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
 
     async def start(**changes: Any) -> ServerHandle:
         app = create_app(replace(settings, **changes))
-        handle = await serve_in_loop(with_server_send(app))  # as `runstream serve` runs it
+        handle = await serve_in_loop(serving(app))  # as `runstream serve` runs it
         handle.app = app
         handles.append(handle)
         return handle

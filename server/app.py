@@ -41,7 +41,7 @@ from .runs import RunsController
 from .security_headers import add_security_headers
 from .threads import ThreadsController
 
-__all__ = ["create_app", "serving"]
+__all__ = ["create_app", "project_http", "serving"]
 
 logger = structlog.get_logger()
 
@@ -142,13 +142,13 @@ def create_app(
     Raises:
         ProjectError: the project's `http.app` cannot be served.
     """
-    http = _project_http(settings)
+    http, custom_app = project_http(settings)
     cors = cors_policy(settings, http.cors)
     guard = BrowserGuard.from_settings(settings, None if cors is None else cors.listed_origins)
     custom = None
-    if http.app is not None:
+    if custom_app is not None:
         custom = CustomRoutes(
-            app=load_custom_app(http.app),
+            app=custom_app,
             settings=settings,
             guard=guard,
             cors=cors,
@@ -203,11 +203,18 @@ def serving(app: Litestar) -> ASGIApp:
     return with_server_send(app if custom is None else custom.in_front_of(app))
 
 
-def _project_http(settings: Settings) -> HttpSettings:
-    """The project's `http`, its env and import paths in place (its app may import them)."""
+def project_http(settings: Settings) -> tuple[HttpSettings, Any]:
+    """The project's `http`, and its custom app imported (None without `http.app`), its env
+    and import paths in place first (the app may use them). A module is imported once per
+    process, so `serve` calls this before it starts children, to refuse a bad app in one line.
+
+    Raises:
+        ProjectError: the project's `http.app` cannot be served.
+    """
     if settings.config_path is None:
-        return HttpSettings()
+        return HttpSettings(), None
     project = load_project(settings.config_path)
-    if project.http.app is not None:
-        project.prepare()
-    return project.http
+    if project.http.app is None:
+        return project.http, None
+    project.prepare()
+    return project.http, load_custom_app(project.http.app)

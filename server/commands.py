@@ -77,6 +77,9 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     settings.stream_token_keys()  # with API keys, a signing key is required
     settings.require_services()
     graphs = _load_graphs(settings)  # a bad project refused before anything starts
+    from .app import project_http
+
+    project_http(settings)  # its custom app too (`http.app`), before any child starts
     _announce_model(settings)
     logger.info(
         "listening",

@@ -211,13 +211,16 @@ def test_a_bad_cors_value_is_refused_naming_it(tmp_path: Path) -> None:
     assert caught.value.key == "http.cors.allow_origins"
 
 
-def test_runstream_serve_refuses_a_bad_http_app_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_runstream_serve_refuses_a_bad_http_app_with_one_line(
+    tmp_path: Path, processes: str
+) -> None:
     path = write_project(
         tmp_path,
         {"graphs": {"agent": "tests.custom_graphs:builder"}, "http": {"app": "./app.py:app"}},
         **{"app.py": json.dumps(None) + "\napp = 3\n"},
     )
-    done = _runstream("serve", "--config", str(path))
+    done = _runstream("serve", "--processes", processes, "--config", str(path))
     assert done.returncode == 2, done.stderr
     assert f"runstream: {path}: http.app: " in done.stderr
     assert "Traceback" not in done.stderr

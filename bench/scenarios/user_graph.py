@@ -16,13 +16,16 @@ differs between the two ways is what runstream adds.
 
 The two take turns run by run, so other work on the machine falls on both alike. Figures:
 runstream's added first-token latency (served median minus in-process median; issue 21's
-aim ≤ 10 ms) and its token rate against the in-process rate (aim ≥ 0.8x), both medians.
+aim ≤ 10 ms) and its token rate against the in-process rate (aim ≥ 0.8x), both medians;
+and each process's CPU per token both ways (server, worker, model server, this process), as
+on a machine with few cores the rate follows the CPU spent per token more than the path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sys
 import time
 import uuid
@@ -46,8 +49,8 @@ API_KEY = "not-a-secret"
 
 
 @asynccontextmanager
-async def openai_compat(tokens: int) -> AsyncIterator[str]:
-    """The local OpenAI-compatible server as a child process; its base URL (`.../v1`)."""
+async def openai_compat(tokens: int) -> AsyncIterator[tuple[str, Process]]:
+    """The local OpenAI-compatible server as a child process: its base URL (`.../v1`)."""
     port = free_port()
     argv = [sys.executable, "-m", "tests.openai_compat", "--port", str(port)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNSTREAM_", "OPENAI_"))}
@@ -67,10 +70,15 @@ async def openai_compat(tokens: int) -> AsyncIterator[str]:
                         f"the OpenAI-compatible server did not start\n{process.tail()}"
                     )
                 await asyncio.sleep(0.05)
-        yield url
+        yield url, process
     finally:
         process.stop()
         process.remove_log()
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager
@@ -149,24 +157,35 @@ async def run(ctx: BenchContext) -> None:
     words = ctx.size(1000, 300)
     firsts: dict[str, list[float]] = {"served": [], "in_process": []}
     rates: dict[str, list[float]] = {"served": [], "in_process": []}
-    async with openai_compat(words) as base_url:
+    cpu: dict[str, dict[str, float]] = {"served": {}, "in_process": {}}
+    async with openai_compat(words) as (base_url, model):
         project = str(PROJECT / "langgraph.json")
         async with ctx.cluster(NAME) as (_, cluster):
             server = await cluster.server(
                 RUNSTREAM_CONFIG=project, OPENAI_BASE_URL=base_url, OPENAI_API_KEY=API_KEY
             )
-            await cluster.ready_worker(
+            worker = await cluster.ready_worker(
                 RUNSTREAM_CONFIG=project, OPENAI_BASE_URL=base_url, OPENAI_API_KEY=API_KEY
             )
+            tiers = {"server": server.process, "worker": worker, "model": model}
             with model_environment(base_url):
                 graph = project_graph()
                 async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
                     for i in range(WARMUP + n):
                         order = ("served", "in_process") if i % 2 else ("in_process", "served")
                         for way in order:
+                            before = {name: p.cpu() for name, p in tiers.items()}
+                            before["bench"] = _own_cpu()
                             tokens, first, done = await (
                                 served(http) if way == "served" else in_process(graph)
                             )
+                            if i >= WARMUP:
+                                spent = cpu[way]
+                                for name, process in tiers.items():
+                                    used = process.cpu() - before[name]
+                                    spent[name] = spent.get(name, 0.0) + used
+                                used = _own_cpu() - before["bench"]
+                                spent["bench"] = spent.get("bench", 0.0) + used
                             if tokens != words:
                                 raise AssertionError(f"{way}: {tokens} tokens, not {words}")
                             if i >= WARMUP:
@@ -193,8 +212,17 @@ async def run(ctx: BenchContext) -> None:
         targets=[Target(">=", 0.8, on="ratio")],
         stats=rate_served,
     )
+    # CPU per token of each process (µs), the whole run: where the served time goes
+    per_token = {
+        way: {name: round(seconds / (n * words) * 1e6, 1) for name, seconds in spent.items()}
+        for way, spent in cpu.items()
+    }
+    for way, tiers_us in per_token.items():
+        listed = ", ".join(f"{name} {us:.0f}" for name, us in tiers_us.items() if us >= 1)
+        print(f"    CPU per token, {way} (µs): {listed}", flush=True)
     ctx.note(
         NAME,
+        cpu_us_per_token=per_token,
         runs=n,
         warmup_runs=WARMUP,
         reply_tokens=words,

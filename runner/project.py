@@ -3,7 +3,7 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`http`, `store`, ...) is refused, so that nothing a project relies
+version will serve (`store`, ...) is refused, so that nothing a project relies
 on, above all its auth, is silently dropped. Every refusal is a `ProjectError` naming the
 file, the key and the cause, which `runstream` prints as one line before exiting with 2.
 """
@@ -26,8 +26,11 @@ from stream_store.settings import SettingsError
 __all__ = [
     "AUTH_IGNORED_KEYS",
     "BUILD_ONLY_KEYS",
+    "HTTP_NOT_SERVED",
     "NOT_SERVED_YET",
+    "CorsSettings",
     "GraphSource",
+    "HttpSettings",
     "Project",
     "ProjectError",
     "load_project",
@@ -57,7 +60,6 @@ BUILD_ONLY_KEYS = frozenset(
 # Keys a later version serves. Until then a project with one of them does not start: running
 # it without its auth would expose its data, without its routes or store it would half-work.
 NOT_SERVED_YET: dict[str, str] = {
-    "http": "custom routes and CORS (http) are not served yet",
     "store": "store.index and store.ttl are not served yet (the store itself is, without them)",
     "checkpointer": "checkpointer settings (ttl, serde) are not served yet",
     "ui": "generative UI components (ui) are not served",
@@ -67,6 +69,34 @@ NOT_SERVED_YET: dict[str, str] = {
     "priority": "run priorities are not served",
 }
 
+# `http` keys (`langgraph_api/config/schemas.py` `HttpConfig`) not served: a project giving one
+# a value other than its default does not start.
+HTTP_NOT_SERVED: dict[str, str] = {
+    "disable_assistants": "removing built-in routes is not served yet",
+    "disable_threads": "removing built-in routes is not served yet",
+    "disable_runs": "removing built-in routes is not served yet",
+    "disable_store": "removing built-in routes is not served yet",
+    "disable_meta": "removing built-in routes is not served yet",
+    "disable_event_streaming": "removing built-in routes is not served yet",
+    "mount_prefix": "serving the API under a prefix is not served yet",
+    "configurable_headers": "request headers as configurable values are not served yet",
+    "logging_headers": "choosing the logged request headers is not served",
+    "middleware_order": "runstream does not run the custom app's middleware on its own routes",
+}
+# Served: the first three; the others disable what runstream does not have (LangGraph's
+# generative UI, MCP and A2A routes, webhooks), so they hold whatever their value.
+_HTTP_SERVED = frozenset(
+    {
+        "app",
+        "cors",
+        "enable_custom_route_auth",
+        "disable_ui",
+        "disable_mcp",
+        "disable_a2a",
+        "disable_webhooks",
+    }
+)
+
 # Keys LangGraph itself refuses now (`langgraph_cli/config.py` validate_config).
 _NO_LONGER_SUPPORTED = {
     "project_root": "top-level project_root is no longer supported by LangGraph (source.root)",
@@ -74,7 +104,7 @@ _NO_LONGER_SUPPORTED = {
 }
 
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
-_SERVED = frozenset({"graphs", "env", "dependencies", "auth", "$schema"})
+_SERVED = frozenset({"graphs", "env", "dependencies", "auth", "http", "$schema"})
 
 # `auth` keys accepted without effect (langgraph_cli/schemas.py `AuthConfig`), and why.
 AUTH_IGNORED_KEYS: dict[str, str] = {
@@ -113,6 +143,28 @@ class _ProjectFile(msgspec.Struct):
     env: dict[str, str] | str | None = None
     dependencies: list[str] = []
     auth: dict[str, Any] | None = None
+
+
+class CorsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`http.cors`: LangGraph's `CorsConfig`, with Starlette's `CORSMiddleware` defaults (what
+    LangGraph's server builds from it). `allow_origins` None: `RUNSTREAM_CORS_ORIGINS`."""
+
+    allow_origins: list[str] | None = None
+    allow_methods: list[str] = msgspec.field(default_factory=lambda: ["GET"])
+    allow_headers: list[str] = msgspec.field(default_factory=list)
+    allow_credentials: bool = False
+    allow_origin_regex: str | None = None
+    expose_headers: list[str] = msgspec.field(default_factory=list)
+    max_age: int = 600
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What runstream serves of `http`: the custom app, CORS, auth on the custom routes."""
+
+    app: GraphSource | None = None  # a Starlette app's source, read like a graph's
+    cors: CorsSettings | None = None
+    enable_custom_route_auth: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,6 +217,7 @@ class Project:
     graphs: dict[str, GraphSource] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     import_paths: tuple[Path, ...] = ()
+    http: HttpSettings = field(default_factory=HttpSettings)
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
     # `auth.path`: the project's `langgraph_sdk.Auth` (server/project_auth.py loads it)
     auth: GraphSource | None = None
@@ -237,6 +290,7 @@ def load_project(file: str | Path) -> Project:
         ),
         ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
         auth=_auth_source(path, shape.auth, base),
+        http=_http(path, raw.get("http"), base),
     )
 
 
@@ -292,6 +346,42 @@ def _graph_source(path: Path, name: str, raw: Any, base: Path) -> GraphSource:
     if isinstance(value, _GraphDef) and value.description is not None:
         source = GraphSource(**{**source.__dict__, "description": value.description})
     return source
+
+
+def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
+    """`http`, checked: the keys served read, the others refused unless left at their default
+    (false, null or empty)."""
+    if raw is None:
+        return HttpSettings()
+    if not isinstance(raw, dict):
+        raise ProjectError(path, "http", "must be an object")
+    for key, value in raw.items():
+        if key in _HTTP_SERVED:
+            continue
+        if key not in HTTP_NOT_SERVED:
+            raise ProjectError(path, f"http.{key}", "is not a key of LangGraph's http settings")
+        if value not in (None, False, {}, [], ""):
+            why = f"{HTTP_NOT_SERVED[key]}: not served by this version of runstream"
+            raise ProjectError(path, f"http.{key}", why)
+    app = raw.get("app")
+    source = None
+    if app is not None:
+        if not isinstance(app, str):
+            raise ProjectError(path, "http.app", "must be a string like './src/app.py:app'")
+        source = GraphSource.parse(app, key="http.app", origin=str(path), base=base)
+    cors = raw.get("cors")
+    cors_settings = None
+    if cors is not None:
+        try:
+            cors_settings = msgspec.convert(cors, CorsSettings)
+        except msgspec.ValidationError as exc:
+            _, _, at = str(exc).rpartition(" - at `$.")
+            key = f"http.cors.{at.rstrip('`')}" if at else "http.cors"
+            raise ProjectError(path, key, _cause(exc)) from None
+    auth = raw.get("enable_custom_route_auth", False)
+    if not isinstance(auth, bool):
+        raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
+    return HttpSettings(app=source, cors=cors_settings, enable_custom_route_auth=auth)
 
 
 def _cause(error: msgspec.ValidationError) -> str:

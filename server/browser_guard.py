@@ -94,16 +94,25 @@ class BrowserGuard:
     cors_origins: frozenset[str] = frozenset()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, project_auth: bool = False) -> BrowserGuard:
-        """`project_auth`: the project authenticates callers (its langgraph.json `auth`), as
-        API keys or JWTs do: no host check then."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        cors_origins: frozenset[str] | None = None,
+        *,
+        project_auth: bool = False,
+    ) -> BrowserGuard:
+        """`cors_origins`: the CORS policy's listed origins (server/cors.py); by default
+        RUNSTREAM_CORS_ORIGINS. `project_auth`: the project authenticates callers (its
+        langgraph.json `auth`), as API keys or JWTs do: no host check then."""
+        if cors_origins is None:
+            cors_origins = frozenset(settings.cors_origins)
         names = {"localhost", *settings.allowed_hosts}
         if settings.host not in _UNSPECIFIED:
             names.add(settings.host)
         return cls(
             allowed_names=frozenset(_normal_host(name) for name in names),
             check_host=not (settings.auth_enabled or project_auth),
-            cors_origins=frozenset(settings.cors_origins),
+            cors_origins=cors_origins,
         )
 
     def allows(self, host: str) -> bool:
@@ -115,8 +124,9 @@ class BrowserGuard:
         except ValueError:
             return False
 
-    def check(self, method: str, headers: Headers) -> None:
-        """Refuse the request, as the module docstring says, or return.
+    def check(self, method: str, headers: Headers, *, json_bodies: bool = True) -> None:
+        """Refuse the request, as the module docstring says, or return; without
+        `json_bodies`, the first two checks only (for a project's custom routes).
 
         Raises:
             ApiError: 400 `host_not_allowed`, 403 `origin_not_allowed` or 415
@@ -135,7 +145,7 @@ class BrowserGuard:
             )
         if method in _WRITE_METHODS:
             self._check_origin(headers, host_header)
-            if _has_body(headers) and not _is_json(headers.get("content-type", "")):
+            if json_bodies and _has_body(headers) and not _is_json(headers.get("content-type", "")):
                 raise ApiError(
                     415,
                     "unsupported_media_type",
@@ -149,7 +159,7 @@ class BrowserGuard:
                 raise ApiError(403, "origin_not_allowed", "cross-site requests cannot change state")
             return
         if origin.strip().lower().rstrip("/") in self.cors_origins:
-            return  # a page the operator let in (RUNSTREAM_CORS_ORIGINS)
+            return  # a page the operator let in (RUNSTREAM_CORS_ORIGINS or http.cors)
         parsed = _origin_of(origin)
         if parsed is not None:
             netloc, host = parsed
@@ -172,11 +182,8 @@ def _is_json(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
-def browser_guard(
-    settings: Settings, *, project_auth: bool = False
-) -> Callable[[ASGIApp], ASGIApp]:
-    """The Litestar middleware that runs `BrowserGuard.check` before every HTTP route."""
-    guard = BrowserGuard.from_settings(settings, project_auth=project_auth)
+def browser_guard(guard: BrowserGuard) -> Callable[[ASGIApp], ASGIApp]:
+    """The Litestar middleware that runs `guard.check` before every HTTP route."""
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:

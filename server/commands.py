@@ -94,6 +94,9 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     settings.require_services()
     graphs = _load_graphs(settings)  # a bad project refused before anything starts
     _check_sign_in(settings, graphs)
+    from .app import project_http
+
+    project_http(settings)  # its custom app too (`http.app`), before any child starts
     _announce_model(settings)
     logger.info(
         "listening",
@@ -125,8 +128,7 @@ def _serve_process(
     with `graphs` loaded already, or loading them (a spawned child)."""
     import uvicorn
 
-    from .app import create_app
-    from .event_stream import with_server_send
+    from .app import create_app, serving
 
     tracer_provider = tracer_provider_from_env("server")
     if graphs is None:
@@ -150,7 +152,7 @@ def _serve_process(
             await super().serve(sockets)  # type: ignore[arg-type]
 
     config = uvicorn.Config(
-        with_server_send(app),
+        serving(app),
         host=host,
         port=port,
         log_config=None,

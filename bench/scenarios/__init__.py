@@ -28,6 +28,7 @@ MODULES = {
     "capacity": "capacity",
     "sse_floor": "sse_floor",
     "cluster": "cluster",
+    "user_graph": "user_graph",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -1,0 +1,1 @@
+"""A tool-calling LangGraph agent, served by runstream (or `langgraph dev`) from langgraph.json."""

@@ -1,0 +1,1 @@
+"""A refund desk: a LangGraph project runstream serves unchanged (examples/refund-desk)."""

@@ -32,7 +32,7 @@ from langgraph_sdk.runtime import ServerRuntime, _ExecutionRuntime, _ReadRuntime
 
 from .project import GraphSource, ProjectError
 
-__all__ = ["GraphFactory", "LoadedGraph", "load_graph"]
+__all__ = ["GraphFactory", "LoadedGraph", "import_source", "load_graph"]
 
 _ANNOTATION_NAMES = {"ServerRuntime": ServerRuntime, "RunnableConfig": RunnableConfig}
 
@@ -114,7 +114,7 @@ def load_graph(source: GraphSource) -> LoadedGraph:
     Raises:
         ProjectError: the module does not import, has no such attribute, or it is not a graph.
     """
-    module = _import(source)
+    module = import_source(source)
     try:
         value = module.__dict__[source.attr]
     except KeyError:
@@ -158,9 +158,14 @@ def _is_runtime(annotation: Any) -> bool:
     return origin is not None and bool(args) and _is_runtime(args[0])
 
 
-def _import(source: GraphSource) -> ModuleType:
+def import_source(source: GraphSource) -> ModuleType:
     """The module: imported by name, or executed from its file under the name LangGraph gives
-    it, once per process (again if another file had that name)."""
+    it, once per process (again if another file had that name). Graphs and the project's
+    embeddings (`runner.store_index`) are imported this way.
+
+    Raises:
+        ProjectError: the import failed, naming the source's key and the cause.
+    """
     try:
         name = str(source.module)
         if source.path is None:

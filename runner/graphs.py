@@ -52,7 +52,7 @@ from stream_store.settings import Settings
 from .configurable import is_reserved, select
 from .graph_loading import LoadedGraph, execution_runtime, load_graph, read_runtime
 from .models import MODEL_CONFIGURABLE
-from .project import GraphSource, ProjectError, load_project
+from .project import GraphSource, Project, ProjectError, load_project
 from .tools import Effect, Execution, ToolLedger
 
 __all__ = ["BUILTIN_GRAPHS", "CONFIGURABLE_KEYS", "GraphRegistry", "RunContext", "UnknownGraph"]
@@ -258,6 +258,7 @@ class GraphRegistry:
             name: spec if isinstance(spec, GraphSource) else _env_source(name, spec)
             for name, spec in merged.items()
         }
+        self.project: Project | None = None  # the langgraph.json the graphs came from, if any
         self._loaded: dict[str, LoadedGraph] = {}
         self._compiled: dict[str, Pregel] = {}
         self._configurable: dict[str, frozenset[str] | None] = {}
@@ -271,6 +272,7 @@ class GraphRegistry:
             SettingsError: a graph cannot be served (a `ProjectError` names file, key, cause).
         """
         specs: dict[str, str | GraphSource] = dict(settings.graphs)
+        project = None
         if settings.config_path is not None:
             project = load_project(settings.config_path)
             clash = sorted(set(specs) & set(project.graphs))
@@ -283,6 +285,7 @@ class GraphRegistry:
             project.prepare()
             specs.update(project.graphs)
         registry = cls(specs)
+        registry.project = project
         registry.validate()
         return registry
 

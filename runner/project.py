@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import structlog
@@ -29,6 +29,9 @@ __all__ = [
     "GraphSource",
     "Project",
     "ProjectError",
+    "StoreIndexSpec",
+    "StoreTTLSpec",
+    "ThreadTTLSpec",
     "load_project",
 ]
 
@@ -57,8 +60,6 @@ BUILD_ONLY_KEYS = frozenset(
 NOT_SERVED_YET: dict[str, str] = {
     "auth": "custom auth (auth.path) is not served yet; runstream's API keys are",
     "http": "custom routes and CORS (http) are not served yet",
-    "store": "store.index and store.ttl are not served yet (the store itself is, without them)",
-    "checkpointer": "checkpointer settings (ttl, serde) are not served yet",
     "ui": "generative UI components (ui) are not served",
     "ui_config": "generative UI components (ui_config) are not served",
     "webhooks": "webhooks are not served yet",
@@ -72,8 +73,19 @@ _NO_LONGER_SUPPORTED = {
     "package": "top-level package is no longer supported by LangGraph (source.package)",
 }
 
+# Parts of `store` and `checkpointer` that runstream does not serve: its store and its
+# checkpointer are its own Postgres ones, with LangGraph's serializer.
+_NOT_SERVED_PARTS: dict[tuple[str, str], str] = {
+    ("store", "path"): "a custom store (store.path) is not served: the store is runstream's"
+    " Postgres store (store.index and store.ttl configure it)",
+    ("checkpointer", "path"): "a custom checkpointer (checkpointer.path) is not served: the"
+    " checkpointer is runstream's Postgres one",
+    ("checkpointer", "serde"): "checkpointer.serde is not served: checkpoints are written with"
+    " LangGraph's default serializer",
+}
+
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
-_SERVED = frozenset({"graphs", "env", "dependencies", "$schema"})
+_SERVED = frozenset({"graphs", "env", "dependencies", "store", "checkpointer", "$schema"})
 _JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 
 
@@ -94,12 +106,59 @@ class _GraphDef(msgspec.Struct):
     description: str | None = None
 
 
+_Minutes = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class StoreIndexSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`store.index`: the store's semantic search (LangGraph's `IndexConfig`). `embed` is a
+    `provider:model` for LangChain's `init_embeddings` or a `./file.py:name`
+    (`runner.embeddings` resolves it); `fields` the JSON paths embedded (None: the whole
+    value, LangGraph's `["$"]`)."""
+
+    dims: Annotated[int, msgspec.Meta(ge=1, le=16000)]  # pgvector's `vector` holds 16000
+    embed: Annotated[str, msgspec.Meta(min_length=1)]
+    fields: list[str] | None = None
+
+
+class StoreTTLSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`store.ttl` (LangGraph's `TTLConfig`), in minutes: `default_ttl` for items put without
+    one (None: no TTL), how often expired items are deleted (None: hourly, runstream's own
+    sweep), whether reads restart an item's TTL by default."""
+
+    refresh_on_read: bool = True
+    default_ttl: _Minutes | None = None
+    sweep_interval_minutes: _Minutes | None = None  # LangGraph's is an int; a fraction works
+
+
+class ThreadTTLSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`checkpointer.ttl` (LangGraph's `ThreadTTLConfig`), in minutes: a thread idle for
+    `default_ttl` is deleted with its runs and checkpoints (`strategy` "delete"; None: never),
+    checked every `sweep_interval_minutes` (LangGraph's default: 5), `sweep_limit` threads at
+    most per check."""
+
+    strategy: Literal["delete"] = "delete"
+    default_ttl: _Minutes | None = None
+    sweep_interval_minutes: _Minutes | None = None
+    sweep_limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class _StoreFile(msgspec.Struct, forbid_unknown_fields=True):
+    index: StoreIndexSpec | None = None
+    ttl: StoreTTLSpec | None = None
+
+
+class _CheckpointerFile(msgspec.Struct, forbid_unknown_fields=True):
+    ttl: ThreadTTLSpec | None = None
+
+
 class _ProjectFile(msgspec.Struct):
     """The keys runstream reads; the others are looked at by name only."""
 
     graphs: dict[str, Any] = {}  # each entry converted on its own, to name it in an error
     env: dict[str, str] | str | None = None
     dependencies: list[str] = []
+    store: _StoreFile | None = None
+    checkpointer: _CheckpointerFile | None = None
 
 
 @dataclass(frozen=True)
@@ -146,13 +205,17 @@ class GraphSource:
 
 @dataclass(frozen=True)
 class Project:
-    """What runstream serves of a `langgraph.json`: its graphs, env and import paths."""
+    """What runstream serves of a `langgraph.json`: its graphs, env and import paths, and how
+    its store and threads are kept."""
 
     file: Path
     graphs: dict[str, GraphSource] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     import_paths: tuple[Path, ...] = ()
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
+    store_index: StoreIndexSpec | None = None
+    store_ttl: StoreTTLSpec | None = None
+    thread_ttl: ThreadTTLSpec | None = None
 
     def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
         """Put the project's env and import paths in place, before its graphs are imported.
@@ -221,6 +284,9 @@ def load_project(file: str | Path) -> Project:
             dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
         ),
         ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
+        store_index=shape.store.index if shape.store else None,
+        store_ttl=shape.store.ttl if shape.store else None,
+        thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
     )
 
 
@@ -229,6 +295,18 @@ def _refuse_unserved(path: Path, raw: Mapping[str, Any]) -> None:
     for key, why in {**NOT_SERVED_YET, **_NO_LONGER_SUPPORTED}.items():
         if raw.get(key) not in (None, {}, [], ""):
             raise ProjectError(path, key, f"{why}: not served by this version of runstream")
+    for (key, part), why in _NOT_SERVED_PARTS.items():
+        section = raw.get(key)
+        if isinstance(section, dict) and section.get(part) not in (None, {}, [], ""):
+            raise ProjectError(path, f"{key}.{part}", why)
+    ttl = raw.get("checkpointer")
+    ttl = ttl.get("ttl") if isinstance(ttl, dict) else None
+    if isinstance(ttl, dict) and ttl.get("strategy") == "keep_latest":
+        raise ProjectError(
+            path,
+            "checkpointer.ttl.strategy",
+            '"keep_latest" (pruning a thread\'s older checkpoints) is not served; "delete" is',
+        )
 
 
 def _graph_source(path: Path, name: str, raw: Any, base: Path) -> GraphSource:

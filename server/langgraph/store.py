@@ -126,7 +126,7 @@ async def _owner_store(
                 max_items=settings.max_store_items,
                 max_bytes=settings.max_store_bytes,
             )
-        async with owner_store_on(conn, caller.owner) as store:
+        async with owner_store_on(conn, caller.owner, resources.store_options) as store:
             yield store
 
 
@@ -179,6 +179,7 @@ class StoreController(Controller):
         async with _owner_store(resources, caller) as store:
             items = await store.asearch(
                 prefix,
+                query=data.query,
                 filter=conditions,
                 limit=data.limit,
                 offset=data.offset,

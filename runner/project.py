@@ -22,6 +22,7 @@ import structlog
 from dotenv import dotenv_values
 
 from stream_store.settings import SettingsError
+from stream_store.store import HALFVEC_MAX_DIMS
 
 __all__ = [
     "BUILD_ONLY_KEYS",
@@ -115,7 +116,7 @@ class StoreIndexSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (`runner.embeddings` resolves it); `fields` the JSON paths embedded (None: the whole
     value, LangGraph's `["$"]`)."""
 
-    dims: Annotated[int, msgspec.Meta(ge=1, le=16000)]  # pgvector's `vector` holds 16000
+    dims: Annotated[int, msgspec.Meta(ge=1, le=HALFVEC_MAX_DIMS)]  # what pgvector's HNSW takes
     embed: Annotated[str, msgspec.Meta(min_length=1)]
     fields: list[str] | None = None
 

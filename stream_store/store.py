@@ -48,6 +48,7 @@ from .owner_caps import count_locked
 from .settings import SettingsError
 
 __all__ = [
+    "HALFVEC_MAX_DIMS",
     "HNSW_MAX_DIMS",
     "OwnerStore",
     "StoreOptions",
@@ -63,9 +64,12 @@ __all__ = [
 
 logger = structlog.get_logger()
 
-# pgvector's HNSW index takes vectors of at most 2000 dimensions; larger ones are searched
-# exactly (no index), which stays correct and slows down only with many items.
+# pgvector's HNSW index takes `vector`s of at most 2000 dimensions and `halfvec`s (half
+# precision, ample for ranking) of at most 4000: larger embeddings are kept as `halfvec`, and
+# `store.index.dims` is at most 4000. (LangGraph's "flat", no index at all, does not set up:
+# its async `setup` does not skip the index's migration.)
 HNSW_MAX_DIMS = 2000
+HALFVEC_MAX_DIMS = 4000
 
 # The advisory lock under which one worker at a time deletes expired items.
 _SWEEP_LOCK = 0x5357_4545  # "SWEE"
@@ -98,11 +102,12 @@ class StoreOptions:
 
 
 def index_config(dims: int, embed: Embeddings, fields: list[str] | None) -> PostgresIndexConfig:
-    """LangGraph's index config for `store.index`: HNSW (its default) up to `HNSW_MAX_DIMS`,
-    exact search above; `fields` None embeds the whole value (LangGraph's `["$"]`)."""
+    """LangGraph's index config for `store.index`: an HNSW index of `vector`s (its default),
+    of `halfvec`s above `HNSW_MAX_DIMS`; `fields` None embeds the whole value (LangGraph's
+    `["$"]`)."""
     config = PostgresIndexConfig(dims=dims, embed=embed, fields=fields or ["$"])
     if dims > HNSW_MAX_DIMS:
-        config["ann_index_config"] = ANNIndexConfig(kind="flat", vector_type="vector")
+        config["ann_index_config"] = ANNIndexConfig(kind="hnsw", vector_type="halfvec")
     return config
 
 

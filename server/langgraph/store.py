@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
 import msgspec
+from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 from litestar.params import Parameter
 
@@ -141,8 +142,10 @@ class StoreController(Controller):
         namespace = _namespace(data.namespace, "namespace", required=True)
         key = _key(data.key)
         size = len(msgspec.json.encode(data.value))
+        # no `ttl`: the project's `store.ttl.default_ttl`, as for the graphs' puts
+        ttl = NOT_PROVIDED if data.ttl is None else data.ttl
         async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
-            await store.aput(namespace, key, data.value, index=data.index, ttl=data.ttl)
+            await store.aput(namespace, key, data.value, index=data.index, ttl=ttl)
 
     @get("/items", summary="An item, or null", dependencies=QUERY)
     async def get_item(

@@ -50,6 +50,7 @@ from .settings import SettingsError
 __all__ = [
     "HALFVEC_MAX_DIMS",
     "HNSW_MAX_DIMS",
+    "SWEEP_LOCK",
     "OwnerStore",
     "StoreOptions",
     "VectorsUnavailable",
@@ -71,8 +72,8 @@ logger = structlog.get_logger()
 HNSW_MAX_DIMS = 2000
 HALFVEC_MAX_DIMS = 4000
 
-# The advisory lock under which one worker at a time deletes expired items.
-_SWEEP_LOCK = 0x5357_4545  # "SWEE"
+# The advisory lock (one int8 key) under which one worker at a time deletes expired items.
+SWEEP_LOCK = 0x5357_4545  # "SWEE"
 
 
 def _default_ttl() -> TTLConfig:
@@ -209,7 +210,7 @@ async def sweep_expired_items(pool: PgPool) -> int | None:
     many, or None when another worker is sweeping now (it holds the sweep's advisory lock to
     the end of its transaction)."""
     async with pool.connection() as conn, conn.transaction():
-        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS mine", (_SWEEP_LOCK,))
+        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS mine", (SWEEP_LOCK,))
         row = await cur.fetchone()
         if row is None or not row["mine"]:
             return None

@@ -26,13 +26,16 @@ from server.app import create_app
 from server.resources import open_resources
 from stream_store.connections import open_pg_pool
 from stream_store.migrations import migrate
+from stream_store.services import open_services
 from stream_store.settings import Settings
 from stream_store.store import (
+    SWEEP_LOCK,
     OwnerStore,
     StoreOptions,
     VectorsUnavailable,
     index_config,
     open_store,
+    sweep_expired_items,
 )
 from tests.conftest import (
     ServerHandle,
@@ -375,3 +378,16 @@ class TestTheDatabase:
             with pytest.raises(VectorsUnavailable, match="pgvector") as caught:
                 await _migrate(settings, _options(128))
             assert "apt-get install postgresql-<major>-pgvector" in str(caught.value)
+
+
+async def test_one_worker_at_a_time_deletes_expired_items(settings: Settings) -> None:
+    async with open_services(settings) as services:
+        await services.store.aput(("notes",), "old", {"v": 1}, ttl=1)
+        await services.store.aput(("notes",), "new", {"v": 2})
+        async with await schema_connection(settings) as conn:
+            await conn.execute("UPDATE store SET expires_at = now() WHERE key = 'old'")
+            async with conn.transaction():  # another worker is sweeping
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SWEEP_LOCK,))
+                assert await sweep_expired_items(services.pool) is None
+        assert await sweep_expired_items(services.pool) == 1
+        assert [item.key for item in await services.store.asearch(("notes",))] == ["new"]

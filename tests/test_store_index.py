@@ -150,6 +150,10 @@ async def test_search_ranks_by_the_indexed_fields_with_filters_and_caps_kept(
     assert {item["score"] for item in plain["items"]} == {None}
     assert len(plain["items"]) == 5
 
+    with pytest.raises(httpx.HTTPStatusError) as too_long:
+        await alice.store.search_items(["docs"], query="cat " * 2049)
+    assert too_long.value.response.status_code == 422
+
     await put(["docs"], "sixth", {"text": "one more"})
     with pytest.raises(httpx.HTTPStatusError) as refused:
         await put(["docs"], "seventh", {"text": "one too many"})

@@ -3,9 +3,11 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`auth`, `http`, `store`, ...) is refused, so that nothing a project relies
-on, above all its auth, is silently dropped. Every refusal is a `ProjectError` naming the
-file, the key and the cause, which `runstream` prints as one line before exiting with 2.
+version will serve (`auth`, `webhooks`, ...) is refused, so that nothing a project relies
+on, above all its auth, is silently dropped; so is a part of `store`, `checkpointer` or `http`
+runstream does not serve (a custom store or checkpointer, `serde`, `keep_latest`, ...). Every
+refusal is a `ProjectError` naming the file, the key and the cause, which `runstream` prints as
+one line before exiting with 2.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from stream_store.store import HALFVEC_MAX_DIMS
 
 __all__ = [
     "BUILD_ONLY_KEYS",
+    "HTTP_NOT_SERVED",
     "NOT_SERVED_YET",
+    "CorsSettings",
     "GraphSource",
+    "HttpSettings",
     "Project",
     "ProjectError",
     "StoreIndexSpec",
@@ -60,13 +65,40 @@ BUILD_ONLY_KEYS = frozenset(
 # it without its auth would expose its data, without its routes or store it would half-work.
 NOT_SERVED_YET: dict[str, str] = {
     "auth": "custom auth (auth.path) is not served yet; runstream's API keys are",
-    "http": "custom routes and CORS (http) are not served yet",
     "ui": "generative UI components (ui) are not served",
     "ui_config": "generative UI components (ui_config) are not served",
     "webhooks": "webhooks are not served yet",
     "encryption": "custom encryption is not served",
     "priority": "run priorities are not served",
 }
+
+# `http` keys (`langgraph_api/config/schemas.py` `HttpConfig`) not served: a project giving one
+# a value other than its default does not start.
+HTTP_NOT_SERVED: dict[str, str] = {
+    "disable_assistants": "removing built-in routes is not served yet",
+    "disable_threads": "removing built-in routes is not served yet",
+    "disable_runs": "removing built-in routes is not served yet",
+    "disable_store": "removing built-in routes is not served yet",
+    "disable_meta": "removing built-in routes is not served yet",
+    "disable_event_streaming": "removing built-in routes is not served yet",
+    "mount_prefix": "serving the API under a prefix is not served yet",
+    "configurable_headers": "request headers as configurable values are not served yet",
+    "logging_headers": "choosing the logged request headers is not served",
+    "middleware_order": "runstream does not run the custom app's middleware on its own routes",
+}
+# Served: the first three; the others disable what runstream does not have (LangGraph's
+# generative UI, MCP and A2A routes, webhooks), so they hold whatever their value.
+_HTTP_SERVED = frozenset(
+    {
+        "app",
+        "cors",
+        "enable_custom_route_auth",
+        "disable_ui",
+        "disable_mcp",
+        "disable_a2a",
+        "disable_webhooks",
+    }
+)
 
 # Keys LangGraph itself refuses now (`langgraph_cli/config.py` validate_config).
 _NO_LONGER_SUPPORTED = {
@@ -86,7 +118,7 @@ _NOT_SERVED_PARTS: dict[tuple[str, str], str] = {
 }
 
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
-_SERVED = frozenset({"graphs", "env", "dependencies", "store", "checkpointer", "$schema"})
+_SERVED = frozenset({"graphs", "env", "dependencies", "http", "store", "checkpointer", "$schema"})
 _JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 
 
@@ -162,6 +194,28 @@ class _ProjectFile(msgspec.Struct):
     checkpointer: _CheckpointerFile | None = None
 
 
+class CorsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`http.cors`: LangGraph's `CorsConfig`, with Starlette's `CORSMiddleware` defaults (what
+    LangGraph's server builds from it). `allow_origins` None: `RUNSTREAM_CORS_ORIGINS`."""
+
+    allow_origins: list[str] | None = None
+    allow_methods: list[str] = msgspec.field(default_factory=lambda: ["GET"])
+    allow_headers: list[str] = msgspec.field(default_factory=list)
+    allow_credentials: bool = False
+    allow_origin_regex: str | None = None
+    expose_headers: list[str] = msgspec.field(default_factory=list)
+    max_age: int = 600
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What runstream serves of `http`: the custom app, CORS, auth on the custom routes."""
+
+    app: GraphSource | None = None  # a Starlette app's source, read like a graph's
+    cors: CorsSettings | None = None
+    enable_custom_route_auth: bool = False
+
+
 @dataclass(frozen=True)
 class GraphSource:
     """Where one graph is: a Python file or an importable module, and the attribute in it
@@ -213,6 +267,7 @@ class Project:
     graphs: dict[str, GraphSource] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     import_paths: tuple[Path, ...] = ()
+    http: HttpSettings = field(default_factory=HttpSettings)
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
     store_index: StoreIndexSpec | None = None
     store_ttl: StoreTTLSpec | None = None
@@ -285,6 +340,7 @@ def load_project(file: str | Path) -> Project:
             dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
         ),
         ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
+        http=_http(path, raw.get("http"), base),
         store_index=shape.store.index if shape.store else None,
         store_ttl=shape.store.ttl if shape.store else None,
         thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
@@ -322,6 +378,42 @@ def _graph_source(path: Path, name: str, raw: Any, base: Path) -> GraphSource:
     if isinstance(value, _GraphDef) and value.description is not None:
         source = GraphSource(**{**source.__dict__, "description": value.description})
     return source
+
+
+def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
+    """`http`, checked: the keys served read, the others refused unless left at their default
+    (false, null or empty)."""
+    if raw is None:
+        return HttpSettings()
+    if not isinstance(raw, dict):
+        raise ProjectError(path, "http", "must be an object")
+    for key, value in raw.items():
+        if key in _HTTP_SERVED:
+            continue
+        if key not in HTTP_NOT_SERVED:
+            raise ProjectError(path, f"http.{key}", "is not a key of LangGraph's http settings")
+        if value not in (None, False, {}, [], ""):
+            why = f"{HTTP_NOT_SERVED[key]}: not served by this version of runstream"
+            raise ProjectError(path, f"http.{key}", why)
+    app = raw.get("app")
+    source = None
+    if app is not None:
+        if not isinstance(app, str):
+            raise ProjectError(path, "http.app", "must be a string like './src/app.py:app'")
+        source = GraphSource.parse(app, key="http.app", origin=str(path), base=base)
+    cors = raw.get("cors")
+    cors_settings = None
+    if cors is not None:
+        try:
+            cors_settings = msgspec.convert(cors, CorsSettings)
+        except msgspec.ValidationError as exc:
+            _, _, at = str(exc).rpartition(" - at `$.")
+            key = f"http.cors.{at.rstrip('`')}" if at else "http.cors"
+            raise ProjectError(path, key, _cause(exc)) from None
+    auth = raw.get("enable_custom_route_auth", False)
+    if not isinstance(auth, bool):
+        raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
+    return HttpSettings(app=source, cors=cors_settings, enable_custom_route_auth=auth)
 
 
 def _cause(error: msgspec.ValidationError) -> str:

@@ -9,22 +9,26 @@ from typing import Any
 
 import structlog
 from litestar import Litestar, Request
-from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.opentelemetry import OpenTelemetryConfig
 from litestar.plugins.prometheus import PrometheusConfig
+from litestar.types import ASGIApp
 from opentelemetry.trace import TracerProvider
 
 from runner.graphs import GraphRegistry
+from runner.project import HttpSettings, load_project
 from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
 
 from .api_docs import DOCS_PATH, OfflineSwaggerRenderPlugin, refuse_unknown_fields_in_schema
 from .auth import Caller, caller_from_request
-from .browser_guard import browser_guard
+from .browser_guard import BrowserGuard, browser_guard
+from .cors import cors_policy
+from .custom_routes import CustomRoutes, load_custom_app
 from .errors import EXCEPTION_HANDLERS
+from .event_stream import with_server_send
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
 from .langgraph.cron_scheduler import running_scheduler
@@ -37,33 +41,9 @@ from .runs import RunsController
 from .security_headers import add_security_headers
 from .threads import ThreadsController
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "serving"]
 
 logger = structlog.get_logger()
-
-
-def _cors(settings: Settings) -> CORSConfig | None:
-    """Browser pages on other origins (a LangGraph UI, say) when the operator names them.
-
-    They must read `Location`/`Content-Location` (the SDKs reconnect with them) and send
-    `Last-Event-ID` and `x-api-key`.
-    """
-    if not settings.cors_origins:
-        return None
-    return CORSConfig(
-        allow_origins=list(settings.cors_origins),
-        allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-        allow_headers=[
-            "Content-Type",
-            "Authorization",
-            "X-Api-Key",
-            "Last-Event-ID",
-            "Idempotency-Key",
-            "X-Request-ID",
-        ],
-        expose_headers=["Location", "Content-Location", "X-Request-ID", "Retry-After"],
-        max_age=600,
-    )
 
 
 def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
@@ -155,7 +135,28 @@ def create_app(
     listens, to refuse a bad project with one line); None: loaded from `settings` at start.
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
+
+    The project's `http` (runner/project.py) is read here: its CORS policy, and its custom app,
+    imported now so that a bad one refuses the start. `serving(app)` is what to run.
+
+    Raises:
+        ProjectError: the project's `http.app` cannot be served.
     """
+    http = _project_http(settings)
+    cors = cors_policy(settings, http.cors)
+    guard = BrowserGuard.from_settings(settings, None if cors is None else cors.listed_origins)
+    custom = None
+    if http.app is not None:
+        custom = CustomRoutes(
+            app=load_custom_app(http.app),
+            settings=settings,
+            guard=guard,
+            cors=cors,
+            with_auth=http.enable_custom_route_auth,
+        )
+    lifespans: list[Any] = [_lifespan(settings, tracer_provider, graphs)]
+    if custom is not None:
+        lifespans.append(custom.lifespan)  # inside runstream's, as on LangGraph's server
     prometheus = PrometheusConfig(app_name="runstream", group_path=True, exclude=EVENT_STREAM_PATHS)
     app = Litestar(
         route_handlers=[
@@ -174,14 +175,14 @@ def create_app(
             "quotas": Provide(_provide_quotas, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        lifespan=[_lifespan(settings, tracer_provider, graphs)],
+        lifespan=lifespans,
         before_request=_before_request,
         before_send=[add_security_headers, add_request_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding
         # refusals go first
-        middleware=[browser_guard(settings), prometheus.middleware, *_traced(tracer_provider)],
+        middleware=[browser_guard(guard), prometheus.middleware, *_traced(tracer_provider)],
         request_max_body_size=settings.max_body_bytes,
-        cors_config=_cors(settings),
+        cors_config=None if cors is None else cors.litestar_config(),
         openapi_config=OpenAPIConfig(
             title="runstream",
             version="0.1.0",
@@ -191,4 +192,22 @@ def create_app(
         logging_config=None,
     )
     refuse_unknown_fields_in_schema(app)
+    app.state.custom_routes = custom
     return app
+
+
+def serving(app: Litestar) -> ASGIApp:
+    """The ASGI app a server runs: the project's custom routes in front of runstream's
+    (server/custom_routes.py), each request's scope holding the server's `send`."""
+    custom: CustomRoutes | None = app.state.custom_routes
+    return with_server_send(app if custom is None else custom.in_front_of(app))
+
+
+def _project_http(settings: Settings) -> HttpSettings:
+    """The project's `http`, its env and import paths in place (its app may import them)."""
+    if settings.config_path is None:
+        return HttpSettings()
+    project = load_project(settings.config_path)
+    if project.http.app is not None:
+        project.prepare()
+    return project.http

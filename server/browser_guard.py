@@ -94,14 +94,20 @@ class BrowserGuard:
     cors_origins: frozenset[str] = frozenset()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> BrowserGuard:
+    def from_settings(
+        cls, settings: Settings, cors_origins: frozenset[str] | None = None
+    ) -> BrowserGuard:
+        """`cors_origins`: the CORS policy's listed origins (server/cors.py); by default
+        RUNSTREAM_CORS_ORIGINS."""
+        if cors_origins is None:
+            cors_origins = frozenset(settings.cors_origins)
         names = {"localhost", *settings.allowed_hosts}
         if settings.host not in _UNSPECIFIED:
             names.add(settings.host)
         return cls(
             allowed_names=frozenset(_normal_host(name) for name in names),
             check_host=not settings.auth_enabled,
-            cors_origins=frozenset(settings.cors_origins),
+            cors_origins=cors_origins,
         )
 
     def allows(self, host: str) -> bool:
@@ -113,8 +119,9 @@ class BrowserGuard:
         except ValueError:
             return False
 
-    def check(self, method: str, headers: Headers) -> None:
-        """Refuse the request, as the module docstring says, or return.
+    def check(self, method: str, headers: Headers, *, json_bodies: bool = True) -> None:
+        """Refuse the request, as the module docstring says, or return; without
+        `json_bodies`, the first two checks only (for a project's custom routes).
 
         Raises:
             ApiError: 400 `host_not_allowed`, 403 `origin_not_allowed` or 415
@@ -133,7 +140,7 @@ class BrowserGuard:
             )
         if method in _WRITE_METHODS:
             self._check_origin(headers, host_header)
-            if _has_body(headers) and not _is_json(headers.get("content-type", "")):
+            if json_bodies and _has_body(headers) and not _is_json(headers.get("content-type", "")):
                 raise ApiError(
                     415,
                     "unsupported_media_type",
@@ -147,7 +154,7 @@ class BrowserGuard:
                 raise ApiError(403, "origin_not_allowed", "cross-site requests cannot change state")
             return
         if origin.strip().lower().rstrip("/") in self.cors_origins:
-            return  # a page the operator let in (RUNSTREAM_CORS_ORIGINS)
+            return  # a page the operator let in (RUNSTREAM_CORS_ORIGINS or http.cors)
         parsed = _origin_of(origin)
         if parsed is not None:
             netloc, host = parsed
@@ -170,9 +177,8 @@ def _is_json(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
-def browser_guard(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
-    """The Litestar middleware that runs `BrowserGuard.check` before every HTTP route."""
-    guard = BrowserGuard.from_settings(settings)
+def browser_guard(guard: BrowserGuard) -> Callable[[ASGIApp], ASGIApp]:
+    """The Litestar middleware that runs `guard.check` before every HTTP route."""
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:

@@ -108,8 +108,7 @@ def _serve_process(
     with `graphs` loaded already, or loading them (a spawned child)."""
     import uvicorn
 
-    from .app import create_app
-    from .event_stream import with_server_send
+    from .app import create_app, serving
 
     tracer_provider = tracer_provider_from_env("server")
     if graphs is None:
@@ -133,7 +132,7 @@ def _serve_process(
             await super().serve(sockets)  # type: ignore[arg-type]
 
     config = uvicorn.Config(
-        with_server_send(app),
+        serving(app),
         host=host,
         port=port,
         log_config=None,

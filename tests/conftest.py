@@ -29,11 +29,11 @@ from redis.asyncio import Redis, RedisCluster
 
 from bench.launcher import free_port
 from runner.worker import build_worker
-from server.app import create_app
+from server.app import create_app, serving
 from server.embedded import EmbeddedServices
-from server.event_stream import with_server_send
 from server.logs import configure_logging
 from stream_store.settings import Settings
+from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
 from tests.redis_cluster import LocalRedisCluster
 
@@ -274,7 +274,7 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
 
     async def start(**changes: Any) -> ServerHandle:
         app = create_app(replace(settings, **changes))
-        handle = await serve_in_loop(with_server_send(app))  # as `runstream serve` runs it
+        handle = await serve_in_loop(serving(app))  # as `runstream serve` runs it
         handle.app = app
         handles.append(handle)
         return handle
@@ -372,3 +372,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def openai_compat() -> Iterator[RunningServer]:
+    """The local OpenAI-compatible server (tests/openai_compat.py) on a free loopback port,
+    from a thread; `.base_url` is what `OPENAI_BASE_URL` takes."""
+    with running_in_thread() as running:
+        yield running

@@ -1,0 +1,3 @@
+from tests.custom_graphs import builder
+
+__all__ = ["builder"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import structlog
@@ -43,7 +43,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .connections import PgPool
-from .errors import QuotaExceeded
+from .errors import QuotaExceeded, StoreUnavailable
 from .owner_caps import count_locked
 from .settings import SettingsError
 
@@ -52,6 +52,7 @@ __all__ = [
     "HNSW_MAX_DIMS",
     "SWEEP_LOCK",
     "OwnerStore",
+    "ReportedEmbeddings",
     "StoreOptions",
     "VectorsUnavailable",
     "index_config",
@@ -102,11 +103,46 @@ class StoreOptions:
         self.sweep_interval_s = sweep_interval_s
 
 
+class ReportedEmbeddings(Embeddings):
+    """The project's embeddings, whose failures (a provider down, a key refused) become
+    `StoreUnavailable`: a store route answers 503 and logs the cause, a run fails saying it."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.embeddings = embeddings
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with _reported():
+            return self.embeddings.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        with _reported():
+            return self.embeddings.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        with _reported():
+            return await self.embeddings.aembed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        with _reported():
+            return await self.embeddings.aembed_query(text)
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        raise StoreUnavailable(
+            f"the project's embeddings failed: {type(exc).__name__}: {str(exc)[:200]}",
+            code="embeddings_unavailable",
+        ) from exc
+
+
 def index_config(dims: int, embed: Embeddings, fields: list[str] | None) -> PostgresIndexConfig:
     """LangGraph's index config for `store.index`: an HNSW index of `vector`s (its default),
     of `halfvec`s above `HNSW_MAX_DIMS`; `fields` None embeds the whole value (LangGraph's
     `["$"]`)."""
-    config = PostgresIndexConfig(dims=dims, embed=embed, fields=fields or ["$"])
+    config = PostgresIndexConfig(dims=dims, embed=ReportedEmbeddings(embed), fields=fields or ["$"])
     if dims > HNSW_MAX_DIMS:
         config["ann_index_config"] = ANNIndexConfig(kind="hnsw", vector_type="halfvec")
     return config

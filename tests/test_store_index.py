@@ -44,6 +44,7 @@ from tests.conftest import (
     serve_in_loop,
     stop_worker,
 )
+from tests.openai_compat import ReceivedRequests, running_in_thread
 from tests.processes import ROOT
 from tests.projects.memory.embeddings import embed_texts
 from tests.test_langgraph_api import API_KEYS, client_for, human, messages_of
@@ -395,3 +396,47 @@ async def test_one_worker_at_a_time_deletes_expired_items(settings: Settings) ->
                 assert await sweep_expired_items(services.pool) is None
         assert await sweep_expired_items(services.pool) == 1
         assert [item.key for item in await services.store.asearch(("notes",))] == ["new"]
+
+
+async def test_the_memory_agent_example_remembers_across_threads(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/memory-agent, unchanged, on the local OpenAI-compatible server: ChatOpenAI calls
+    the `remember` tool, the fact is embedded by OpenAIEmbeddings, and another thread's turn
+    recalls it into the system prompt; the store shows it to its owner only."""
+    received = ReceivedRequests()
+    with running_in_thread(received=received) as compat:
+        monkeypatch.setenv("OPENAI_BASE_URL", compat.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "local")
+        alice, bob = await start(ROOT / "examples" / "memory-agent" / "langgraph.json")
+
+        async def say(client: LangGraphClient, text: str) -> str:
+            out = await client.runs.wait(None, "memory_agent", input=human(text))
+            assert isinstance(out, dict)
+            return str(messages_of(out)[-1][1])
+
+        kept = await say(alice, "remember my cat is called Tom")
+        assert kept == "The remember tool returned: kept: my cat is called Tom"
+        await say(alice, "remember I drink green tea")
+        assert await say(alice, "what is my cat called") == "You said: what is my cat called"
+        prompt = received.for_path("/v1/chat/completions")[-1]["messages"][0]
+        assert prompt["role"] == "system"
+        recalled = prompt["content"].split("most relevant first:\n")[1].splitlines()
+        assert recalled == ["- my cat is called Tom", "- I drink green tea"]
+
+        await say(bob, "what is my cat called")  # bob remembers nothing of alice's
+        assert (
+            "(nothing yet)"
+            in received.for_path("/v1/chat/completions")[-1]["messages"][0]["content"]
+        )
+        found = await alice.store.search_items(["memories"], query="cat")
+        assert found["items"][0]["value"]["text"] == "my cat is called Tom"
+        assert (await bob.store.search_items(["memories"], query="cat"))["items"] == []
+        embedded = received.for_path("/v1/embeddings")
+        assert embedded and all(isinstance(body["input"][0], str) for body in embedded)
+
+    # the provider gone: a search that needs an embedding is 503 (the cause is logged)
+    with pytest.raises(httpx.HTTPStatusError) as unavailable:
+        await alice.store.search_items(["memories"], query="cat")
+    assert unavailable.value.response.status_code == 503
+    assert (await alice.store.search_items(["memories"]))["items"]  # no query: no embedding

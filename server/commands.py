@@ -210,14 +210,26 @@ def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> 
 
 
 def migrate(settings: Settings) -> int:
+    """Apply the migrations; with a project, those of its `store.index` too (so `up` finds a
+    database without pgvector before it starts a server or a worker)."""
     from stream_store.connections import open_pg_pool, session_pool
     from stream_store.migrations import migrate as apply
+    from stream_store.store import StoreOptions
+
+    store = StoreOptions()
+    if settings.config_path is not None:  # its embeddings are imported, its graphs are not
+        from runner.project import load_project
+        from runner.store_index import store_options
+
+        project = load_project(settings.config_path)
+        project.prepare()
+        store = store_options(project)
 
     async def run() -> int:
         pool = await open_pg_pool(settings, max_size=2)
         try:
             async with session_pool(settings, pool) as migrating:
-                return await apply(migrating, settings.database_schema)
+                return await apply(migrating, settings.database_schema, store)
         finally:
             await pool.close()
 

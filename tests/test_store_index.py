@@ -23,6 +23,7 @@ from langgraph_sdk.client import LangGraphClient
 from runner.project import ProjectError, load_project
 from runner.store_index import check_embeddings, store_options
 from server.app import create_app
+from server.commands import migrate as migrate_command
 from server.resources import open_resources
 from stream_store.connections import open_pg_pool
 from stream_store.migrations import migrate
@@ -363,6 +364,18 @@ class TestTheDatabase:
             await conn.execute("CREATE EXTENSION vector SCHEMA elsewhere")
         with pytest.raises(VectorsUnavailable, match="in schema 'elsewhere'"):
             await _migrate(vector_settings, _options(128))
+
+    async def test_runstream_migrate_makes_the_projects_index_tables(
+        self, vector_settings: Settings
+    ) -> None:
+        config = str(MEMORY / "langgraph.json")
+        await asyncio.to_thread(migrate_command, replace(vector_settings, config_path=config))
+        async with await schema_connection(vector_settings) as conn:
+            cur = await conn.execute(
+                "SELECT atttypmod FROM pg_attribute WHERE attrelid ="
+                " to_regclass('store_vectors') AND attname = 'embedding'"
+            )
+            assert (await cur.fetchone())[0] == 128
 
     async def test_the_tests_database_serves_an_index_or_says_how_to_install_pgvector(
         self, settings: Settings

@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
-import structlog
+import psycopg
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
@@ -63,8 +63,6 @@ __all__ = [
     "setup_store",
     "sweep_expired_items",
 ]
-
-logger = structlog.get_logger()
 
 # pgvector's HNSW index takes `vector`s of at most 2000 dimensions and `halfvec`s (half
 # precision, ample for ranking) of at most 4000: larger embeddings are kept as `halfvec`, and
@@ -171,6 +169,12 @@ async def setup_store(conn: AsyncConnection[DictRow], options: StoreOptions) -> 
     store = AsyncPostgresStore(conn, index=options.index)
     try:
         await store.setup()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise VectorsUnavailable(
+            f"store.index: {str(exc).splitlines()[0]}: the first start with an index creates"
+            " the vector extension (CREATE EXTENSION vector), which takes a superuser (or the"
+            " database's owner where pgvector is trusted): run that once as one"
+        ) from None
     finally:
         await _stop_tasks(store)
 
@@ -199,7 +203,7 @@ async def _check_vectors(conn: AsyncConnection[DictRow], dims: int) -> None:
         raise VectorsUnavailable(
             f"store.index: the database's vector extension is in schema {found['schema']!r},"
             " which is not on runstream's search_path: move it"
-            f" (ALTER EXTENSION vector SET SCHEMA <runstream's schema>) or use a database"
+            " (ALTER EXTENSION vector SET SCHEMA <runstream's schema>) or use a database"
             " without it"
         )
     cur = await conn.execute(

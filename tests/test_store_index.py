@@ -365,6 +365,24 @@ class TestTheDatabase:
         with pytest.raises(VectorsUnavailable, match="in schema 'elsewhere'"):
             await _migrate(vector_settings, _options(128))
 
+    async def test_a_role_that_cannot_create_the_extension_is_told_what_to_run(
+        self, vector_settings: Settings, test_id: str
+    ) -> None:
+        role, database = f"r_{test_id}", f"v_{test_id}"  # the database `vector_settings` made
+        async with await schema_connection(vector_settings) as conn:
+            await conn.execute(f'CREATE ROLE "{role}"')
+            await conn.execute(f'GRANT CREATE ON DATABASE "{database}" TO "{role}"')
+            await conn.execute(f'ALTER DATABASE "{database}" SET role TO "{role}"')
+        try:
+            with pytest.raises(VectorsUnavailable, match="CREATE EXTENSION vector"):
+                await _migrate(vector_settings, _options(128))
+        finally:
+            async with await schema_connection(vector_settings) as conn:
+                await conn.execute("SET ROLE NONE")  # back to the superuser the tests log in as
+                await conn.execute(f'ALTER DATABASE "{database}" RESET role')
+                await conn.execute(f'DROP OWNED BY "{role}"')
+                await conn.execute(f'DROP ROLE "{role}"')
+
     async def test_runstream_migrate_makes_the_projects_index_tables(
         self, vector_settings: Settings
     ) -> None:

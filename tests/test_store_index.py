@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -295,6 +298,27 @@ class TestRefusedAtStart:
         with pytest.raises(ProjectError, match="makes vectors of 32 dimensions") as caught:
             await check_embeddings(store_options(loaded), loaded)
         assert caught.value.key == "store.index.dims"
+
+    @pytest.mark.parametrize("command", ["serve", "worker"])
+    async def test_the_command_refuses_in_one_line_and_exits_2(
+        self, tmp_path: Path, vector_settings: Settings, command: str
+    ) -> None:
+        short = f"{MEMORY / 'embeddings.py'}:embed_short"
+        path = project(tmp_path, store={"index": {**INDEX, "embed": short}})
+        env = {
+            **os.environ,
+            "RUNSTREAM_REDIS_URL": str(vector_settings.redis_url),
+            "RUNSTREAM_DATABASE_URL": str(vector_settings.database_url),
+            "RUNSTREAM_DATABASE_SCHEMA": vector_settings.database_schema,
+            "RUNSTREAM_REDIS_PREFIX": vector_settings.redis_prefix,
+        }
+        argv = [sys.executable, "-m", "server.cli", command, "--config", str(path)]
+        done = await asyncio.to_thread(
+            subprocess.run, argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"runstream: {path}: store.index.dims: is 128, but ")
 
     async def test_a_server_does_not_start_on_bad_dims(
         self, tmp_path: Path, vector_settings: Settings

@@ -160,7 +160,12 @@ def _is_runtime(annotation: Any) -> bool:
 
 def import_source(source: GraphSource) -> ModuleType:
     """The module: imported by name, or executed from its file under the name LangGraph gives
-    it, once per process (again if another file had that name)."""
+    it, once per process (again if another file had that name). Graphs and the project's
+    embeddings (`runner.store_index`) are imported this way.
+
+    Raises:
+        ProjectError: the import failed, naming the source's key and the cause.
+    """
     try:
         name = str(source.module)
         if source.path is None:

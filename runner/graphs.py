@@ -52,7 +52,7 @@ from stream_store.settings import Settings
 from .configurable import is_reserved, select
 from .graph_loading import LoadedGraph, execution_runtime, load_graph, read_runtime
 from .models import MODEL_CONFIGURABLE
-from .project import GraphSource, ProjectError, load_project
+from .project import GraphSource, Project, ProjectError, load_project
 from .tools import Effect, Execution, ToolLedger
 
 __all__ = ["BUILTIN_GRAPHS", "CONFIGURABLE_KEYS", "GraphRegistry", "RunContext", "UnknownGraph"]
@@ -263,6 +263,7 @@ class GraphRegistry:
             name: spec if isinstance(spec, GraphSource) else _env_source(name, spec)
             for name, spec in merged.items()
         }
+        self.project: Project | None = None  # the langgraph.json the graphs came from, if any
         self._loaded: dict[str, LoadedGraph] = {}
         self._compiled: dict[str, Pregel] = {}
         self._configurable: dict[str, frozenset[str] | None] = {}
@@ -277,6 +278,7 @@ class GraphRegistry:
         """
         specs: dict[str, str | GraphSource] = dict(settings.graphs)
         auth: GraphSource | None = None
+        project = None
         if settings.config_path is not None:
             project = load_project(settings.config_path)
             clash = sorted(set(specs) & set(project.graphs))
@@ -290,6 +292,7 @@ class GraphRegistry:
             specs.update(project.graphs)
             auth = project.auth
         registry = cls(specs, auth)
+        registry.project = project
         registry.validate()
         return registry
 

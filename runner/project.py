@@ -3,9 +3,11 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`store`, ...) is refused, so that nothing a project relies
-on, above all its auth, is silently dropped. Every refusal is a `ProjectError` naming the
-file, the key and the cause, which `runstream` prints as one line before exiting with 2.
+version will serve (`webhooks`, ...) is refused, so that nothing a project relies
+on, above all its auth, is silently dropped; so is a part of `store`, `checkpointer` or `http`
+runstream does not serve (a custom store or checkpointer, `serde`, `keep_latest`, ...). Every
+refusal is a `ProjectError` naming the file, the key and the cause, which `runstream` prints as
+one line before exiting with 2.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import structlog
 from dotenv import dotenv_values
 
 from stream_store.settings import SettingsError
+from stream_store.store import HALFVEC_MAX_DIMS
 
 __all__ = [
     "AUTH_IGNORED_KEYS",
@@ -33,6 +36,9 @@ __all__ = [
     "HttpSettings",
     "Project",
     "ProjectError",
+    "StoreIndexSpec",
+    "StoreTTLSpec",
+    "ThreadTTLSpec",
     "load_project",
     "project_has_auth",
 ]
@@ -60,8 +66,6 @@ BUILD_ONLY_KEYS = frozenset(
 # Keys a later version serves. Until then a project with one of them does not start: running
 # it without its auth would expose its data, without its routes or store it would half-work.
 NOT_SERVED_YET: dict[str, str] = {
-    "store": "store.index and store.ttl are not served yet (the store itself is, without them)",
-    "checkpointer": "checkpointer settings (ttl, serde) are not served yet",
     "ui": "generative UI components (ui) are not served",
     "ui_config": "generative UI components (ui_config) are not served",
     "webhooks": "webhooks are not served yet",
@@ -103,8 +107,21 @@ _NO_LONGER_SUPPORTED = {
     "package": "top-level package is no longer supported by LangGraph (source.package)",
 }
 
+# Parts of `store` and `checkpointer` that runstream does not serve: its store and its
+# checkpointer are its own Postgres ones, with LangGraph's serializer.
+_NOT_SERVED_PARTS: dict[tuple[str, str], str] = {
+    ("store", "path"): "a custom store (store.path) is not served: the store is runstream's"
+    " Postgres store (store.index and store.ttl configure it)",
+    ("checkpointer", "path"): "a custom checkpointer (checkpointer.path) is not served: the"
+    " checkpointer is runstream's Postgres one",
+    ("checkpointer", "serde"): "checkpointer.serde is not served: checkpoints are written with"
+    " LangGraph's default serializer",
+}
+
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
-_SERVED = frozenset({"graphs", "env", "dependencies", "auth", "http", "$schema"})
+_SERVED = frozenset(
+    {"graphs", "env", "dependencies", "auth", "http", "store", "checkpointer", "$schema"}
+)
 
 # `auth` keys accepted without effect (langgraph_cli/schemas.py `AuthConfig`), and why.
 AUTH_IGNORED_KEYS: dict[str, str] = {
@@ -136,6 +153,51 @@ class _GraphDef(msgspec.Struct):
     description: str | None = None
 
 
+_Minutes = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class StoreIndexSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`store.index`: the store's semantic search (LangGraph's `IndexConfig`). `embed` is a
+    `provider:model` for LangChain's `init_embeddings` or a `./file.py:name`
+    (`runner.embeddings` resolves it); `fields` the JSON paths embedded (None: the whole
+    value, LangGraph's `["$"]`)."""
+
+    dims: Annotated[int, msgspec.Meta(ge=1, le=HALFVEC_MAX_DIMS)]  # what pgvector's HNSW takes
+    embed: Annotated[str, msgspec.Meta(min_length=1)]
+    fields: list[str] | None = None
+
+
+class StoreTTLSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`store.ttl` (LangGraph's `TTLConfig`), in minutes: `default_ttl` for items put without
+    one (None: no TTL), how often expired items are deleted (None: hourly, runstream's own
+    sweep), whether reads restart an item's TTL by default."""
+
+    refresh_on_read: bool = True
+    default_ttl: _Minutes | None = None
+    sweep_interval_minutes: _Minutes | None = None  # LangGraph's is an int; a fraction works
+
+
+class ThreadTTLSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`checkpointer.ttl` (LangGraph's `ThreadTTLConfig`), in minutes: a thread idle for
+    `default_ttl` is deleted with its runs and checkpoints (`strategy` "delete"; None: never),
+    checked every `sweep_interval_minutes` (LangGraph's default: 5), `sweep_limit` threads at
+    most per check."""
+
+    strategy: Literal["delete"] = "delete"
+    default_ttl: _Minutes | None = None
+    sweep_interval_minutes: _Minutes | None = None
+    sweep_limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class _StoreFile(msgspec.Struct, forbid_unknown_fields=True):
+    index: StoreIndexSpec | None = None
+    ttl: StoreTTLSpec | None = None
+
+
+class _CheckpointerFile(msgspec.Struct, forbid_unknown_fields=True):
+    ttl: ThreadTTLSpec | None = None
+
+
 class _ProjectFile(msgspec.Struct):
     """The keys runstream reads; the others are looked at by name only."""
 
@@ -143,6 +205,8 @@ class _ProjectFile(msgspec.Struct):
     env: dict[str, str] | str | None = None
     dependencies: list[str] = []
     auth: dict[str, Any] | None = None
+    store: _StoreFile | None = None
+    checkpointer: _CheckpointerFile | None = None
 
 
 class CorsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -211,7 +275,8 @@ class GraphSource:
 
 @dataclass(frozen=True)
 class Project:
-    """What runstream serves of a `langgraph.json`: its graphs, env and import paths."""
+    """What runstream serves of a `langgraph.json`: its graphs, env and import paths, and how
+    its store and threads are kept."""
 
     file: Path
     graphs: dict[str, GraphSource] = field(default_factory=dict)
@@ -221,6 +286,9 @@ class Project:
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
     # `auth.path`: the project's `langgraph_sdk.Auth` (server/project_auth.py loads it)
     auth: GraphSource | None = None
+    store_index: StoreIndexSpec | None = None
+    store_ttl: StoreTTLSpec | None = None
+    thread_ttl: ThreadTTLSpec | None = None
 
     def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
         """Put the project's env and import paths in place, before its graphs are imported.
@@ -291,6 +359,9 @@ def load_project(file: str | Path) -> Project:
         ignored=tuple(sorted(k for k in raw if k in BUILD_ONLY_KEYS)),
         auth=_auth_source(path, shape.auth, base),
         http=_http(path, raw.get("http"), base),
+        store_index=shape.store.index if shape.store else None,
+        store_ttl=shape.store.ttl if shape.store else None,
+        thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
     )
 
 
@@ -332,6 +403,18 @@ def _refuse_unserved(path: Path, raw: Mapping[str, Any]) -> None:
     for key, why in {**NOT_SERVED_YET, **_NO_LONGER_SUPPORTED}.items():
         if raw.get(key) not in (None, {}, [], ""):
             raise ProjectError(path, key, f"{why}: not served by this version of runstream")
+    for (key, part), why in _NOT_SERVED_PARTS.items():
+        section = raw.get(key)
+        if isinstance(section, dict) and section.get(part) not in (None, {}, [], ""):
+            raise ProjectError(path, f"{key}.{part}", why)
+    ttl = raw.get("checkpointer")
+    ttl = ttl.get("ttl") if isinstance(ttl, dict) else None
+    if isinstance(ttl, dict) and ttl.get("strategy") == "keep_latest":
+        raise ProjectError(
+            path,
+            "checkpointer.ttl.strategy",
+            '"keep_latest" (pruning a thread\'s older checkpoints) is not served; "delete" is',
+        )
 
 
 def _graph_source(path: Path, name: str, raw: Any, base: Path) -> GraphSource:

@@ -159,19 +159,27 @@ async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
         await services.queue.enqueue(fresh or run)
 
 
-async def expire_idle_threads(services: Services) -> None:
-    """Delete threads idle longer than RUNSTREAM_THREAD_RETENTION, as DELETE would."""
-    retention_s = services.settings.thread_retention_s
+async def expire_idle_threads(
+    services: Services, idle_s: float | None = None, *, limit: int = 100
+) -> int:
+    """Delete up to `limit` threads idle longer than `idle_s` (default
+    RUNSTREAM_THREAD_RETENTION; the project's `checkpointer.ttl` is another), as DELETE would;
+    how many. Safe in several workers at once: each delete checks again, under the thread's
+    row lock, that the thread is still idle, and one that is not (or is gone) is skipped."""
+    retention_s = services.settings.thread_retention_s if idle_s is None else idle_s
     if not retention_s:
-        return
-    for thread_id, owner in await services.thread_records.idle_threads(retention_s):
+        return 0
+    deleted = 0
+    for thread_id, owner in await services.thread_records.idle_threads(retention_s, limit):
         try:
             await delete_thread(
                 services.thread_records, services.events, thread_id, owner, idle_s=retention_s
             )
         except (NotFound, Conflict):
             continue  # deleted or used meanwhile
+        deleted += 1
         logger.info("thread expired", thread_id=thread_id, retention_s=retention_s)
+    return deleted
 
 
 async def restore_interrupted(services: Services) -> None:

@@ -45,6 +45,8 @@ from .graphs import GraphRegistry
 from .recovery import reap_forever
 from .scheduling import FairOrder, window_size
 from .state import WorkerState
+from .store_index import check_embeddings, store_options
+from .sweeps import sweep_items_forever, sweep_threads_forever
 from .tools import ToolLedger
 
 __all__ = ["build_worker"]
@@ -57,6 +59,9 @@ _START_JOB = (files("stream_store") / "scripts" / "start_job.lua").read_text()
 async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
     clients: RedisClients = ctx["redis_clients"]
+    graphs = ctx.get("graphs") or GraphRegistry.from_settings(settings)
+    store = store_options(graphs.project)
+    await check_embeddings(store, graphs.project)
     stack = contextlib.AsyncExitStack()
     if clients.store is not clients.queue:  # a cluster client beside arq's (which arq closes)
         stack.push_async_callback(clients.store.aclose)
@@ -66,9 +71,9 @@ async def startup(ctx: dict[str, Any]) -> None:
             pool_size=max(4, min(settings.worker_concurrency, 10)),
             redis=clients,  # on one Redis, arq's own client: the worker needs no second one
             tracer=ctx["tracer"],
+            store=store,
         )
     )
-    graphs = ctx.get("graphs") or GraphRegistry.from_settings(settings)
     worker_id = uuid.uuid4().hex[:12]
     # Open before the first claim; closed after the runs are handed back and the beat said
     # goodbye (the stack unwinds in reverse), so a stopping worker never looks dead.
@@ -92,7 +97,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         except BaseException:  # the port is taken, say: nothing opened may outlive the failure
             await stack.aclose()
             raise
-    for background in (reap_forever(state), _listen(state), _beat(state, presence.name)):
+    sweeps = (sweep_items_forever(state), sweep_threads_forever(state))
+    for background in (reap_forever(state), _listen(state), _beat(state, presence.name), *sweeps):
         stack.push_async_callback(_stop, asyncio.create_task(background))
     ctx["state"] = state
     logger.info(

@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         help="serve /metrics on RUNSTREAM_HOST at this port (default"
         " RUNSTREAM_WORKER_METRICS_PORT; 0: off)",
     )
-    commands.add_parser("migrate", help="create or upgrade the Postgres tables")
+    sub = commands.add_parser("migrate", help="create or upgrade the Postgres tables")
+    _config_option(sub)  # a project's store.index has tables of its own
     for name, text in (("chat", "chat in the terminal"), ("attach", "follow a run")):
         sub = commands.add_parser(name, help=text)
         if name == "attach":
@@ -110,7 +111,7 @@ def with_project(settings: Settings, config: str | None) -> Settings:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     """The parsed command, run with the process's settings."""
-    if args.command in ("serve", "worker", "up"):
+    if args.command in ("serve", "worker", "up", "migrate"):
         settings = with_project(settings, args.config)
     if args.command == "serve":
         host, port = args.host or settings.host, args.port or settings.port

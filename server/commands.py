@@ -28,6 +28,7 @@ from .multiprocess import listening_socket, run_processes
 
 if TYPE_CHECKING:
     from runner.graphs import GraphRegistry
+    from stream_store.store import StoreOptions
 
     from .embedded import EmbeddedServices
 
@@ -97,6 +98,7 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from .app import project_http
 
     project_http(settings)  # its custom app too (`http.app`), before any child starts
+    _prepare_store(graphs, settings)
     _announce_model(settings)
     logger.info(
         "listening",
@@ -189,6 +191,7 @@ def worker(
         raise SettingsError(f"metrics ports up to {last_port}: past 65535")
     settings.require_services()
     graphs = _load_graphs(settings)  # a bad project refused before anything starts
+    _prepare_store(graphs, settings)
     _announce_model(settings)
     if processes == 1:
         return _worker_process(settings, graphs)
@@ -230,20 +233,55 @@ def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> 
 
 
 def migrate(settings: Settings) -> int:
+    """Apply the migrations; with a project, those of its `store.index` too (so `up` finds a
+    database without pgvector before it starts a server or a worker)."""
+    from stream_store.store import StoreOptions
+
+    store = StoreOptions()
+    if settings.config_path is not None:  # its embeddings are imported, its graphs are not
+        from runner.project import load_project
+        from runner.store_index import store_options
+
+        project = load_project(settings.config_path)
+        project.prepare()
+        store = store_options(project)
+    applied = asyncio.run(_apply_migrations(settings, store))
+    logger.info("migrated", applied=applied, schema=settings.database_schema)
+    return 0
+
+
+async def _apply_migrations(settings: Settings, store: StoreOptions) -> int:
     from stream_store.connections import open_pg_pool, session_pool
     from stream_store.migrations import migrate as apply
 
-    async def run() -> int:
-        pool = await open_pg_pool(settings, max_size=2)
-        try:
-            async with session_pool(settings, pool) as migrating:
-                return await apply(migrating, settings.database_schema)
-        finally:
-            await pool.close()
+    pool = await open_pg_pool(settings, max_size=2)
+    try:
+        async with session_pool(settings, pool) as migrating:
+            return await apply(migrating, settings.database_schema, store)
+    finally:
+        await pool.close()
 
-    applied = asyncio.run(run())
-    logger.info("migrated", applied=applied, schema=settings.database_schema)
-    return 0
+
+def _prepare_store(graphs: GraphRegistry, settings: Settings) -> None:
+    """With the project's `store.index`: its embeddings checked and its tables made, so that a
+    database without pgvector, or embeddings of other dimensions, are refused here in one line
+    (`runstream` exits 2) rather than in the middle of the process's start-up.
+
+    Raises:
+        SettingsError: a `ProjectError` or `VectorsUnavailable` saying what to change.
+    """
+    project = graphs.project
+    if project is None or project.store_index is None:
+        return
+    from runner.store_index import check_embeddings, store_options
+
+    store = store_options(project)
+
+    async def run() -> None:
+        await check_embeddings(store, project)
+        await _apply_migrations(settings, store)
+
+    asyncio.run(run())
 
 
 def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from opentelemetry.trace import Tracer
 
 from runner.graphs import GraphRegistry
+from runner.store_index import check_embeddings, store_options
 from stream_store.assistant_records import AssistantRecords
 from stream_store.caller_queries import CallerQueries, open_caller_queries
 from stream_store.cron_records import CronRecords
@@ -66,8 +67,10 @@ async def open_resources(
         graphs = GraphRegistry.from_settings(settings)
     sign_in = sign_in_for(settings, graphs)
     tokens = StreamTokens(settings, project_auth=graphs.auth is not None)
+    store = store_options(graphs.project)
+    await check_embeddings(store, graphs.project)
     async with (
-        open_services(settings, tracer=tracer) as services,
+        open_services(settings, tracer=tracer, store=store) as services,
         open_caller_queries(settings) as queries,
     ):
         metrics = ServerMetrics(GraphLabels(graphs.names()))

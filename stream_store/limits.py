@@ -60,8 +60,10 @@ __all__ = [
     "STORE_FILTER_MAX_BYTES",
     "STORE_FILTER_MAX_DEPTH",
     "STORE_FILTER_MAX_FIELDS",
+    "STORE_INDEX_MAX_FIELDS",
     "STORE_KEY_MAX_BYTES",
     "STORE_NAMESPACE_MAX_BYTES",
+    "STORE_QUERY_MAX_CHARS",
     "SUBMIT_WINDOW_S",
 ]
 
@@ -102,6 +104,10 @@ STORE_KEY_MAX_BYTES = 1000
 STORE_FILTER_MAX_FIELDS = 32
 STORE_FILTER_MAX_BYTES = 16 * 1024
 STORE_FILTER_MAX_DEPTH = 8
+# With a project's `store.index`, a search's `query` is embedded (one call to the embeddings'
+# provider) and a put embeds each path of its `index` apart: their sizes bound that work.
+STORE_QUERY_MAX_CHARS = 8192
+STORE_INDEX_MAX_FIELDS = 32
 # How long a caller-shaped query waits for its caller's turn (`RUNSTREAM_MAX_CONCURRENT_QUERIES`)
 # before the request is answered 429.
 QUERY_TURN_TIMEOUT_S = 10.0

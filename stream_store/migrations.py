@@ -13,7 +13,7 @@ from psycopg import sql
 
 from .checkpoints import setup_checkpoints
 from .connections import PgPool
-from .store import setup_store
+from .store import StoreOptions, setup_store
 
 __all__ = ["migrate"]
 
@@ -177,9 +177,10 @@ MIGRATIONS: list[str] = [
 ]
 
 
-async def migrate(pool: PgPool, schema: str) -> int:
-    """Create the schema, apply pending migrations and the checkpointer's and the store's;
-    returns how many of runstream's own were applied.
+async def migrate(pool: PgPool, schema: str, store: StoreOptions | None = None) -> int:
+    """Create the schema, apply pending migrations and the checkpointer's and the store's (with
+    the tables of `store`'s index, if it has one); returns how many of runstream's own were
+    applied.
 
     One session-level advisory lock covers them all, so concurrent start-ups queue behind it.
     """
@@ -218,7 +219,7 @@ async def migrate(pool: PgPool, schema: str) -> int:
                     )
                 applied += 1
             await setup_checkpoints(conn)  # on this connection: it holds the lock
-            await setup_store(conn)
+            await setup_store(conn, store or StoreOptions())
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied

@@ -34,7 +34,7 @@ from .queue import RunQueue
 from .run_records import RunRecords
 from .run_submit import RunSubmitter
 from .settings import Settings
-from .store import open_store
+from .store import StoreOptions, open_store
 from .thread_records import ThreadRecords
 
 __all__ = ["Services", "open_services"]
@@ -48,6 +48,7 @@ class Services:
     pool: PgPool
     checkpointer: FencedPostgresSaver  # fenced only inside a run (`attempt_fence`)
     store: AsyncPostgresStore  # LangGraph's store; each owner's view is `store.OwnerStore`
+    store_options: StoreOptions  # its index and TTLs, for the views the server opens per query
     run_records: RunRecords
     thread_records: ThreadRecords
     cron_records: CronRecords  # LangGraph's crons (server/langgraph/crons.py)
@@ -71,9 +72,12 @@ async def open_services(
     pool_size: int = 10,
     redis: RedisClients | None = None,
     tracer: Tracer | None = None,
+    store: StoreOptions | None = None,
 ) -> AsyncIterator[Services]:
-    """Open Redis (unless `redis` is given) and a migrated Postgres pool; close what was opened,
-    in reverse order."""
+    """Open Redis (unless `redis` is given) and a migrated Postgres pool, the store as `store`
+    says (the project's `store.index` and `store.ttl`); close what was opened, in reverse
+    order."""
+    store_options = store or StoreOptions()
     async with contextlib.AsyncExitStack() as stack:
         if redis is None:
             redis = await open_redis_clients(settings)
@@ -82,7 +86,7 @@ async def open_services(
         pool = await open_pg_pool(settings, max_size=pool_size)
         stack.push_async_callback(pool.close)
         async with session_pool(settings, pool) as migrating:
-            await migrate(migrating, settings.database_schema)
+            await migrate(migrating, settings.database_schema, store_options)
         await check_search_path(settings, pool)
         run_records = RunRecords(pool)
         events = EventLog(
@@ -95,14 +99,15 @@ async def open_services(
         )
         stack.push_async_callback(events.aclose)
         queue = RunQueue(clients.queue, keys, run_records)
-        store = await stack.enter_async_context(open_store(pool))
+        opened_store = await stack.enter_async_context(open_store(pool, store_options))
         yield Services(
             settings=settings,
             keys=keys,
             clients=clients,
             pool=pool,
             checkpointer=FencedPostgresSaver(pool),
-            store=store,
+            store=opened_store,
+            store_options=store_options,
             run_records=run_records,
             thread_records=ThreadRecords(pool),
             cron_records=CronRecords(pool),

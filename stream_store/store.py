@@ -7,6 +7,11 @@ namespace it returns. No namespace a caller can send reaches another owner's ite
 label is always the first one, and the store matches namespaces label by label (a prefix ends on
 a label boundary, with `_` and `%` taken literally). The LangGraph API's `/store` routes and the
 graphs a worker runs (`get_store()`, `runtime.store`) both go through it.
+
+A project's `store.index` and `store.ttl` (`StoreOptions`) configure it: with an index the
+store embeds items into pgvector's `vector` columns (`store_vectors`) and `search` with a
+`query` ranks by cosine similarity. Expired items are deleted by the workers'
+`sweep_expired_items`, one worker at a time.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+import psycopg
+from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -31,26 +38,116 @@ from langgraph.store.base import (
     TTLConfig,
 )
 from langgraph.store.postgres.aio import AsyncPostgresStore
+from langgraph.store.postgres.base import ANNIndexConfig, PostgresIndexConfig
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .connections import PgPool
-from .errors import QuotaExceeded
+from .errors import QuotaExceeded, StoreUnavailable
 from .owner_caps import count_locked
+from .settings import SettingsError
 
 __all__ = [
-    "STORE_TTL",
+    "HALFVEC_MAX_DIMS",
+    "HNSW_MAX_DIMS",
+    "SWEEP_LOCK",
     "OwnerStore",
+    "ReportedEmbeddings",
+    "StoreOptions",
+    "VectorsUnavailable",
+    "index_config",
     "make_store_room",
     "open_store",
     "owner_label",
     "owner_store_on",
     "setup_store",
+    "sweep_expired_items",
 ]
 
-# Items put with a `ttl` (minutes) are hidden once it has passed, and deleted by the hourly
-# sweep; reading an item restarts its TTL, as on LangGraph's server.
-STORE_TTL = TTLConfig(omit_expired=True, refresh_on_read=True, sweep_interval_minutes=60)
+# pgvector's HNSW index takes `vector`s of at most 2000 dimensions and `halfvec`s (half
+# precision, ample for ranking) of at most 4000: larger embeddings are kept as `halfvec`, and
+# `store.index.dims` is at most 4000. (LangGraph's "flat", no index at all, does not set up:
+# its async `setup` does not skip the index's migration.)
+HNSW_MAX_DIMS = 2000
+HALFVEC_MAX_DIMS = 4000
+
+# The advisory lock (one int8 key) under which one worker at a time deletes expired items.
+SWEEP_LOCK = 0x5357_4545  # "SWEE"
+
+
+def _default_ttl() -> TTLConfig:
+    # Items put with a `ttl` (minutes) are hidden once it has passed and deleted by the sweep;
+    # reading an item restarts its TTL, as on LangGraph's server.
+    return TTLConfig(omit_expired=True, refresh_on_read=True)
+
+
+class StoreOptions:
+    """How the store is kept: the project's `store.index` (LangGraph's Postgres index config,
+    its `embed` resolved to embeddings; None: no semantic search) and `store.ttl` (the TTL
+    defaults, and how often the workers delete expired items: hourly unless it says).
+
+    A plain class, not a dataclass: Litestar, which injects the server's `Resources`, reads a
+    dataclass's field types, and cannot type the union in the index config's `embed`.
+    """
+
+    def __init__(
+        self,
+        index: PostgresIndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        sweep_interval_s: float = 3600.0,
+    ) -> None:
+        self.index = index
+        self.ttl = ttl if ttl is not None else _default_ttl()
+        self.sweep_interval_s = sweep_interval_s
+
+
+class ReportedEmbeddings(Embeddings):
+    """The project's embeddings, whose failures (a provider down, a key refused) become
+    `StoreUnavailable`: a store route answers 503 and logs the cause, a run fails saying it."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.embeddings = embeddings
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with _reported():
+            return self.embeddings.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        with _reported():
+            return self.embeddings.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        with _reported():
+            return await self.embeddings.aembed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        with _reported():
+            return await self.embeddings.aembed_query(text)
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        raise StoreUnavailable(
+            f"the project's embeddings failed: {type(exc).__name__}: {str(exc)[:200]}",
+            code="embeddings_unavailable",
+        ) from exc
+
+
+def index_config(dims: int, embed: Embeddings, fields: list[str] | None) -> PostgresIndexConfig:
+    """LangGraph's index config for `store.index`: an HNSW index of `vector`s (its default),
+    of `halfvec`s above `HNSW_MAX_DIMS`; `fields` None embeds the whole value (LangGraph's
+    `["$"]`)."""
+    config = PostgresIndexConfig(dims=dims, embed=ReportedEmbeddings(embed), fields=fields or ["$"])
+    if dims > HNSW_MAX_DIMS:
+        config["ann_index_config"] = ANNIndexConfig(kind="hnsw", vector_type="halfvec")
+    return config
+
+
+class VectorsUnavailable(SettingsError):
+    """The project has a `store.index` and the database cannot hold its vectors."""
 
 
 def owner_label(owner: str) -> str:
@@ -59,32 +156,109 @@ def owner_label(owner: str) -> str:
     return base64.urlsafe_b64encode(owner.encode()).decode().rstrip("=")
 
 
-async def setup_store(conn: AsyncConnection[DictRow]) -> None:
-    """Create or upgrade the store's tables (`conn` must be in autocommit)."""
-    await AsyncPostgresStore(conn).setup()
+async def setup_store(conn: AsyncConnection[DictRow], options: StoreOptions) -> None:
+    """Create or upgrade the store's tables, with those of its index when it has one (`conn`
+    must be in autocommit).
+
+    Raises:
+        VectorsUnavailable: an index, and pgvector is not installed in the database's server,
+            or its `vector` type is out of reach, or the stored vectors have other dimensions.
+    """
+    if options.index is not None:
+        await _check_vectors(conn, options.index["dims"])
+    store = AsyncPostgresStore(conn, index=options.index)
+    try:
+        await store.setup()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise VectorsUnavailable(
+            f"store.index: {str(exc).splitlines()[0]}: the first start with an index creates"
+            " the vector extension (CREATE EXTENSION vector), which takes a superuser (or the"
+            " database's owner where pgvector is trusted): run that once as one"
+        ) from None
+    finally:
+        await _stop_tasks(store)
+
+
+async def _check_vectors(conn: AsyncConnection[DictRow], dims: int) -> None:
+    """pgvector can be used here, and vectors stored before have `dims` dimensions."""
+    cur = await conn.execute(
+        "SELECT e.extname IS NOT NULL AS installed, n.nspname AS schema,"
+        " n.nspname = ANY (current_schemas(false)) OR e.extname IS NULL AS reachable,"
+        " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available"
+        " FROM (SELECT 1) AS one"
+        " LEFT JOIN pg_extension e ON e.extname = 'vector'"
+        " LEFT JOIN pg_namespace n ON n.oid = e.extnamespace"
+    )
+    found = await cur.fetchone()
+    assert found is not None
+    if not found["installed"] and not found["available"]:
+        raise VectorsUnavailable(
+            "store.index needs the pgvector extension, which this PostgreSQL server does not"
+            " have: install it (Debian/Ubuntu with PGDG's apt repository: apt-get install"
+            " postgresql-<major>-pgvector; or build https://github.com/pgvector/pgvector),"
+            " or leave RUNSTREAM_DATABASE_URL unset to use runstream's embedded PostgreSQL,"
+            " which has it (docs/operations.md)"
+        )
+    if not found["reachable"]:
+        raise VectorsUnavailable(
+            f"store.index: the database's vector extension is in schema {found['schema']!r},"
+            " which is not on runstream's search_path: move it"
+            " (ALTER EXTENSION vector SET SCHEMA <runstream's schema>) or use a database"
+            " without it"
+        )
+    cur = await conn.execute(
+        "SELECT atttypmod AS dims FROM pg_attribute"
+        " WHERE attrelid = to_regclass('store_vectors') AND attname = 'embedding'"
+    )
+    stored = await cur.fetchone()
+    if stored is not None and stored["dims"] != dims:
+        raise VectorsUnavailable(
+            f"store.index.dims is {dims}, but the store's vectors have {stored['dims']}"
+            " dimensions (embedded before with another model): keep the dims, or drop the"
+            " vectors to embed anew (DROP TABLE store_vectors; DELETE FROM vector_migrations)"
+            " and put the items again"
+        )
 
 
 @contextlib.asynccontextmanager
-async def open_store(pool: PgPool) -> AsyncIterator[AsyncPostgresStore]:
-    """The process's store on `pool` (its tables exist: `migrate` ran), sweeping expired items
-    while open; on exit neither of its tasks is left pending."""
-    store = AsyncPostgresStore(pool, ttl=STORE_TTL)
+async def open_store(pool: PgPool, options: StoreOptions) -> AsyncIterator[AsyncPostgresStore]:
+    """The process's store on `pool` (its tables exist: `migrate` ran); on exit its batching
+    task is not left pending. It sweeps nothing itself: the workers do
+    (`sweep_expired_items`)."""
+    store = AsyncPostgresStore(pool, index=options.index, ttl=options.ttl)
     try:
-        await store.start_ttl_sweeper()
         yield store
     finally:
         await _stop_tasks(store)
 
 
 @contextlib.asynccontextmanager
-async def owner_store_on(conn: AsyncConnection[DictRow], owner: str) -> AsyncIterator[OwnerStore]:
+async def owner_store_on(
+    conn: AsyncConnection[DictRow], owner: str, options: StoreOptions
+) -> AsyncIterator[OwnerStore]:
     """`owner`'s view of the store with every statement on `conn`, in its transaction: the
     server's store routes run there, under their statement timeout (`caller_queries`)."""
-    store = AsyncPostgresStore(conn, ttl=STORE_TTL)
+    store = AsyncPostgresStore(conn, index=options.index, ttl=options.ttl)
     try:
         yield OwnerStore(store, owner)
     finally:
         await _stop_tasks(store)
+
+
+async def sweep_expired_items(pool: PgPool) -> int | None:
+    """Delete the items past their TTL (their vectors go with them) in one transaction; how
+    many, or None when another worker is sweeping now (it holds the sweep's advisory lock to
+    the end of its transaction)."""
+    async with pool.connection() as conn, conn.transaction():
+        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS mine", (SWEEP_LOCK,))
+        row = await cur.fetchone()
+        if row is None or not row["mine"]:
+            return None
+        store = AsyncPostgresStore(conn)
+        try:
+            return await store.sweep_ttl()
+        finally:
+            await _stop_tasks(store)
 
 
 async def make_store_room(
@@ -102,7 +276,8 @@ async def make_store_room(
 
     Stored values count as Postgres keeps them (`pg_column_size`, after compression), the new
     one as its JSON: a little generous to the caller, and no value is read back to count it.
-    Items past their TTL count until the hourly sweep deletes them.
+    An index's vectors do not count (their size follows the project's `dims`, not the
+    caller). Items past their TTL count until the sweep deletes them.
 
     Raises:
         QuotaExceeded: 413 `store_full`.
@@ -138,7 +313,7 @@ async def make_store_room(
 
 
 async def _stop_tasks(store: AsyncPostgresStore) -> None:
-    """Stop the store's TTL sweeper and its batching task.
+    """Stop the store's batching task (and a TTL sweeper, though runstream starts none).
 
     LangGraph starts the batching task in the store's constructor and never stops it, not even
     in `__aexit__` (langgraph#6367), so a closed process would log "Task was destroyed but it

@@ -273,7 +273,7 @@ class ThreadRecords:
         rows = await fetch_all(self.pool, f"SELECT count(*) AS n FROM ({query}) counted", params)
         return int(rows[0]["n"])
 
-    async def idle_threads(self, idle_s: int, limit: int = 100) -> list[tuple[str, str]]:
+    async def idle_threads(self, idle_s: float, limit: int = 100) -> list[tuple[str, str]]:
         """(thread_id, owner) of threads untouched for `idle_s` with nothing in flight and no
         cron still to fire on them (deleting the thread would delete the cron)."""
         rows = await fetch_all(
@@ -348,7 +348,7 @@ class ThreadRecords:
             return await delete_langgraph_threads(conn, owner, thread_ids)
 
     async def delete_thread(
-        self, thread_id: str, owner: str, *, idle_s: int | None = None
+        self, thread_id: str, owner: str, *, idle_s: float | None = None
     ) -> list[str]:
         """Delete the thread, its runs and its checkpoints in one transaction; all or nothing.
 

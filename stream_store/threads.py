@@ -23,7 +23,7 @@ async def delete_thread(
     thread_id: str,
     owner: str,
     *,
-    idle_s: int | None = None,
+    idle_s: float | None = None,
 ) -> None:
     """Delete the thread with its runs and checkpoints, then its runs' streams.
 

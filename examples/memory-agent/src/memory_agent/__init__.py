@@ -1,0 +1,1 @@
+"""A chat agent with long-term memory (see agent.py)."""

@@ -125,7 +125,7 @@ async def test_the_refund_desk_signs_in_asks_above_the_limit_and_pays_once(
     )
     alice = get_client(url=url, headers={"Authorization": "Bearer alice-token"})
     bob = get_client(url=url, headers={"Authorization": "Bearer bob-token"})
-    nobody = await client_for(url).http.client.get("/threads/search")
+    nobody = await client_for(url).http.client.post("/threads/search", json={})
     assert nobody.status_code == 401 and "a desk token is required" in nobody.text
 
     thread_id = (await alice.threads.create())["thread_id"]

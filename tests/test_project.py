@@ -216,10 +216,11 @@ def _runstream(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_runstream_refuses_a_bad_project_with_one_line_and_exit_2(
     tmp_path: Path, command: str
 ) -> None:
-    path = write_project(tmp_path, {"graphs": {"g": "./g.py:graph"}, "http": {"app": "a:b"}})
+    webhooks = {"url": {"allowed_domains": ["example.com"]}}
+    path = write_project(tmp_path, {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks})
     done = _runstream(command, "--config", str(path))
     assert done.returncode == 2, done.stderr
-    assert f"runstream: {path}: http: " in done.stderr
+    assert f"runstream: {path}: webhooks: " in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -57,6 +57,8 @@ __all__ = ["execute_run"]
 logger = structlog.get_logger()
 
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]  # + "values" if asked
+# A subgraph's parts a LangGraph run with `stream_subgraphs` records, as its modes ask
+NESTED_MODES = frozenset({"values", "updates", "custom"})
 
 # Checkpoints are written while the next step runs, not before it, which keeps two Postgres
 # writes off the way to the first token. The stream ends only after every write has landed, so
@@ -72,8 +74,21 @@ INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError)
 
 async def _keep_lease(services: Services, run: RunRecord, attempt: Attempt) -> None:
     lease_s = services.settings.lease_s
+    loop = asyncio.get_running_loop()
     while True:
+        asleep_at = loop.time()
         await asyncio.sleep(lease_s / 3)
+        if (late_s := loop.time() - asleep_at - lease_s / 3) > lease_s / 3:
+            # The renewals share the event loop with the graph: a node that blocks it (a sync
+            # call in an async node: an import, `requests`, a file) can cost the attempt.
+            logger.warning(
+                "the worker's event loop was blocked past a third of the lease: a blocking call"
+                " in an async node (run it in a thread, or make the node sync: LangGraph runs"
+                " those in threads), or a starved CPU",
+                run_id=run.run_id,
+                blocked_s=round(late_s, 1),
+                lease_s=lease_s,
+            )
         try:
             await services.events.renew(run.run_id, run.attempt, lease_s)
         except (Fenced, StreamGone):
@@ -284,7 +299,15 @@ async def _stream_built(
         saved = await graph.aget_state(call.config)  # type: ignore[arg-type]
         await writer.emit("values", ValuesData(values=state_to_json(saved.values)))
     if invoke_with is not ...:
-        translator = StreamTranslator(record_updates="updates" in run.stream_modes)
+        subgraphs = bool(run.kwargs.get("stream_subgraphs"))
+        nested = (
+            frozenset(run.kwargs.get("stream_mode") or ()) & NESTED_MODES
+            if subgraphs
+            else frozenset()
+        )
+        translator = StreamTranslator(
+            record_updates="updates" in run.stream_modes, nested_modes=nested
+        )
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
         stream = graph.astream(  # type: ignore[call-overload]
             invoke_with,
@@ -294,10 +317,12 @@ async def _stream_built(
             durability=DURABILITY,
             interrupt_before=run.kwargs.get("interrupt_before"),
             interrupt_after=run.kwargs.get("interrupt_after"),
+            subgraphs=subgraphs,
         )
         with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
-            async for mode, chunk in stream:
-                for event, data in translator.translate(mode, chunk):
+            async for item in stream:
+                namespace, mode, chunk = item if subgraphs else ((), *item)
+                for event, data in translator.translate_nested(namespace, mode, chunk):
                     await writer.emit(event, data)
     return await _settle(services, attempt, run, writer, graph, config)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from stream_store.events import MessageData, TokenData, UpdatesData, ValuesData
+from stream_store.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
 from stream_store.messages import message_text, state_to_json, to_wire_message
 
 __all__ = ["StreamTranslator"]
@@ -23,9 +23,28 @@ __all__ = ["StreamTranslator"]
 class StreamTranslator:
     """Stateful per execution: remembers which messages already streamed tokens."""
 
-    def __init__(self, record_updates: bool = False) -> None:
+    def __init__(
+        self, record_updates: bool = False, nested_modes: frozenset[str] = frozenset()
+    ) -> None:
         self.streamed: set[str] = set()
         self.record_updates = record_updates
+        self.nested_modes = nested_modes  # a subgraph's parts recorded (`stream_subgraphs`)
+
+    def translate_nested(
+        self, namespace: tuple[str, ...], mode: str, chunk: Any
+    ) -> Iterator[tuple[str, Any]]:
+        """Yield the events of one item of `graph.astream(..., subgraphs=True)`: the root
+        graph's as `translate` gives them; a subgraph's tokens as the root's (LangGraph's
+        `messages` mode has them without `subgraphs` too), its other parts as `subgraph`
+        events, for the modes the run asked for. A subgraph's messages reach the thread
+        through its parent node's update, so they are not completed here."""
+        if not namespace or mode == "messages":
+            yield from self.translate(mode, chunk)
+        elif mode in self.nested_modes:
+            if mode == "updates":
+                chunk = {node: update for node, update in chunk.items() if node != "__metadata__"}
+            data = chunk if mode == "custom" else state_to_json(chunk)
+            yield "subgraph", SubgraphData(ns="|".join(namespace), mode=mode, data=data)
 
     def translate(self, mode: str, chunk: Any) -> Iterator[tuple[str, Any]]:
         """Yield `(event, data)` pairs for one item of `graph.astream(stream_mode=[...])`."""

@@ -110,6 +110,16 @@ class UpdatesData(WireBase):
     updates: dict[str, Any]
 
 
+class SubgraphData(WireBase):
+    """A subgraph's `values`, `updates` or `custom` part, when a LangGraph run asks for them
+    (`stream_subgraphs`): `ns` is its namespace as LangGraph names it (`node:task_id`, nested
+    ones joined by `|`)."""
+
+    ns: str
+    mode: str
+    data: Any
+
+
 class MessageData(WireBase):
     message: WireMessage
 
@@ -137,7 +147,17 @@ class ErrorData(WireBase):
 CustomData = Any
 
 EventName = Literal[
-    "run", "token", "message", "custom", "values", "updates", "pending", "retry", "done", "error"
+    "run",
+    "token",
+    "message",
+    "custom",
+    "values",
+    "updates",
+    "subgraph",
+    "pending",
+    "retry",
+    "done",
+    "error",
 ]
 
 

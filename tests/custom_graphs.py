@@ -120,3 +120,26 @@ steps = (
     .add_edge("a", "b")
     .add_edge("b", "c")
 )
+
+
+# A graph with a subgraph as a node, which writes a custom part (`stream_subgraphs`).
+def _inner_a(state: Steps) -> dict[str, Any]:
+    get_stream_writer()({"inner": "a"})
+    return {"steps": [*state["steps"], "inner_a"]}
+
+
+inner = (
+    StateGraph(Steps)
+    .add_node("inner_a", _inner_a)
+    .add_node("inner_b", _step("inner_b"))
+    .add_edge(START, "inner_a")
+    .add_edge("inner_a", "inner_b")
+    .compile()
+)
+nested = (
+    StateGraph(Steps)
+    .add_node("first", _step("first"))
+    .add_node("child", inner)
+    .add_edge(START, "first")
+    .add_edge("first", "child")
+)

@@ -85,6 +85,12 @@ class _Updates(msgspec.Struct):
     updates: dict[str, msgspec.Raw]
 
 
+class _Subgraph(msgspec.Struct):
+    ns: str
+    mode: str
+    data: msgspec.Raw
+
+
 class _Pending(msgspec.Struct):
     interrupt: msgspec.Raw
     interrupt_id: str | None = None
@@ -109,6 +115,7 @@ _message = msgspec.json.Decoder(_Message)
 _values = msgspec.json.Decoder(_Values)
 _updates = msgspec.json.Decoder(_Updates)
 _pending = msgspec.json.Decoder(_Pending)
+_subgraph = msgspec.json.Decoder(_Subgraph)
 _retry = msgspec.json.Decoder(_Retry)
 _status = msgspec.json.Decoder(_Status)
 _error = msgspec.json.Decoder(_Error)
@@ -342,6 +349,11 @@ class LangGraphStream:
                 return [("updates", _encode(updates))]
             case "custom" if "custom" in self._modes:
                 return [("custom", event.data)]
+            case "subgraph":
+                part = _subgraph.decode(event.data)
+                if part.mode not in self._modes:
+                    return []
+                return [(f"{part.mode}|{part.ns}", bytes(part.data))]
             case "pending" if "updates" in self._modes and not self._interrupt_sent:
                 pending = _pending.decode(event.data)
                 interrupt = {"value": pending.interrupt, "id": pending.interrupt_id}

@@ -173,6 +173,8 @@ async def _new_run(
         # breakpoints: the run stops there, succeeded, its thread `interrupted` (runner/execute.py)
         "interrupt_before": body.interrupt_before,
         "interrupt_after": body.interrupt_after,
+        # subgraphs' values, updates and custom parts, named `mode|namespace` (runner/translate.py)
+        "stream_subgraphs": body.stream_subgraphs,
     }
     if assistant.owner is not None:  # a created assistant: its id is the run's (`run_view`)
         kwargs["assistant_id"] = assistant.assistant_id

@@ -1,0 +1,68 @@
+"""`stream_subgraphs` as LangGraph's server streams it (issues 21 and 25): a subgraph's
+`values`, `updates` and `custom` parts come as events named `mode|node:task_id`, between its
+parent's, for the modes the run asked for; without it, none of them (observed on `langgraph
+dev`: the same names and order for this graph, `custom` from a subgraph only with
+`stream_subgraphs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+from tests.conftest import StartServer, StartWorker
+from tests.test_langgraph_api import client_for
+
+GRAPHS = {"nested": "tests.custom_graphs:nested"}
+
+
+@pytest.fixture
+async def sdk(start_server: StartServer, start_worker: StartWorker) -> LangGraphClient:
+    server = await start_server(graphs=GRAPHS, cron_interval_s=0)
+    await start_worker(graphs=GRAPHS)
+    return client_for(server.url)
+
+
+async def parts_of(sdk: LangGraphClient, modes: list[str], subgraphs: bool) -> list[Any]:
+    thread_id = (await sdk.threads.create())["thread_id"]
+    stream = sdk.runs.stream(
+        thread_id, "nested", input={"steps": []}, stream_mode=modes, stream_subgraphs=subgraphs
+    )
+    parts = [(part.event, part.data) async for part in stream if part.event != "metadata"]
+    assert parts[-1][0] == "end" and parts[-1][1]["status"] == "success"
+    return parts[:-1]
+
+
+async def test_a_subgraphs_parts_are_named_by_mode_and_namespace(sdk: LangGraphClient) -> None:
+    parts = await parts_of(sdk, ["values", "updates", "custom"], subgraphs=True)
+    namespaces = {event.partition("|")[2] for event, _ in parts if "|" in event}
+    assert len(namespaces) == 1
+    ns = namespaces.pop()
+    assert ns.startswith("child:")
+    assert parts == [
+        ("values", {"steps": []}),
+        ("updates", {"first": {"steps": ["first"]}}),
+        ("values", {"steps": ["first"]}),
+        (f"values|{ns}", {"steps": ["first"]}),
+        (f"custom|{ns}", {"inner": "a"}),
+        (f"updates|{ns}", {"inner_a": {"steps": ["first", "inner_a"]}}),
+        (f"values|{ns}", {"steps": ["first", "inner_a"]}),
+        (f"updates|{ns}", {"inner_b": {"steps": ["first", "inner_a", "inner_b"]}}),
+        (f"values|{ns}", {"steps": ["first", "inner_a", "inner_b"]}),
+        ("updates", {"child": {"steps": ["first", "inner_a", "inner_b"]}}),
+        ("values", {"steps": ["first", "inner_a", "inner_b"]}),
+    ]
+
+
+async def test_only_the_modes_asked_for_and_nothing_without_subgraphs(
+    sdk: LangGraphClient,
+) -> None:
+    only_updates = await parts_of(sdk, ["updates"], subgraphs=True)
+    assert {event.partition("|")[0] for event, _ in only_updates} == {"updates"}
+    assert sum("|" in event for event, _ in only_updates) == 2
+    flat = await parts_of(sdk, ["custom", "updates"], subgraphs=False)
+    assert flat == [
+        ("updates", {"first": {"steps": ["first"]}}),
+        ("updates", {"child": {"steps": ["first", "inner_a", "inner_b"]}}),
+    ]

@@ -302,6 +302,7 @@ class TestSseConnections:
     """`RUNSTREAM_MAX_SSE_CONNECTIONS` (per caller) and `..._PER_TOKEN` bound open event
     streams; a slot frees when its client leaves, and lapses when its server vanished."""
 
+    @pytest.mark.slow
     async def test_500_attaches_with_one_key_no_longer_all_succeed(
         self, start_server: StartServer
     ) -> None:

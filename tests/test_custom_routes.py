@@ -211,6 +211,7 @@ def test_a_bad_cors_value_is_refused_naming_it(tmp_path: Path) -> None:
     assert caught.value.key == "http.cors.allow_origins"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_runstream_serve_refuses_a_bad_http_app_with_one_line(
     tmp_path: Path, processes: str

@@ -23,6 +23,8 @@ from tests.test_langgraph_api import client_for
 TOOL_AGENT = ROOT / "examples" / "tool-agent"
 REFUND_DESK = ROOT / "examples" / "refund-desk"
 
+pytestmark = pytest.mark.slow  # a server, a worker and a model server each: ./scripts/test runs it
+
 
 async def serve_example(
     cluster: Cluster, folder: Path, model: RunningServer, tmp_path: Path, **env: str

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -100,20 +100,25 @@ class TestHs256:
         assert await bob.threads.search() == []
 
     @pytest.mark.parametrize(
-        ("presented", "reason"),
+        ("make", "reason"),
         [
-            (None, "a JWT is required"),
-            (token(exp=int(time.time()) - 120), "the JWT has expired"),
-            (token(aud="someone-else"), "not for this audience"),
-            (token(iss="https://other.example"), "from another issuer"),
-            (token(key="another-secret-of-at-least-32-characters"), "signature does not verify"),
-            (token(sub=""), "sub"),
-            ("not-a-jwt", "invalid JWT"),
+            (lambda: None, "a JWT is required"),
+            (lambda: token(exp=int(time.time()) - 120), "the JWT has expired"),
+            (lambda: token(aud="someone-else"), "not for this audience"),
+            (lambda: token(iss="https://other.example"), "from another issuer"),
+            (
+                lambda: token(key="another-secret-of-at-least-32-characters"),
+                "signature does not verify",
+            ),
+            (lambda: token(sub=""), "sub"),
+            (lambda: "not-a-jwt", "invalid JWT"),
         ],
+        ids=["none", "expired", "audience", "issuer", "signature", "sub", "garbage"],
     )
     async def test_a_token_that_does_not_verify_is_a_401_saying_why(
-        self, jwt_server: ServerHandle, presented: str | None, reason: str
+        self, jwt_server: ServerHandle, make: Callable[[], str | None], reason: str
     ) -> None:
+        presented = make()  # made now: made at collection, a valid one may have expired since
         async with httpx.AsyncClient(base_url=jwt_server.url) as http:
             answer = await http.post(
                 "/threads/search", json={}, headers=bearer(presented) if presented else {}

@@ -239,6 +239,8 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("GET", "/metrics"): PUBLIC,
     ("GET", "/ui/{file_path:path}"): PUBLIC,
     ("GET", "/schema"): PUBLIC,
+    ("GET", "/docs"): PUBLIC,
+    ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/schema/openapi.json"): PUBLIC,
     ("GET", "/schema/swagger"): PUBLIC,
     ("GET", "/schema/{path:str}"): PUBLIC,

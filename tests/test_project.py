@@ -212,6 +212,7 @@ def _runstream(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "worker", "up"])
 def test_runstream_refuses_a_bad_project_with_one_line_and_exit_2(
     tmp_path: Path, command: str
@@ -224,6 +225,7 @@ def test_runstream_refuses_a_bad_project_with_one_line_and_exit_2(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_runstream_config_names_the_project_too(tmp_path: Path) -> None:
     path = write_project(tmp_path, {"graphs": {"g": "./g.py:nothing"}}, **{"g.py": ""})
     done = _runstream("serve", RUNSTREAM_CONFIG=str(path))
@@ -255,6 +257,7 @@ async def _last_reply(sdk: LangGraphClient, graph: str, text: str) -> tuple[str,
     return thread["thread_id"], values["messages"][-1]["content"]
 
 
+@pytest.mark.slow
 async def test_the_tiny_project_served_by_a_real_server_and_worker(cluster: Cluster) -> None:
     env = {"RUNSTREAM_CONFIG": str(TINY / "langgraph.json")}
     (_, url), _ = await asyncio.gather(cluster.server(**env), cluster.ready_worker(**env))

@@ -299,6 +299,7 @@ class TestRefusedAtStart:
             await check_embeddings(store_options(loaded), loaded)
         assert caught.value.key == "store.index.dims"
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("command", ["serve", "worker"])
     async def test_the_command_refuses_in_one_line_and_exits_2(
         self, tmp_path: Path, vector_settings: Settings, command: str
@@ -453,6 +454,7 @@ async def test_one_worker_at_a_time_deletes_expired_items(settings: Settings) ->
         assert [item.key for item in await services.store.asearch(("notes",))] == ["new"]
 
 
+@pytest.mark.slow
 async def test_the_memory_agent_example_remembers_across_threads(
     start: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:

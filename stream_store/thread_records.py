@@ -28,6 +28,7 @@ from .metadata_filters import sql_condition
 from .pg import fetch_all
 
 __all__ = [
+    "THREAD_SORT_COLUMNS",
     "DeletedRun",
     "DeletedThreads",
     "HeldThread",
@@ -68,6 +69,16 @@ _THREAD_COLUMNS = (
 )
 # Read only for the LangGraph API: its status's subqueries are most of a listing's time.
 _LANGGRAPH_THREAD_COLUMNS = f"{_THREAD_COLUMNS}, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
+
+
+# What a LangGraph thread search may sort by: its column of the subquery `found`.
+THREAD_SORT_COLUMNS = {
+    "thread_id": "found.thread_id",
+    "status": "found.langgraph_status",
+    "created_at": "found.created_at",
+    "updated_at": "found.updated_at",
+    "state_updated_at": "found.updated_at",  # a thread's state is written as it is updated
+}
 
 
 def _columns(langgraph: bool) -> str:
@@ -255,11 +266,29 @@ class ThreadRecords:
         offset: int,
         ids: list[str] | None = None,
         auth_filters: dict[str, Any] | None = None,
+        sort_by: str = "created_at",
+        descending: bool = True,
     ) -> list[ThreadRecord]:
-        """The owner's threads that match (see `_thread_filter`), newest first."""
+        """The owner's threads that match (see `_thread_filter`), ordered by `sort_by` (a
+        `THREAD_SORT_COLUMNS` key), then by id the same way."""
         query, params = self._thread_filter(owner, metadata, status, ids, auth_filters)
-        query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
+        order = "DESC" if descending else "ASC"
+        query += (
+            f" ORDER BY {THREAD_SORT_COLUMNS[sort_by]} {order}, found.thread_id {order}"
+            " LIMIT %s OFFSET %s"
+        )
         return await self._threads(query, [*params, limit, offset])
+
+    async def containing(self, documents: list[str | None], values: dict[str, Any]) -> list[bool]:
+        """Whether each JSON document contains `values`, by Postgres's own `@>` (as LangGraph
+        filters a thread's values); a null document contains nothing."""
+        rows = await fetch_all(
+            self.pool,
+            "SELECT coalesce(d.doc::jsonb @> %s, false) AS hit"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS d(doc, i) ORDER BY d.i",
+            (Jsonb(values), documents),
+        )
+        return [bool(row["hit"]) for row in rows]
 
     async def count_threads(
         self,

@@ -24,7 +24,7 @@ from langgraph.graph import END, StateGraph
 from langgraph.types import Command, StateSnapshot
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
-from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 from langgraph_sdk.schema import StreamPart
 
 from runner.graphs import RunContext, approval, chat
@@ -570,6 +570,55 @@ async def test_threads_count_and_search_by_ids(sdk: LangGraphClient) -> None:
     found = await sdk.threads.search(ids=[first["thread_id"]])
     assert [t["thread_id"] for t in found] == [first["thread_id"]]
     assert second["thread_id"] not in {t["thread_id"] for t in found}
+
+
+async def test_thread_search_sorts_selects_and_filters_by_values_as_langgraph(
+    sdk: LangGraphClient,
+) -> None:
+    """As observed on `langgraph dev` (langgraph-api 0.16.7): `select` returns only the named
+    fields; without `sort_by` the most recently updated thread comes first (`sort_order`
+    alone changes nothing); `sort_by` alone sorts descending; an unknown sort or select field
+    is 422; `values` keeps the threads whose current values contain it (Postgres's `@>`,
+    which LangGraph's Postgres runtime uses), a thread without values never matches."""
+    tag = uuid.uuid4().hex
+    alpha, beta, empty = [await sdk.threads.create(metadata={"tag": tag}) for _ in range(3)]
+    await sdk.runs.wait(alpha["thread_id"], "chat", input=human("alpha"))
+    await sdk.runs.wait(beta["thread_id"], "chat", input=human("beta"))
+    ids = [t["thread_id"] for t in (alpha, beta, empty)]
+
+    await sdk.threads.update(alpha["thread_id"], metadata={"touched": True})
+    newest_first = await sdk.threads.search(metadata={"tag": tag}, sort_order="asc")
+    assert [t["thread_id"] for t in newest_first] == [ids[0], ids[1], ids[2]]  # a run updates
+    for order, reverse in (("asc", False), ("desc", True), (None, True)):
+        found = await sdk.threads.search(
+            metadata={"tag": tag}, sort_by="thread_id", sort_order=order
+        )
+        assert [t["thread_id"] for t in found] == sorted(ids, reverse=reverse)
+    by_creation = await sdk.threads.search(
+        metadata={"tag": tag}, sort_by="created_at", sort_order="asc"
+    )
+    assert [t["thread_id"] for t in by_creation] == ids
+
+    selected = await sdk.threads.search(
+        metadata={"tag": tag}, select=["thread_id", "values"], sort_by="created_at"
+    )
+    assert [set(t) for t in selected] == [{"thread_id", "values"}] * 3
+    assert selected[0]["values"] is None and selected[2]["values"]["messages"]
+
+    def contains(text: str) -> dict[str, Any]:
+        return {"messages": [{"type": "human", "content": text}]}
+
+    matched = await sdk.threads.search(metadata={"tag": tag}, values=contains("alpha"))
+    assert [t["thread_id"] for t in matched] == [ids[0]]
+    both = await sdk.threads.search(
+        metadata={"tag": tag}, values={"messages": [{"type": "human"}]}, limit=1, offset=1
+    )
+    assert [t["thread_id"] for t in both] == [ids[1]]
+    assert await sdk.threads.search(metadata={"tag": tag}, values=contains("gamma")) == []
+
+    for bad in ({"sort_by": "name"}, {"select": ["thread_id", "owner"]}, {"sort_order": "up"}):
+        with pytest.raises(UnprocessableEntityError):
+            await sdk.http.post("/threads/search", json={"metadata": {"tag": tag}, **bad})
 
 
 async def test_assistants_are_the_graphs_with_counts_and_their_drawn_graph(

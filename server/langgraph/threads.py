@@ -22,6 +22,7 @@ from ..resources import Resources
 from ..threads import owned_thread
 from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
+from .thread_search import search_threads
 from .thread_stream import thread_stream_response
 from .views import (
     state_at,
@@ -101,14 +102,17 @@ class ThreadsController(Controller):
         return await thread_view(resources, thread)
 
     @post(
-        "/search", status_code=200, summary="The caller's threads, newest first", dependencies=QUERY
+        "/search",
+        status_code=200,
+        summary="The caller's threads, most recently updated first",
+        dependencies=QUERY,
     )
     async def search(
         self,
         resources: Resources,
         caller: Caller,
         data: Annotated[ThreadSearch | None, Body()] = None,
-    ) -> list[Thread]:
+    ) -> list[Any]:
         body = data or ThreadSearch()
         ids = [inputs.object_id(i, "thread") for i in body.ids] if body.ids else None
         filters = await caller.authorize(
@@ -116,22 +120,14 @@ class ThreadsController(Controller):
             "search",
             {
                 "metadata": body.metadata or {},
+                "values": body.values or {},
                 "status": body.status,
                 "limit": body.limit,
                 "offset": body.offset,
                 "ids": ids,
             },
         )
-        threads = await resources.searched_threads(caller.owner).search_threads(
-            caller.owner,
-            metadata=body.metadata or {},
-            status=body.status,
-            limit=body.limit,
-            offset=body.offset,
-            ids=ids,
-            auth_filters=filters,
-        )
-        return [await thread_view(resources, t) for t in threads]
+        return await search_threads(resources, caller.owner, body, ids, filters)
 
     @post(
         "/count",

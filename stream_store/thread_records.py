@@ -116,6 +116,7 @@ class DeletedRun(NamedTuple):
     run_id: str
     attempt: int
     interrupted: bool  # it waited at an interrupt: its viewers are still attached
+    active: bool = False  # queued or running (a thread delete cancels them): to be stopped
 
 
 class DeletedThreads(NamedTuple):
@@ -370,11 +371,14 @@ class ThreadRecords:
             yield HeldThread(conn, "interrupted" in statuses)
 
     async def delete_langgraph_threads(
-        self, owner: str, thread_ids: Sequence[str]
+        self, owner: str, thread_ids: Sequence[str], *, with_active_runs: bool = False
     ) -> DeletedThreads:
-        """`delete_langgraph_threads` in a transaction of its own: LangGraph's prune."""
+        """`delete_langgraph_threads` in a transaction of its own: LangGraph's thread delete
+        and prune."""
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            return await delete_langgraph_threads(conn, owner, thread_ids)
+            return await delete_langgraph_threads(
+                conn, owner, thread_ids, with_active_runs=with_active_runs
+            )
 
     async def delete_thread(
         self, thread_id: str, owner: str, *, idle_s: float | None = None
@@ -417,12 +421,21 @@ class ThreadRecords:
 
 
 async def delete_langgraph_threads(
-    conn: AsyncConnection[DictRow], owner: str, thread_ids: Sequence[str]
+    conn: AsyncConnection[DictRow],
+    owner: str,
+    thread_ids: Sequence[str],
+    *,
+    with_active_runs: bool = False,
 ) -> DeletedThreads:
     """Delete the owner's threads among `thread_ids` with their runs and checkpoints, in
     `conn`'s transaction: all of them or, while one has a queued or running run, none (an
     interrupted run is over to LangGraph, and goes with its thread). Ids no longer the owner's
     threads are skipped.
+
+    With `with_active_runs` (LangGraph's thread delete, which cancels them), queued and running
+    runs go too. A worker still running one is fenced: its checkpoint writes check the run's
+    row (`FencedPostgresSaver`), which this deletes under the lock they wait for, and its
+    events are refused once the caller has ended the stream (`RunLifecycle.tell_deleted`).
 
     The rows are locked in id order before the check, and the runs' rows after them: a submit
     locks its thread's row (run_submit.py), a resume or a cancel its run's, so what the check
@@ -450,7 +463,7 @@ async def delete_langgraph_threads(
     )
     runs = await cur.fetchall()
     busy = sorted({r["thread_id"] for r in runs if r["status"] in ("queued", "running")})
-    if busy:
+    if busy and not with_active_runs:
         raise Conflict(
             f"threads with a queued or running run cannot be deleted: {', '.join(busy)};"
             " cancel their runs first",
@@ -459,5 +472,13 @@ async def delete_langgraph_threads(
     await conn.execute("DELETE FROM runstream_threads WHERE thread_id = ANY(%s::uuid[])", (locked,))
     for thread_id in locked:
         await delete_thread_checkpoints(conn, thread_id)
-    deleted = [DeletedRun(r["run_id"], r["attempt"], r["status"] == "interrupted") for r in runs]
+    deleted = [
+        DeletedRun(
+            r["run_id"],
+            r["attempt"],
+            r["status"] == "interrupted",
+            r["status"] in ("queued", "running"),
+        )
+        for r in runs
+    ]
     return DeletedThreads(locked, deleted)

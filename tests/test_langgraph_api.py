@@ -1238,6 +1238,55 @@ async def test_cancel_many_cancels_a_threads_runs_by_id_and_the_callers_by_statu
     assert refused.value.response.status_code == 422
 
 
+async def test_deleting_a_thread_cancels_its_queued_and_running_runs_and_fences_the_worker(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    """As observed on `langgraph dev` (langgraph-api 0.16.7): the delete of a thread with a
+    running and a queued run is 204; the running run's viewer gets the end of its stream (an
+    `error` "404: Run not found" there, the cancellation here); `runs.get` of either is 404.
+    The worker still running it writes nothing after the delete: no checkpoint of the thread
+    reappears."""
+    tid = (await sdk.threads.create())["thread_id"]
+    running = await sdk.runs.create(tid, "chat", input=human(words(200)), config=slow(50))
+    queued = await sdk.runs.create(tid, "chat", input=human("later"))
+    await status_is(sdk, tid, running["run_id"], "running")
+    seen: dict[str, list[StreamPart]] = {running["run_id"]: [], queued["run_id"]: []}
+    attached = asyncio.Event()
+
+    async def watch(run_id: str) -> None:
+        async for part in sdk.runs.join_stream(tid, run_id):
+            seen[run_id].append(part)
+            if run_id == running["run_id"]:
+                attached.set()
+
+    watchers = [asyncio.create_task(watch(run_id)) for run_id in seen]
+    await asyncio.wait_for(attached.wait(), 10)
+
+    await sdk.threads.delete(tid)  # 204, where it was 409
+
+    await asyncio.wait_for(asyncio.gather(*watchers), 10)  # both viewers got the end
+    for run_id, parts in seen.items():  # cancelled: LangGraph's `interrupted`
+        assert (parts[-1].event, parts[-1].data) == (
+            "end",
+            {"run_id": run_id, "status": "interrupted"},
+        )
+    for run_id in seen:
+        with pytest.raises(NotFoundError):
+            await sdk.runs.get(tid, run_id)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(tid)
+    await asyncio.sleep(1.5)  # the worker had time to write (it would, at 50 ms a token)
+
+    async with await schema_connection(settings) as conn:
+        for table in ("checkpoints", "checkpoint_writes", "runstream_runs"):
+            cur = await conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (tid,))
+            row = await cur.fetchone()
+            assert row is not None and row[0] == 0, table
+    # the worker is free for the next run
+    other = (await sdk.threads.create())["thread_id"]
+    assert (await sdk.runs.wait(other, "chat", input=human("next")))["messages"]
+
+
 async def _gone(sdk: LangGraphClient, tid: str, rid: str) -> bool:
     try:
         await sdk.runs.get(tid, rid)

@@ -230,12 +230,19 @@ class ThreadsController(Controller):
         dependencies=WRITE,
     )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
-        """As a prune of the one thread: its interrupted run is over (runstream's own would
-        wait for a resume) and goes with it, its viewers told it was cancelled."""
+        """As LangGraph's: the thread's queued and running runs are cancelled and go with it
+        (observed on `langgraph dev`: 204; a viewer of the running run gets the end; `runs.get`
+        is 404 after), as does an interrupted run (runstream's own would wait for a resume);
+        their viewers get `cancelled` and the end. A worker still running one is fenced
+        (`stream_store.thread_records.delete_langgraph_threads`)."""
         thread = await owned_thread(resources, thread_id, caller, action="delete")
         ids = [thread.thread_id]
         if not await delete_langgraph_threads(
-            resources.thread_records, resources.lifecycle, caller.owner, ids
+            resources.thread_records,
+            resources.lifecycle,
+            caller.owner,
+            ids,
+            with_active_runs=True,
         ):
             raise NotFound(f"thread {thread_id} not found")  # deleted meanwhile
 

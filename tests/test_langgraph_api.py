@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -1912,6 +1913,47 @@ async def test_v1_run_after_update_state_as_the_interrupted_node_or_to_the_end(
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "run_not_interrupted"
     assert (await client.get(f"/v1/threads/{run['thread_id']}")).json()["status"] == "idle"
+
+
+ITEMS_GRAPHS = """
+import operator
+from typing import Annotated
+
+from langgraph.graph import StateGraph
+
+# a state that is one value (the root channel), as a graph over a list is
+graph = StateGraph(Annotated[list, operator.add]).add_node("n", lambda items: ["n"])
+graph = graph.add_edge("__start__", "n").compile()
+"""
+
+
+async def test_update_state_hands_a_list_to_the_graph_as_one_update(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """As LangGraph's server (observed on `langgraph dev`, langgraph-api 0.16.7): a list of
+    `values` is passed whole to the graph's `update_state`, as one update in one checkpoint,
+    not one update per item. A graph of state keys refuses it with nothing written (LangGraph:
+    400 "Expected dict, got [...]"); a graph whose state is a list takes it."""
+    (tmp_path / "items.py").write_text(ITEMS_GRAPHS)
+    (tmp_path / "langgraph.json").write_text('{"graphs": {"items": "./items.py:graph"}}')
+    env = {"RUNSTREAM_CONFIG": str(tmp_path / "langgraph.json")}
+    (_, url), _ = await asyncio.gather(cluster.server(**env), cluster.ready_worker(**env))
+    sdk = client_for(url)
+
+    keyed = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(keyed, "chat", input=human("first"))
+    before = await sdk.threads.get_history(keyed, limit=50)
+    with pytest.raises(UnprocessableEntityError) as refused:
+        await sdk.threads.update_state(keyed, [{"messages": ["a"]}, {"messages": ["b"]}])
+    assert "Expected dict" in refused.value.response.text
+    assert await sdk.threads.get_history(keyed, limit=50) == before
+
+    items = (await sdk.threads.create(metadata={"graph_id": "items"}))["thread_id"]
+    await sdk.threads.update_state(items, ["a", "b"])
+    await sdk.threads.update_state(items, ["c"], as_node="n")
+    assert (await sdk.threads.get_state(items))["values"] == ["a", "b", "c"]
+    history = await sdk.threads.get_history(items, limit=50)
+    assert [h["values"] for h in history] == [["a", "b", "c"], ["a", "b"]]
 
 
 async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGraphClient) -> None:

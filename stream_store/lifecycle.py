@@ -360,17 +360,26 @@ class RunLifecycle:
         return ended
 
     async def tell_deleted(self, runs: Sequence[DeletedRun]) -> None:
-        """Runs deleted with their thread while they waited at an interrupt: nothing will
-        resume them, so their viewers get `cancelled` and the end (as when LangGraph's thread
-        delete cancels them first) before the streams go. A stream already gone, or Redis
-        refusing, leaves them to find the run gone on their next attach."""
+        """Runs deleted with their thread while they waited at an interrupt, or were queued or
+        running (LangGraph's thread delete cancels them): nothing will resume or finish them,
+        so their viewers get `cancelled` and the end (as when LangGraph's thread delete cancels
+        them first) before the streams go. The end also fences a worker still running one: the
+        stream takes nothing after it (`_fence.lua`), and the worker is told to stop. Written
+        as settled: the delete has committed, whatever the worker's lease. A stream already
+        ended or gone, or Redis refusing, leaves viewers to find the run gone on their next
+        attach."""
         cancelled = RunStatus.CANCELLED
         for run in runs:
             status = encode_data(RunStatusData(status=cancelled, attempt=run.attempt))
             done = encode_data(DoneData(status=cancelled, output=None))  # type: ignore[arg-type]
-            with contextlib.suppress(StreamGone, StoreUnavailable):
-                await self.events.append(run.run_id, run.attempt, "run", status, status=cancelled)
-                await self.events.append(run.run_id, run.attempt, "done", done)
+            with contextlib.suppress(StreamGone, Fenced, StoreUnavailable):
+                await self.events.append(
+                    run.run_id, run.attempt, "run", status, status=cancelled, settled=True
+                )
+                await self.events.append(run.run_id, run.attempt, "done", done, settled=True)
+            if run.active:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.events.request_cancel(run.run_id)
 
     # -- worker ------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ __all__ = [
     "STORE_NAMESPACE_MAX_BYTES",
     "STORE_QUERY_MAX_CHARS",
     "SUBMIT_WINDOW_S",
+    "THREAD_VALUES_SCAN_MAX",
 ]
 
 # -- fixed ----------------------------------------------------------------------------------
@@ -111,6 +112,9 @@ STORE_INDEX_MAX_FIELDS = 32
 # How long a caller-shaped query waits for its caller's turn (`RUNSTREAM_MAX_CONCURRENT_QUERIES`)
 # before the request is answered 429.
 QUERY_TURN_TIMEOUT_S = 10.0
+# A thread search filtered by `values` reads each candidate's state from its checkpoints (no
+# values are kept beside the thread): at most this many candidates, past its offset.
+THREAD_VALUES_SCAN_MAX = 1000
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
 

@@ -28,6 +28,7 @@ from .metadata_filters import sql_condition
 from .pg import fetch_all
 
 __all__ = [
+    "THREAD_SORT_COLUMNS",
     "DeletedRun",
     "DeletedThreads",
     "HeldThread",
@@ -70,6 +71,16 @@ _THREAD_COLUMNS = (
 _LANGGRAPH_THREAD_COLUMNS = f"{_THREAD_COLUMNS}, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
 
 
+# What a LangGraph thread search may sort by: its column of the subquery `found`.
+THREAD_SORT_COLUMNS = {
+    "thread_id": "found.thread_id",
+    "status": "found.langgraph_status",
+    "created_at": "found.created_at",
+    "updated_at": "found.updated_at",
+    "state_updated_at": "found.updated_at",  # a thread's state is written as it is updated
+}
+
+
 def _columns(langgraph: bool) -> str:
     return _LANGGRAPH_THREAD_COLUMNS if langgraph else _THREAD_COLUMNS
 
@@ -105,6 +116,7 @@ class DeletedRun(NamedTuple):
     run_id: str
     attempt: int
     interrupted: bool  # it waited at an interrupt: its viewers are still attached
+    active: bool = False  # queued or running (a thread delete cancels them): to be stopped
 
 
 class DeletedThreads(NamedTuple):
@@ -255,11 +267,29 @@ class ThreadRecords:
         offset: int,
         ids: list[str] | None = None,
         auth_filters: dict[str, Any] | None = None,
+        sort_by: str = "created_at",
+        descending: bool = True,
     ) -> list[ThreadRecord]:
-        """The owner's threads that match (see `_thread_filter`), newest first."""
+        """The owner's threads that match (see `_thread_filter`), ordered by `sort_by` (a
+        `THREAD_SORT_COLUMNS` key), then by id the same way."""
         query, params = self._thread_filter(owner, metadata, status, ids, auth_filters)
-        query += " ORDER BY created_at DESC, thread_id DESC LIMIT %s OFFSET %s"
+        order = "DESC" if descending else "ASC"
+        query += (
+            f" ORDER BY {THREAD_SORT_COLUMNS[sort_by]} {order}, found.thread_id {order}"
+            " LIMIT %s OFFSET %s"
+        )
         return await self._threads(query, [*params, limit, offset])
+
+    async def containing(self, documents: list[str | None], values: dict[str, Any]) -> list[bool]:
+        """Whether each JSON document contains `values`, by Postgres's own `@>` (as LangGraph
+        filters a thread's values); a null document contains nothing."""
+        rows = await fetch_all(
+            self.pool,
+            "SELECT coalesce(d.doc::jsonb @> %s, false) AS hit"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS d(doc, i) ORDER BY d.i",
+            (Jsonb(values), documents),
+        )
+        return [bool(row["hit"]) for row in rows]
 
     async def count_threads(
         self,
@@ -341,11 +371,14 @@ class ThreadRecords:
             yield HeldThread(conn, "interrupted" in statuses)
 
     async def delete_langgraph_threads(
-        self, owner: str, thread_ids: Sequence[str]
+        self, owner: str, thread_ids: Sequence[str], *, with_active_runs: bool = False
     ) -> DeletedThreads:
-        """`delete_langgraph_threads` in a transaction of its own: LangGraph's prune."""
+        """`delete_langgraph_threads` in a transaction of its own: LangGraph's thread delete
+        and prune."""
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            return await delete_langgraph_threads(conn, owner, thread_ids)
+            return await delete_langgraph_threads(
+                conn, owner, thread_ids, with_active_runs=with_active_runs
+            )
 
     async def delete_thread(
         self, thread_id: str, owner: str, *, idle_s: float | None = None
@@ -388,12 +421,21 @@ class ThreadRecords:
 
 
 async def delete_langgraph_threads(
-    conn: AsyncConnection[DictRow], owner: str, thread_ids: Sequence[str]
+    conn: AsyncConnection[DictRow],
+    owner: str,
+    thread_ids: Sequence[str],
+    *,
+    with_active_runs: bool = False,
 ) -> DeletedThreads:
     """Delete the owner's threads among `thread_ids` with their runs and checkpoints, in
     `conn`'s transaction: all of them or, while one has a queued or running run, none (an
     interrupted run is over to LangGraph, and goes with its thread). Ids no longer the owner's
     threads are skipped.
+
+    With `with_active_runs` (LangGraph's thread delete, which cancels them), queued and running
+    runs go too. A worker still running one is fenced: its checkpoint writes check the run's
+    row (`FencedPostgresSaver`), which this deletes under the lock they wait for, and its
+    events are refused once the caller has ended the stream (`RunLifecycle.tell_deleted`).
 
     The rows are locked in id order before the check, and the runs' rows after them: a submit
     locks its thread's row (run_submit.py), a resume or a cancel its run's, so what the check
@@ -421,7 +463,7 @@ async def delete_langgraph_threads(
     )
     runs = await cur.fetchall()
     busy = sorted({r["thread_id"] for r in runs if r["status"] in ("queued", "running")})
-    if busy:
+    if busy and not with_active_runs:
         raise Conflict(
             f"threads with a queued or running run cannot be deleted: {', '.join(busy)};"
             " cancel their runs first",
@@ -430,5 +472,13 @@ async def delete_langgraph_threads(
     await conn.execute("DELETE FROM runstream_threads WHERE thread_id = ANY(%s::uuid[])", (locked,))
     for thread_id in locked:
         await delete_thread_checkpoints(conn, thread_id)
-    deleted = [DeletedRun(r["run_id"], r["attempt"], r["status"] == "interrupted") for r in runs]
+    deleted = [
+        DeletedRun(
+            r["run_id"],
+            r["attempt"],
+            r["status"] == "interrupted",
+            r["status"] in ("queued", "running"),
+        )
+        for r in runs
+    ]
     return DeletedThreads(locked, deleted)

@@ -67,15 +67,24 @@ async def delete_assistant(
 
 
 async def delete_langgraph_threads(
-    thread_records: ThreadRecords, lifecycle: RunLifecycle, owner: str, thread_ids: list[str]
+    thread_records: ThreadRecords,
+    lifecycle: RunLifecycle,
+    owner: str,
+    thread_ids: list[str],
+    *,
+    with_active_runs: bool = False,
 ) -> int:
     """Delete the owner's threads among `thread_ids` (LangGraph's thread delete and prune), all
-    or none, as `delete_assistant` deletes its threads; how many were deleted.
+    or none, as `delete_assistant` deletes its threads; how many were deleted. With
+    `with_active_runs` (the thread delete), their queued and running runs are cancelled and go
+    with them, as LangGraph's thread delete does.
 
     Raises:
-        Conflict: one of them has a queued or running run.
+        Conflict: without `with_active_runs`, one of them has a queued or running run.
     """
-    deleted = await thread_records.delete_langgraph_threads(owner, thread_ids)
+    deleted = await thread_records.delete_langgraph_threads(
+        owner, thread_ids, with_active_runs=with_active_runs
+    )
     await _after_delete(lifecycle, deleted, "threads deleted", count=str(len(deleted.thread_ids)))
     return len(deleted.thread_ids)
 
@@ -83,9 +92,10 @@ async def delete_langgraph_threads(
 async def _after_delete(
     lifecycle: RunLifecycle, deleted: DeletedThreads, what: str, **where: str
 ) -> None:
-    """Once the delete has committed: the end to the viewers of runs that waited at an
-    interrupt, then the runs' streams."""
-    await lifecycle.tell_deleted([run for run in deleted.runs if run.interrupted])
+    """Once the delete has committed: `cancelled` and the end to the viewers of runs that
+    waited at an interrupt or were queued or running (their workers told to stop), then the
+    runs' streams."""
+    await lifecycle.tell_deleted([run for run in deleted.runs if run.interrupted or run.active])
     run_ids = [run.run_id for run in deleted.runs]
     await _delete_streams(lifecycle.events, run_ids, what, **where)
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +25,7 @@ from langgraph.graph import END, StateGraph
 from langgraph.types import Command, StateSnapshot
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
-from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 from langgraph_sdk.schema import StreamPart
 
 from runner.graphs import RunContext, approval, chat
@@ -570,6 +571,55 @@ async def test_threads_count_and_search_by_ids(sdk: LangGraphClient) -> None:
     found = await sdk.threads.search(ids=[first["thread_id"]])
     assert [t["thread_id"] for t in found] == [first["thread_id"]]
     assert second["thread_id"] not in {t["thread_id"] for t in found}
+
+
+async def test_thread_search_sorts_selects_and_filters_by_values_as_langgraph(
+    sdk: LangGraphClient,
+) -> None:
+    """As observed on `langgraph dev` (langgraph-api 0.16.7): `select` returns only the named
+    fields; without `sort_by` the most recently updated thread comes first (`sort_order`
+    alone changes nothing); `sort_by` alone sorts descending; an unknown sort or select field
+    is 422; `values` keeps the threads whose current values contain it (Postgres's `@>`,
+    which LangGraph's Postgres runtime uses), a thread without values never matches."""
+    tag = uuid.uuid4().hex
+    alpha, beta, empty = [await sdk.threads.create(metadata={"tag": tag}) for _ in range(3)]
+    await sdk.runs.wait(alpha["thread_id"], "chat", input=human("alpha"))
+    await sdk.runs.wait(beta["thread_id"], "chat", input=human("beta"))
+    ids = [t["thread_id"] for t in (alpha, beta, empty)]
+
+    await sdk.threads.update(alpha["thread_id"], metadata={"touched": True})
+    newest_first = await sdk.threads.search(metadata={"tag": tag}, sort_order="asc")
+    assert [t["thread_id"] for t in newest_first] == [ids[0], ids[1], ids[2]]  # a run updates
+    for order, reverse in (("asc", False), ("desc", True), (None, True)):
+        found = await sdk.threads.search(
+            metadata={"tag": tag}, sort_by="thread_id", sort_order=order
+        )
+        assert [t["thread_id"] for t in found] == sorted(ids, reverse=reverse)
+    by_creation = await sdk.threads.search(
+        metadata={"tag": tag}, sort_by="created_at", sort_order="asc"
+    )
+    assert [t["thread_id"] for t in by_creation] == ids
+
+    selected = await sdk.threads.search(
+        metadata={"tag": tag}, select=["thread_id", "values"], sort_by="created_at"
+    )
+    assert [set(t) for t in selected] == [{"thread_id", "values"}] * 3
+    assert selected[0]["values"] is None and selected[2]["values"]["messages"]
+
+    def contains(text: str) -> dict[str, Any]:
+        return {"messages": [{"type": "human", "content": text}]}
+
+    matched = await sdk.threads.search(metadata={"tag": tag}, values=contains("alpha"))
+    assert [t["thread_id"] for t in matched] == [ids[0]]
+    both = await sdk.threads.search(
+        metadata={"tag": tag}, values={"messages": [{"type": "human"}]}, limit=1, offset=1
+    )
+    assert [t["thread_id"] for t in both] == [ids[1]]
+    assert await sdk.threads.search(metadata={"tag": tag}, values=contains("gamma")) == []
+
+    for bad in ({"sort_by": "name"}, {"select": ["thread_id", "owner"]}, {"sort_order": "up"}):
+        with pytest.raises(UnprocessableEntityError):
+            await sdk.http.post("/threads/search", json={"metadata": {"tag": tag}, **bad})
 
 
 async def test_assistants_are_the_graphs_with_counts_and_their_drawn_graph(
@@ -1187,6 +1237,55 @@ async def test_cancel_many_cancels_a_threads_runs_by_id_and_the_callers_by_statu
     with pytest.raises(httpx.HTTPStatusError) as refused:
         await sdk.runs.cancel_many()
     assert refused.value.response.status_code == 422
+
+
+async def test_deleting_a_thread_cancels_its_queued_and_running_runs_and_fences_the_worker(
+    sdk: LangGraphClient, settings: Settings
+) -> None:
+    """As observed on `langgraph dev` (langgraph-api 0.16.7): the delete of a thread with a
+    running and a queued run is 204; the running run's viewer gets the end of its stream (an
+    `error` "404: Run not found" there, the cancellation here); `runs.get` of either is 404.
+    The worker still running it writes nothing after the delete: no checkpoint of the thread
+    reappears."""
+    tid = (await sdk.threads.create())["thread_id"]
+    running = await sdk.runs.create(tid, "chat", input=human(words(200)), config=slow(50))
+    queued = await sdk.runs.create(tid, "chat", input=human("later"))
+    await status_is(sdk, tid, running["run_id"], "running")
+    seen: dict[str, list[StreamPart]] = {running["run_id"]: [], queued["run_id"]: []}
+    attached = asyncio.Event()
+
+    async def watch(run_id: str) -> None:
+        async for part in sdk.runs.join_stream(tid, run_id):
+            seen[run_id].append(part)
+            if run_id == running["run_id"]:
+                attached.set()
+
+    watchers = [asyncio.create_task(watch(run_id)) for run_id in seen]
+    await asyncio.wait_for(attached.wait(), 10)
+
+    await sdk.threads.delete(tid)  # 204, where it was 409
+
+    await asyncio.wait_for(asyncio.gather(*watchers), 10)  # both viewers got the end
+    for run_id, parts in seen.items():  # cancelled: LangGraph's `interrupted`
+        assert (parts[-1].event, parts[-1].data) == (
+            "end",
+            {"run_id": run_id, "status": "interrupted"},
+        )
+    for run_id in seen:
+        with pytest.raises(NotFoundError):
+            await sdk.runs.get(tid, run_id)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(tid)
+    await asyncio.sleep(1.5)  # the worker had time to write (it would, at 50 ms a token)
+
+    async with await schema_connection(settings) as conn:
+        for table in ("checkpoints", "checkpoint_writes", "runstream_runs"):
+            cur = await conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (tid,))
+            row = await cur.fetchone()
+            assert row is not None and row[0] == 0, table
+    # the worker is free for the next run
+    other = (await sdk.threads.create())["thread_id"]
+    assert (await sdk.runs.wait(other, "chat", input=human("next")))["messages"]
 
 
 async def _gone(sdk: LangGraphClient, tid: str, rid: str) -> bool:
@@ -1814,6 +1913,47 @@ async def test_v1_run_after_update_state_as_the_interrupted_node_or_to_the_end(
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "run_not_interrupted"
     assert (await client.get(f"/v1/threads/{run['thread_id']}")).json()["status"] == "idle"
+
+
+ITEMS_GRAPHS = """
+import operator
+from typing import Annotated
+
+from langgraph.graph import StateGraph
+
+# a state that is one value (the root channel), as a graph over a list is
+graph = StateGraph(Annotated[list, operator.add]).add_node("n", lambda items: ["n"])
+graph = graph.add_edge("__start__", "n").compile()
+"""
+
+
+async def test_update_state_hands_a_list_to_the_graph_as_one_update(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """As LangGraph's server (observed on `langgraph dev`, langgraph-api 0.16.7): a list of
+    `values` is passed whole to the graph's `update_state`, as one update in one checkpoint,
+    not one update per item. A graph of state keys refuses it with nothing written (LangGraph:
+    400 "Expected dict, got [...]"); a graph whose state is a list takes it."""
+    (tmp_path / "items.py").write_text(ITEMS_GRAPHS)
+    (tmp_path / "langgraph.json").write_text('{"graphs": {"items": "./items.py:graph"}}')
+    env = {"RUNSTREAM_CONFIG": str(tmp_path / "langgraph.json")}
+    (_, url), _ = await asyncio.gather(cluster.server(**env), cluster.ready_worker(**env))
+    sdk = client_for(url)
+
+    keyed = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(keyed, "chat", input=human("first"))
+    before = await sdk.threads.get_history(keyed, limit=50)
+    with pytest.raises(UnprocessableEntityError) as refused:
+        await sdk.threads.update_state(keyed, [{"messages": ["a"]}, {"messages": ["b"]}])
+    assert "Expected dict" in refused.value.response.text
+    assert await sdk.threads.get_history(keyed, limit=50) == before
+
+    items = (await sdk.threads.create(metadata={"graph_id": "items"}))["thread_id"]
+    await sdk.threads.update_state(items, ["a", "b"])
+    await sdk.threads.update_state(items, ["c"], as_node="n")
+    assert (await sdk.threads.get_state(items))["values"] == ["a", "b", "c"]
+    history = await sdk.threads.get_history(items, limit=50)
+    assert [h["values"] for h in history] == [["a", "b", "c"], ["a", "b"]]
 
 
 async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGraphClient) -> None:

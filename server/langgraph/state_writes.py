@@ -22,6 +22,7 @@ import structlog
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import InvalidUpdateError
+from langgraph.pregel import Pregel
 
 from stream_store.checkpoint_quota import CheckpointQuota
 from stream_store.checkpoints import checkpointer_on
@@ -53,6 +54,28 @@ def checkpoint_quota(settings: Settings) -> CheckpointQuota:
     return CheckpointQuota(settings.max_thread_checkpoints, settings.max_checkpoint_bytes)
 
 
+def _checked_values(values: dict[str, Any] | list[Any] | None, graph: Pregel) -> Any:
+    """`update_state`'s `values` as the graph's `aupdate_state` takes them.
+
+    A list is handed over whole, as LangGraph's server does (observed on `langgraph dev`,
+    langgraph-api 0.16.7): it is the one update a node would return, not several updates. A
+    graph whose state is one value (`StateGraph(Annotated[list, add])`, its root channel)
+    takes it; a graph of state keys refuses it with nothing written, "Expected dict, got
+    [...]" (LangGraph answers 400; here 422, as for any values the graph cannot take).
+    """
+    if isinstance(values, dict):
+        return checked_update(values, graph, "values")
+    if values is None or graph.channels.get("__root__") is not None:
+        return values
+    shown = repr(values)
+    raise ApiError(
+        422,
+        "invalid_request",
+        "values: the graph's state has keys, so an update is an object of them, not a list:"
+        f" Expected dict, got {shown[:200]}{'...' if len(shown) > 200 else ''}",
+    )
+
+
 async def update_state(
     resources: Resources, thread: ThreadRecord, body: StateUpdate
 ) -> dict[str, Any]:
@@ -69,9 +92,7 @@ async def update_state(
             f"thread {thread.thread_id} has no graph yet: run it once before updating its state",
             code="thread_has_no_graph",
         )
-    values = checked_update(body.values, graph, "values") if isinstance(body.values, dict) else None
-    if body.values is not None and values is None:
-        raise ApiError(422, "invalid_request", "values must be an object of state keys")
+    values = _checked_values(body.values, graph)
     if body.as_node is not None and body.as_node not in graph.nodes:
         nodes = ", ".join(n for n in graph.nodes if not n.startswith("__"))
         raise ApiError(

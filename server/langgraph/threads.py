@@ -22,6 +22,7 @@ from ..resources import Resources
 from ..threads import owned_thread
 from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
+from .thread_search import search_threads
 from .thread_stream import thread_stream_response
 from .views import (
     state_at,
@@ -101,14 +102,17 @@ class ThreadsController(Controller):
         return await thread_view(resources, thread)
 
     @post(
-        "/search", status_code=200, summary="The caller's threads, newest first", dependencies=QUERY
+        "/search",
+        status_code=200,
+        summary="The caller's threads, most recently updated first",
+        dependencies=QUERY,
     )
     async def search(
         self,
         resources: Resources,
         caller: Caller,
         data: Annotated[ThreadSearch | None, Body()] = None,
-    ) -> list[Thread]:
+    ) -> list[Any]:
         body = data or ThreadSearch()
         ids = [inputs.object_id(i, "thread") for i in body.ids] if body.ids else None
         filters = await caller.authorize(
@@ -116,22 +120,14 @@ class ThreadsController(Controller):
             "search",
             {
                 "metadata": body.metadata or {},
+                "values": body.values or {},
                 "status": body.status,
                 "limit": body.limit,
                 "offset": body.offset,
                 "ids": ids,
             },
         )
-        threads = await resources.searched_threads(caller.owner).search_threads(
-            caller.owner,
-            metadata=body.metadata or {},
-            status=body.status,
-            limit=body.limit,
-            offset=body.offset,
-            ids=ids,
-            auth_filters=filters,
-        )
-        return [await thread_view(resources, t) for t in threads]
+        return await search_threads(resources, caller.owner, body, ids, filters)
 
     @post(
         "/count",
@@ -234,12 +230,19 @@ class ThreadsController(Controller):
         dependencies=WRITE,
     )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
-        """As a prune of the one thread: its interrupted run is over (runstream's own would
-        wait for a resume) and goes with it, its viewers told it was cancelled."""
+        """As LangGraph's: the thread's queued and running runs are cancelled and go with it
+        (observed on `langgraph dev`: 204; a viewer of the running run gets the end; `runs.get`
+        is 404 after), as does an interrupted run (runstream's own would wait for a resume);
+        their viewers get `cancelled` and the end. A worker still running one is fenced
+        (`stream_store.thread_records.delete_langgraph_threads`)."""
         thread = await owned_thread(resources, thread_id, caller, action="delete")
         ids = [thread.thread_id]
         if not await delete_langgraph_threads(
-            resources.thread_records, resources.lifecycle, caller.owner, ids
+            resources.thread_records,
+            resources.lifecycle,
+            caller.owner,
+            ids,
+            with_active_runs=True,
         ):
             raise NotFound(f"thread {thread_id} not found")  # deleted meanwhile
 

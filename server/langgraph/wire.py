@@ -59,6 +59,18 @@ __all__ = [
 
 RunStatusName = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+# What a thread search may `select` (LangGraph's `ThreadSelectField`).
+ThreadField = Literal[
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "config",
+    "status",
+    "values",
+    "interrupts",
+]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 OnRunCompleted = Literal["delete", "keep"]
 Durability = Literal["sync", "async", "exit"]
@@ -222,10 +234,12 @@ class ThreadSearch(Request):
     metadata: dict[str, Any] | None = None
     status: ThreadStatus | None = None
     ids: list[str] | None = None
+    values: dict[str, Any] | None = None  # contained in the thread's current values
     sort_by: (
         Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] | None
     ) = None
     sort_order: Literal["asc", "desc"] | None = None
+    select: list[ThreadField] | None = None
 
 
 class ThreadCount(Request):

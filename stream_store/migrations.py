@@ -17,7 +17,7 @@ from .store import StoreOptions, setup_store
 
 __all__ = ["migrate"]
 
-_LOCK_ID = 0x72756E73  # "runs"
+_LOCK_ID = 0x72756E73  # "runs"; the lock's second key is the schema's hashtext
 
 MIGRATIONS: list[str] = [
     """
@@ -182,7 +182,9 @@ async def migrate(pool: PgPool, schema: str, store: StoreOptions | None = None) 
     the tables of `store`'s index, if it has one); returns how many of runstream's own were
     applied.
 
-    One session-level advisory lock covers them all, so concurrent start-ups queue behind it.
+    One session-level advisory lock per schema covers them all, so concurrent start-ups of one
+    deployment queue behind it, and those of other schemas in the database (the tests' private
+    ones) do not wait for it.
     """
     applied = 0
     async with pool.connection() as conn:
@@ -190,7 +192,9 @@ async def migrate(pool: PgPool, schema: str, store: StoreOptions | None = None) 
         # a snapshot, and the checkpointer's CREATE INDEX CONCURRENTLY waits for every such
         # snapshot in the database, so a blocking wait would deadlock with the lock holder.
         while True:
-            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_LOCK_ID,))
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS ok", (_LOCK_ID, schema)
+            )
             locked = await cur.fetchone()
             if locked is not None and locked["ok"]:
                 break
@@ -221,5 +225,5 @@ async def migrate(pool: PgPool, schema: str, store: StoreOptions | None = None) 
             await setup_checkpoints(conn)  # on this connection: it holds the lock
             await setup_store(conn, store or StoreOptions())
         finally:
-            await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+            await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_ID, schema))
     return applied

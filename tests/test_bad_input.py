@@ -139,8 +139,8 @@ class Api:
 async def started(server: ServerHandle) -> ServerHandle:
     """Wait for a server whose start-up outlasted `start_server`'s own wait.
 
-    Migrations take a database-wide advisory lock, so start-up can queue behind other test
-    processes sharing the Postgres server.
+    Its migrations' concurrent index builds wait for every open transaction in the database,
+    so start-up can queue behind other test processes sharing the Postgres server.
     """
     async with asyncio.timeout(60):
         while not server.server.started:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from litestar import Litestar, MediaType, Request, Router, get
-from litestar.openapi.plugins import OpenAPIRenderPlugin
+from litestar import MediaType, Request, Router, get
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
 from stream_store.schemas import Body
 
@@ -28,6 +28,7 @@ __all__ = [
     "DOCS_PATH",
     "LANGGRAPH_DOCS_PATH",
     "SWAGGER_UI_URL",
+    "ClosedBodiesJsonRenderPlugin",
     "OfflineSwaggerRenderPlugin",
     "langgraph_docs",
     "langgraph_openapi",
@@ -87,7 +88,7 @@ class OfflineSwaggerRenderPlugin(OpenAPIRenderPlugin):
 )
 def langgraph_openapi(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """The document of `/schema/openapi.json`, where LangGraph's server serves its own."""
-    return request.app.openapi_schema.to_schema()
+    return refuse_unknown_fields_in_schema(request.app.openapi_schema.to_schema())
 
 
 @get(LANGGRAPH_DOCS_PATH, include_in_schema=False, media_type=MediaType.HTML, sync_to_thread=False)
@@ -109,15 +110,25 @@ def _closed_bodies() -> dict[str, type[Body]]:
     return found
 
 
-def refuse_unknown_fields_in_schema(app: Litestar) -> None:
+def refuse_unknown_fields_in_schema(document: dict[str, Any]) -> dict[str, Any]:
     """Say in the OpenAPI document what the server does: `/v1` bodies refuse unknown fields.
 
     msgspec's `forbid_unknown_fields` does not reach Litestar's schema, which would otherwise
     let clients (and the fuzz tests) believe extra fields are ignored. The LangGraph API's
-    bodies stay open: they ignore unknown fields, as LangGraph's server does.
+    bodies stay open: they ignore unknown fields, as LangGraph's server does. Applied to the
+    document as it is served (`ClosedBodiesJsonRenderPlugin`), not when the app is made:
+    building the document costs every server start (every test's) about as much as the rest
+    of making the app.
     """
     closed = _closed_bodies()
-    components = app.openapi_schema.components.schemas or {}
-    for name, schema in components.items():
+    for name, schema in (document.get("components", {}).get("schemas") or {}).items():
         if name in closed:
-            schema.additional_properties = False
+            schema["additionalProperties"] = False
+    return document
+
+
+class ClosedBodiesJsonRenderPlugin(JsonRenderPlugin):
+    """`/schema/openapi.json`, with `refuse_unknown_fields_in_schema` applied."""
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        return super().render(request, refuse_unknown_fields_in_schema(openapi_schema))

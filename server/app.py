@@ -24,10 +24,10 @@ from stream_store.tracing import make_tracer
 
 from .api_docs import (
     DOCS_PATH,
+    ClosedBodiesJsonRenderPlugin,
     OfflineSwaggerRenderPlugin,
     langgraph_docs,
     langgraph_openapi,
-    refuse_unknown_fields_in_schema,
 )
 from .auth import Caller
 from .browser_guard import BrowserGuard, browser_guard
@@ -203,11 +203,10 @@ def create_app(
             title="runstream",
             version="0.1.0",
             path=DOCS_PATH,
-            render_plugins=[OfflineSwaggerRenderPlugin()],
+            render_plugins=[OfflineSwaggerRenderPlugin(), ClosedBodiesJsonRenderPlugin()],
         ),
         logging_config=None,
     )
-    refuse_unknown_fields_in_schema(app)
     app.state.custom_routes = custom
     return app
 

@@ -516,6 +516,7 @@ class TestSseConnections:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times another caller's requests: alone, as the fault tests
 class TestFlood:
     """One caller flooding submits and attaches does not hold up another caller's run.
 
@@ -581,6 +582,7 @@ class TestFlood:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times another caller's requests: alone, as the fault tests
 class TestReplayFlood:
     """Replays of a long run in plain `messages` mode, two at a time without a pause, leave
     another caller's requests as fast as they were (issue 20, "replay cost": two replays of a

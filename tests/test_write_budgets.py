@@ -194,6 +194,7 @@ class TestAssistantVersions:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times another caller's requests: alone, as the fault tests
 class TestFloods:
     """One caller flooding store searches, copies or state writes leaves another caller's
     requests answering, quickly. Real server and worker processes, the flood from a process of

@@ -13,6 +13,7 @@ from stream_store.events import Event, TokenData
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
 from tests.sse import read_events
+from tests.test_langgraph_api import eventually
 
 TEXT = " ".join(f"word{i}" for i in range(120))
 SLOW = {"configurable": {"fake_token_delay_ms": 5}}
@@ -142,9 +143,12 @@ class TestClientRateLimits:
             holding = first.stream(run.run_id)
             await anext(holding)  # the caller's one slot is taken while this stays open
             waiting = asyncio.create_task(anext(second.stream(run.run_id)))
-            await asyncio.sleep(1)
-            assert not waiting.done()  # refused with 429, waiting out Retry-After
+
+            async def refused() -> bool:
+                return second.reconnects >= 1
+
+            await eventually(refused, "the second stream's 429 while the slot is held", 15)
+            assert not waiting.done()  # still waiting out Retry-After
             await holding.aclose()
             event = await asyncio.wait_for(waiting, 15)
             assert event.event == "run"
-            assert second.reconnects >= 1

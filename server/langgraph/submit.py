@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.checkpoint.base import CheckpointTuple
+
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
@@ -90,6 +92,16 @@ def _fork_point(body: RunCreate, thread_id: str | None) -> dict[str, str] | None
     return {"checkpoint_id": checked_checkpoint_id(raw_id), "checkpoint_ns": ""}
 
 
+async def _checkpoint(
+    resources: Resources, thread_id: str, checkpoint_id: str | None = None
+) -> CheckpointTuple | None:
+    """The thread's checkpoint `checkpoint_id` of its root graph; its latest without one."""
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return await resources.checkpointer.aget_tuple({"configurable": configurable})
+
+
 async def _graph_input(
     resources: Resources,
     body: RunCreate,
@@ -103,8 +115,7 @@ async def _graph_input(
     thread that has one (go on from its latest, past a breakpoint: runner/graph_input.py)."""
     needs_input = not command and not forks
     if needs_input and body.input is None and thread_id is not None:
-        latest = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        needs_input = await resources.checkpointer.aget_tuple(latest) is None  # type: ignore[arg-type]
+        needs_input = await _checkpoint(resources, thread_id) is None
     return checked_input(
         body.input,
         await resources.graphs.graph_for_reading(graph, resources.checkpointer),
@@ -217,15 +228,11 @@ async def _check_fork_point(resources: Resources, caller: Caller, new: NewRun) -
     thread_id, checkpoint_id = new.thread_id, checkpoint["checkpoint_id"]
     if await resources.thread_records.get_thread(thread_id, caller.owner) is None:
         raise NotFound("Thread or assistant not found.")
-    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
-    saved = await resources.checkpointer.aget_tuple(
-        {"configurable": {**configurable, "checkpoint_id": checkpoint_id}}
-    )
-    if saved is None:
+    if await _checkpoint(resources, thread_id, checkpoint_id) is None:
         raise NotFound(f"thread {thread_id} has no checkpoint {checkpoint_id}")
     if new.resume is None:
         return
-    head = await resources.checkpointer.aget_tuple({"configurable": configurable})
+    head = await _checkpoint(resources, thread_id)
     if head is None or head.config["configurable"]["checkpoint_id"] != checkpoint_id:
         raise unprocessable(
             "command.resume answers the thread's interrupt at its latest checkpoint: give that"

@@ -295,14 +295,18 @@ async def chat_chunks(
     created = int(time.time())
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
+    header = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": body.get("model", DEFAULT_MODEL),
+        "service_tier": "default",
+        "system_fingerprint": "fp_compat",
+    }
+
     def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         chunk: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": body.get("model", DEFAULT_MODEL),
-            "service_tier": "default",
-            "system_fingerprint": "fp_compat",
+            **header,
             "choices": [
                 {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             ],
@@ -335,16 +339,7 @@ async def chat_chunks(
             yield frame({"content": piece})
     yield frame({}, answer.finish_reason)
     if include_usage:
-        usage_chunk = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": body.get("model", DEFAULT_MODEL),
-            "service_tier": "default",
-            "system_fingerprint": "fp_compat",
-            "choices": [],
-            "usage": usage_of(body, answer),
-        }
+        usage_chunk = {**header, "choices": [], "usage": usage_of(body, answer)}
         yield f"data: {json.dumps(usage_chunk)}\n\n".encode()
     yield b"data: [DONE]\n\n"
 

@@ -349,22 +349,22 @@ class RunRecords:
     async def ask_rollback(self, run_id: str, *, wanted: bool = True) -> None:
         """Remember that the run, once cancelled, goes with what it wrote (`roll_back_run`);
         `wanted=False` forgets it again (the cancel that asked was refused)."""
-        await execute(
-            self.pool,
-            "UPDATE runstream_runs SET kwargs = kwargs || '{\"rollback\": true}' WHERE run_id = %s"
-            if wanted
-            else "UPDATE runstream_runs SET kwargs = kwargs - 'rollback' WHERE run_id = %s",
-            (run_id,),
-        )
+        await self._flag(run_id, "rollback", wanted)
 
     async def note_breakpoint(self, run_id: str) -> None:
         """Remember that the run stopped at a breakpoint (`interrupt_before`/`_after`): it
         succeeds, and LangGraph shows its thread `interrupted` until the next run."""
+        await self._flag(run_id, "breakpoint", True)
+
+    async def _flag(self, run_id: str, name: str, on: bool) -> None:
+        """A note of runstream's own in the run's kwargs (`true`, or absent)."""
         await execute(
             self.pool,
-            "UPDATE runstream_runs SET kwargs = kwargs || '{\"breakpoint\": true}'"
-            " WHERE run_id = %s",
-            (run_id,),
+            "UPDATE runstream_runs SET kwargs = kwargs || jsonb_build_object(%s::text, true)"
+            " WHERE run_id = %s"
+            if on
+            else "UPDATE runstream_runs SET kwargs = kwargs - %s::text WHERE run_id = %s",
+            (name, run_id),
         )
 
     # -- deletes -----------------------------------------------------------------------------

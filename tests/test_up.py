@@ -121,14 +121,19 @@ def status_beside(data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def status_with_a_worker(data_dir: Path) -> dict[str, Any]:
-    """The status report, once the worker has written its first heartbeat."""
+async def status_with_a_worker(data_dir: Path, pid: int | None = None) -> dict[str, Any]:
+    """The status report, once the worker (`pid`, alone, when given) has a live heartbeat.
+
+    A SIGKILLed worker's beat stays live until its expiry, so the report may name it for a
+    few seconds after its replacement has already run something.
+    """
     deadline = time.monotonic() + 30
     while True:
         result = status_beside(data_dir)
         assert result.returncode == 0, result.stdout + result.stderr
         report: dict[str, Any] = json.loads(result.stdout)
-        if report["workers"]:
+        pids = [beat["pid"] for beat in report["workers"] or []]
+        if pids if pid is None else pids == [pid]:
             return report
         assert time.monotonic() < deadline, report
         await asyncio.sleep(0.5)
@@ -215,7 +220,7 @@ class TestUpSupervises:
         timeout = httpx.Timeout(5, read=60)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=timeout) as http:
             run = await run_to_the_end(http, "after the worker died")
-            beats = (await status_with_a_worker(data_dir))["workers"]
+            beats = (await status_with_a_worker(data_dir, worker))["workers"]
             assert [beat["pid"] for beat in beats] == [worker]
 
             os.kill(first["serve"], signal.SIGKILL)

@@ -1,6 +1,7 @@
 """The job: execute one attempt of a run and write its events, to terminal or interrupt.
 
-An attempt holds a lease on the run (renewed by a heartbeat) and every write it makes is
+An attempt holds a lease on the run (renewed from a thread, `stream_store.leases`) and every
+write it makes is
 fenced by its attempt number: event appends by the Redis script, status changes by
 conditional UPDATEs, checkpoints by `FencedPostgresSaver`. An attempt that loses its lease
 stops without writing anything more; the reaper gives the run to the next attempt.
@@ -72,33 +73,6 @@ DURABILITY: Durability = "async"
 INFRASTRUCTURE_ERRORS = (StoreUnavailable, RedisError, psycopg.OperationalError)
 
 
-async def _keep_lease(services: Services, run: RunRecord, attempt: Attempt) -> None:
-    lease_s = services.settings.lease_s
-    loop = asyncio.get_running_loop()
-    while True:
-        asleep_at = loop.time()
-        await asyncio.sleep(lease_s / 3)
-        if (late_s := loop.time() - asleep_at - lease_s / 3) > lease_s / 3:
-            # The renewals share the event loop with the graph: a node that blocks it (a sync
-            # call in an async node: an import, `requests`, a file) can cost the attempt.
-            logger.warning(
-                "the worker's event loop was blocked past a third of the lease: a blocking call"
-                " in an async node (run it in a thread, or make the node sync: LangGraph runs"
-                " those in threads), or a starved CPU",
-                run_id=run.run_id,
-                blocked_s=round(late_s, 1),
-                lease_s=lease_s,
-            )
-        try:
-            await services.events.renew(run.run_id, run.attempt, lease_s)
-        except (Fenced, StreamGone):
-            if attempt.lose():
-                logger.warning("lease lost; stopping this attempt", run_id=run.run_id)
-            return  # (settling: the outcome's events are exempt from the lease)
-        except StoreUnavailable as exc:
-            logger.warning("lease renewal failed; will retry", run_id=run.run_id, error=str(exc))
-
-
 async def execute_run(ctx: dict[str, Any], run_id: str, traceparent: str | None = None) -> None:
     """The arq job: claim the run, stream its graph into its event log, record the outcome.
 
@@ -138,7 +112,6 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
     task = asyncio.current_task()
     assert task is not None
     attempt = state.attempts[run.run_id] = Attempt(run.run_id, task)
-    keeper = asyncio.create_task(_keep_lease(services, run, attempt))
     fence = attempt_fence.set((run.run_id, run.attempt))
     # the graph's first read of a thread the claim found without checkpoints is free
     fresh = fresh_thread.set(
@@ -156,11 +129,12 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         )
         if not started:
             raise asyncio.CancelledError
+        state.leases.hold(run.run_id, run.attempt, lambda: _lose(attempt))
         logger.info("run started", graph=run.graph, attempt=run.attempt)
         return await _stream_graph(state, attempt, run, writer)
     except asyncio.CancelledError:
         task.uncancel()
-        keeper.cancel()
+        state.leases.release(run.run_id)
         return await _stop(state, attempt, run, writer)
     except StreamTooLarge as exc:
         logger.warning("run failed: its stream reached a bound", error=exc.message)
@@ -178,12 +152,19 @@ async def _execute_attempt(state: WorkerState, run: RunRecord) -> bool:
         error = {"code": "graph_error", "message": _graph_error(exc, services.settings)}
         return await _finish(services, attempt, run, writer, RunStatus.FAILED, error=error)
     finally:
-        keeper.cancel()
+        state.leases.release(run.run_id)
         writer.abandon()
         attempt_fence.reset(fence)
         fresh_thread.reset(fresh)
         del state.attempts[run.run_id]
     return False
+
+
+def _lose(attempt: Attempt) -> None:
+    """The lease keeper saw the lease refused (`stream_store.leases`)."""
+    if attempt.lose():
+        logger.warning("lease lost; stopping this attempt", run_id=attempt.run_id)
+    # else settling: the outcome's events are exempt from the lease
 
 
 async def _stop(

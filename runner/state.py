@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream_store.leases import LeaseKeeper
 from stream_store.metrics import WorkerMetrics
 from stream_store.services import Services
 
@@ -59,6 +60,7 @@ class WorkerState:
     ledger: ToolLedger
     wake: asyncio.Event  # set to make the worker read the queue now
     metrics: WorkerMetrics  # served on RUNSTREAM_WORKER_METRICS_PORT when set
+    leases: LeaseKeeper  # renews the running attempts' leases from its own thread
     worker_id: str = ""  # this process's: its beat, its presence connection, its claims
     attempts: dict[str, Attempt] = field(default_factory=dict)  # by run id
     exit_stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)

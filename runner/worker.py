@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 from stream_store.connections import RedisClients, open_redis_clients
 from stream_store.errors import StoreUnavailable
 from stream_store.keys import KeySpace
+from stream_store.leases import LeaseKeeper
 from stream_store.metrics import GraphLabels, WorkerMetrics
 from stream_store.queue import EXECUTE_RUN
 from stream_store.services import open_services
@@ -80,12 +81,17 @@ async def startup(ctx: dict[str, Any]) -> None:
     presence = WorkerPresence(clients.queue_url, worker_id)  # where the reapers list clients
     await presence.start()
     stack.push_async_callback(presence.stop)
+    url, _ = settings.require_services()
+    leases = LeaseKeeper(url, clients.keys, lease_s=settings.lease_s, cluster=clients.cluster)
+    await leases.start()
+    stack.push_async_callback(leases.stop)
     state = WorkerState(
         services=services,
         graphs=graphs,
         ledger=ToolLedger(services.pool),
         wake=ctx["wake"],
         metrics=WorkerMetrics(GraphLabels(graphs.names()), concurrency=settings.worker_concurrency),
+        leases=leases,
         worker_id=worker_id,
         exit_stack=stack,
     )

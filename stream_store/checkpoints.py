@@ -31,14 +31,20 @@ under the thread's lock) and without a second checkout while the first holds loc
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg import AsyncConnection, AsyncCursor
+from psycopg import AsyncConnection, AsyncCursor, OperationalError
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -91,6 +97,36 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         if fresh is not None and fresh.skips(config):
             return None
         return await super().aget_tuple(config)
+
+    # A write is tried once more on a fresh connection when its connection was lost: Postgres
+    # ends a session idle in a transaction past the lease (`idle_in_transaction_session_timeout`,
+    # there so a paused worker's row lock never blocks a take-over), which is also what becomes
+    # of a write in flight while a node blocks the event loop; the worker still holds the lease
+    # (`stream_store.leases`), and both writes are upserts, so the second try is safe and the
+    # fence decides again.
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        try:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        except OperationalError:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        try:
+            await super().aput_writes(config, writes, task_id, task_path)
+        except OperationalError:
+            await super().aput_writes(config, writes, task_id, task_path)
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:

@@ -34,7 +34,7 @@ from .limits import (
 )
 from .live_record import Claimed, LiveRecord, TakeOver
 
-__all__ = ["EventLog", "StoredEvent"]
+__all__ = ["EventLog", "StoredEvent", "lua_source"]
 
 # The Lua lives in .lua files in `scripts/`, each with its KEYS, ARGV and rules on top. The
 # clock and the append fence are Lua functions in `_fence.lua`, composed in front of the
@@ -43,20 +43,19 @@ _SCRIPTS = files("stream_store") / "scripts"
 _FENCE = (_SCRIPTS / "_fence.lua").read_text()
 
 
-def _script(name: str, *, fenced: bool = False) -> str:
+def lua_source(name: str, *, fenced: bool = False) -> str:
     """The script `scripts/<name>`, after the preamble `_fence.lua` when `fenced`."""
     source = (_SCRIPTS / name).read_text()
     return f"{_FENCE}\n{source}" if fenced else source
 
 
-_APPEND = _script("append.lua", fenced=True)
-_APPEND_BATCH = _script("append_batch.lua", fenced=True)
-_OPEN = _script("open.lua")
-_CLAIM = _script("claim.lua", fenced=True)
-_RENEW = _script("renew.lua", fenced=True)
-_TAKE_OVER = _script("take_over.lua", fenced=True)
-_REQUEST_CANCEL = _script("request_cancel.lua")
-_RESERVE = _script("reserve.lua", fenced=True)
+_APPEND = lua_source("append.lua", fenced=True)
+_APPEND_BATCH = lua_source("append_batch.lua", fenced=True)
+_OPEN = lua_source("open.lua")
+_CLAIM = lua_source("claim.lua", fenced=True)
+_TAKE_OVER = lua_source("take_over.lua", fenced=True)
+_REQUEST_CANCEL = lua_source("request_cancel.lua")
+_RESERVE = lua_source("reserve.lua", fenced=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,6 @@ class EventLog:
         self._batches = BatchSender(redis, register_script(redis, _APPEND_BATCH))
         self._open = register_script(redis, _OPEN)
         self._claim = register_script(redis, _CLAIM)
-        self._renew = register_script(redis, _RENEW)
         self._take_over = register_script(redis, _TAKE_OVER)
         self._request_cancel = register_script(redis, _REQUEST_CANCEL)
         self._reserve = register_script(redis, _RESERVE)
@@ -239,11 +237,6 @@ class EventLog:
         if reply in (Claimed.CANCELLED, Claimed.RETRY):
             return Claimed(reply)
         return Claimed.RUNNING
-
-    async def renew(self, run_id: str, attempt: int, lease_s: float) -> None:
-        """Extend the lease. Raises Fenced when it was lost (expired or taken over)."""
-        keys = [self.keys.run_record(run_id)]
-        await self._call(self._renew, run_id, keys, [attempt, int(lease_s * 1000)])
 
     async def take_over(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -142,4 +143,19 @@ nested = (
     .add_node("child", inner)
     .add_edge(START, "first")
     .add_edge("first", "child")
+)
+
+
+# An async node that blocks the worker's event loop (a synchronous call where an await was
+# meant) for RUNSTREAM_TEST_BLOCK_S: longer than the tests' lease.
+async def block_the_loop(state: MessagesState) -> dict[str, Any]:
+    time.sleep(float(os.environ.get("RUNSTREAM_TEST_BLOCK_S", "3")))  # noqa: ASYNC251
+    return {"messages": [AIMessage(content="unblocked", id="unblocked")]}
+
+
+blocks_the_loop = (
+    StateGraph(MessagesState)
+    .add_node("block", block_the_loop)
+    .add_edge(START, "block")
+    .add_edge("block", END)
 )

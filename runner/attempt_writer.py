@@ -18,15 +18,21 @@ __all__ = ["AttemptWriter"]
 
 MAX_BATCH_EVENTS = 512  # events per append_batch call
 MAX_PENDING_EVENTS = 4096  # events a run may have waiting for Redis before the graph waits
+# A run's batches go out at most this often: a model faster than that (one token every few
+# milliseconds, as a local or cached model streams) has its tokens sent several to a batch,
+# one Redis call and one wake-up of every viewer's server per batch instead of per token. A
+# model slower than that (every hosted one: 20-100 ms a token) has each token sent at once.
+BATCH_INTERVAL_S = 0.01
 
 
 class AttemptWriter:
     """Appends events for one attempt of one run.
 
     Plain events (tokens, messages, custom) are batched without waiting: the first goes out at
-    once, and those the graph produces while a batch is in flight go together in the next one.
-    A fast model then costs one Redis round trip per batch rather than per token, and a slow one
-    no added delay. Before a status change the attempt waits for every earlier event (`drain`),
+    once, and those the graph produces while a batch is in flight, or within `BATCH_INTERVAL_S`
+    of the last batch, go together in the next one. A fast model then costs one Redis round
+    trip per batch rather than per token, and a slow one no added delay. Before a status change
+    the attempt waits for every earlier event (`drain`),
     and a write's failure (`Fenced`, `StreamGone`, `StreamTooLarge`, a Redis error) is raised
     once, by the next `emit` or `drain`; nothing emitted after it is written.
     """
@@ -42,6 +48,7 @@ class AttemptWriter:
         self._first_token_due = run.attempt == 1 and run.resume is None
         self._pending: list[tuple[str, bytes]] = []
         self._flushing: asyncio.Task[None] | None = None
+        self._sent_at = float("-inf")  # when the last batch went out (the loop's clock)
 
     async def emit(self, event: str, data: Any) -> None:
         self._raise_failure()
@@ -70,7 +77,11 @@ class AttemptWriter:
             task.exception()  # retrieved: already reported through `drain` or not needed
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._pending:
+            if (wait_s := self._sent_at + BATCH_INTERVAL_S - loop.time()) > 0:
+                await asyncio.sleep(wait_s)
+            self._sent_at = loop.time()
             batch = self._pending[:MAX_BATCH_EVENTS]
             del self._pending[:MAX_BATCH_EVENTS]
             with self.appends.batch(len(batch)):

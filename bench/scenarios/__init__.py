@@ -29,6 +29,7 @@ MODULES = {
     "sse_floor": "sse_floor",
     "cluster": "cluster",
     "user_graph": "user_graph",
+    "burst": "burst",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -34,12 +34,16 @@ class StreamTranslator:
         self, namespace: tuple[str, ...], mode: str, chunk: Any
     ) -> Iterator[tuple[str, Any]]:
         """Yield the events of one item of `graph.astream(..., subgraphs=True)`: the root
-        graph's as `translate` gives them; a subgraph's tokens as the root's (LangGraph's
-        `messages` mode has them without `subgraphs` too), its other parts as `subgraph`
+        graph's as `translate` gives them; a subgraph's tokens with its namespace (LangGraph
+        names them `messages|<ns>`; without `subgraphs` its model streams none, and its
+        message comes whole with its parent node's update), its other parts as `subgraph`
         events, for the modes the run asked for. A subgraph's messages reach the thread
         through its parent node's update, so they are not completed here."""
-        if not namespace or mode == "messages":
+        if not namespace:
             yield from self.translate(mode, chunk)
+        elif mode == "messages":
+            message, meta = chunk
+            yield from self._token(message, meta.get("langgraph_node"), "|".join(namespace))
         elif mode in self.nested_modes:
             if mode == "updates":
                 chunk = {node: update for node, update in chunk.items() if node != "__metadata__"}
@@ -77,7 +81,9 @@ class StreamTranslator:
         elif mode == "custom":
             yield "custom", chunk
 
-    def _token(self, message: Any, node: str | None) -> Iterator[tuple[str, Any]]:
+    def _token(
+        self, message: Any, node: str | None, ns: str | None = None
+    ) -> Iterator[tuple[str, Any]]:
         if not isinstance(message, AIMessage) or not message.id:
             return
         text = message_text(message.content)
@@ -85,7 +91,7 @@ class StreamTranslator:
             return
         if isinstance(message, AIMessageChunk) or message.id not in self.streamed:
             self.streamed.add(message.id)
-            yield "token", TokenData(message_id=message.id, text=text, node=node)
+            yield "token", TokenData(message_id=message.id, text=text, node=node, ns=ns)
 
     def complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
         """Events for a whole message: its `message`, after one token if none streamed."""

@@ -14,7 +14,12 @@ from langgraph_sdk.client import LangGraphClient
 from tests.conftest import StartServer, StartWorker
 from tests.test_langgraph_api import client_for
 
-GRAPHS = {"nested": "tests.custom_graphs:nested"}
+GRAPHS = {
+    "nested": "tests.custom_graphs:nested",
+    "chat_nested": "tests.custom_graphs:chat_nested",
+    "ask_nested": "tests.custom_graphs:ask_nested",
+    "deep": "tests.custom_graphs:deep",
+}
 
 
 @pytest.fixture
@@ -66,3 +71,58 @@ async def test_only_the_modes_asked_for_and_nothing_without_subgraphs(
         ("updates", {"first": {"steps": ["first"]}}),
         ("updates", {"child": {"steps": ["first", "inner_a", "inner_b"]}}),
     ]
+
+
+async def chat_parts(sdk: LangGraphClient, modes: list[str], subgraphs: bool) -> list[Any]:
+    """The frames of a `chat_nested` run, whose subgraph node streams "hello there friend"."""
+    thread_id = (await sdk.threads.create())["thread_id"]
+    stream = sdk.runs.stream(
+        thread_id,
+        "chat_nested",
+        input={"messages": [{"role": "user", "content": "hi"}]},
+        stream_mode=modes,
+        stream_subgraphs=subgraphs,
+    )
+    parts = [(part.event, part.data) async for part in stream if part.event != "metadata"]
+    assert parts[-1][0] == "end" and parts[-1][1]["status"] == "success"
+    return parts[:-1]
+
+
+async def test_a_subgraphs_tokens_are_messages_of_its_namespace(sdk: LangGraphClient) -> None:
+    """Observed on `langgraph dev`: with `stream_subgraphs`, each token of a subgraph's model
+    is `messages|child:<task id>`, `[AIMessageChunk, metadata]` with `checkpoint_ns` the
+    namespace; nothing else of the message follows in that mode."""
+    parts = await chat_parts(sdk, ["messages-tuple"], subgraphs=True)
+    names = {event for event, _ in parts}
+    assert len(names) == 1
+    name = names.pop()
+    ns = name.removeprefix("messages|")
+    assert name.startswith("messages|child:") and ns.count("|") == 0
+    chunks = [data[0] for _, data in parts]
+    assert "".join(chunk["content"] for chunk in chunks) == "hello there friend"
+    assert len(chunks) == 5
+    assert {chunk["type"] for chunk in chunks} == {"AIMessageChunk"}
+    assert len({chunk["id"] for chunk in chunks}) == 1
+    metadata = parts[0][1][1]
+    assert metadata["checkpoint_ns"] == ns
+    assert metadata["langgraph_node"] == "chat"
+    assert metadata["graph_id"] == "chat_nested"
+
+
+async def test_without_subgraphs_a_subgraphs_message_comes_whole(sdk: LangGraphClient) -> None:
+    """Observed on `langgraph dev`: without `stream_subgraphs` the subgraph's model streams
+    nothing; its message comes once, whole, as a `messages` event when its parent node ends."""
+    parts = await chat_parts(sdk, ["messages-tuple"], subgraphs=False)
+    assert [event for event, _ in parts] == ["messages"]
+    assert parts[0][1][0]["content"] == "hello there friend"
+
+
+async def test_plain_messages_mode_names_no_namespace(sdk: LangGraphClient) -> None:
+    """Observed on `langgraph dev`: in plain `messages` mode a subgraph's tokens are the
+    unnamed `messages/metadata` and `messages/partial` events, with or without subgraphs."""
+    parts = await chat_parts(sdk, ["messages", "updates"], subgraphs=True)
+    messages = [(event, data) for event, data in parts if event.startswith("messages")]
+    assert messages[0][0] == "messages/metadata"
+    partials = [data[0]["content"] for event, data in messages if event == "messages/partial"]
+    assert partials == ["hello", "hello ", "hello there", "hello there ", "hello there friend"]
+    assert next(event for event, _ in parts if "|" in event).startswith("updates|child:")

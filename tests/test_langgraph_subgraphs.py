@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
@@ -126,3 +127,49 @@ async def test_plain_messages_mode_names_no_namespace(sdk: LangGraphClient) -> N
     partials = [data[0]["content"] for event, data in messages if event == "messages/partial"]
     assert partials == ["hello", "hello ", "hello there", "hello there ", "hello there friend"]
     assert next(event for event, _ in parts if "|" in event).startswith("updates|child:")
+
+
+# `langgraph dev`'s answer for `deep`'s subgraphs: each a schema set as `/schemas` gives it,
+# without `graph_id` (Python 3.11: a TypedDict state has no input or output schema there).
+STEPS_SCHEMAS = {
+    "input_schema": None,
+    "output_schema": None,
+    "state_schema": {
+        "properties": {
+            "steps": {
+                "default": None,
+                "items": {"type": "string"},
+                "title": "Steps",
+                "type": "array",
+            }
+        },
+        "title": "LangGraphState",
+        "type": "object",
+    },
+    "config_schema": {},
+    "context_schema": None,
+}
+
+
+async def test_get_subgraphs_answers_schemas_by_namespace(sdk: LangGraphClient) -> None:
+    """As observed on `langgraph dev`: the direct subgraphs by node name; with `recurse` the
+    nested ones too, named `mid|inner`; a namespace gives only that subgraph (also with
+    `recurse`), an unknown one `{}`."""
+    subgraphs = sdk.assistants.get_subgraphs
+    assert await subgraphs("deep") == {"mid": STEPS_SCHEMAS}
+    assert await subgraphs("deep", recurse=True) == {
+        "mid": STEPS_SCHEMAS,
+        "mid|inner": STEPS_SCHEMAS,
+    }
+    assert await subgraphs("deep", namespace="mid") == {"mid": STEPS_SCHEMAS}
+    assert await subgraphs("deep", namespace="mid", recurse=True) == {"mid": STEPS_SCHEMAS}
+    assert await subgraphs("deep", namespace="nope") == {}
+    assistant_id = (await sdk.assistants.get("ask_nested"))["assistant_id"]
+    assert await subgraphs(assistant_id) == {"child": STEPS_SCHEMAS}
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await sdk.http.get("/assistants/deep/subgraphs", params={"recurse": "maybe"})
+    assert refused.value.response.status_code == 422
+    assert "recurse" in refused.value.response.json()["detail"]
+    with pytest.raises(httpx.HTTPStatusError) as unknown:
+        await subgraphs("no-such-graph")
+    assert unknown.value.response.status_code == 404

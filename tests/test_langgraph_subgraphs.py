@@ -173,3 +173,75 @@ async def test_get_subgraphs_answers_schemas_by_namespace(sdk: LangGraphClient) 
     with pytest.raises(httpx.HTTPStatusError) as unknown:
         await subgraphs("no-such-graph")
     assert unknown.value.response.status_code == 404
+
+
+async def test_a_subgraphs_interrupted_state_and_checkpoints(sdk: LangGraphClient) -> None:
+    """As observed on `langgraph dev`, for a subgraph stopped at interrupt(): `get_state`
+    shows its task's `checkpoint` (the thread and the subgraph's namespace, no id) and no
+    `state`; with `subgraphs` the task's `state` is the subgraph's own snapshot (its
+    checkpoints with `checkpoint_ns` and `checkpoint_map`) and `checkpoint` is null; that
+    checkpoint, given to `get_state`, reads the subgraph; `get_history` with a
+    `checkpoint_ns` lists the subgraph's checkpoints."""
+    thread_id = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(thread_id, "ask_nested", input={"steps": []})
+    question = {"question": "ok?"}
+
+    flat = await sdk.threads.get_state(thread_id)
+    (task,) = flat["tasks"]
+    ns = f"child:{task['id']}"
+    assert (task["name"], task["state"]) == ("child", None)
+    assert task["checkpoint"] == {"thread_id": thread_id, "checkpoint_ns": ns}
+    assert [i["value"] for i in task["interrupts"]] == [question]
+    assert (flat["values"], flat["next"]) == ({"steps": ["first"]}, ["child"])
+
+    deep = await sdk.threads.get_state(thread_id, subgraphs=True)
+    (task,) = deep["tasks"]
+    assert task["checkpoint"] is None
+    sub = task["state"]
+    assert (sub["values"], sub["next"]) == ({"steps": ["first"]}, ["ask"])
+    assert [(t["name"], t["state"], t["checkpoint"]) for t in sub["tasks"]] == [("ask", None, None)]
+    assert [i["value"] for i in sub["interrupts"]] == [question]
+    root_id = deep["checkpoint"]["checkpoint_id"]
+    sub_id = sub["checkpoint"]["checkpoint_id"]
+    assert sub["checkpoint"] == {
+        "checkpoint_id": sub_id,
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_map": {"": root_id, ns: sub_id},
+    }
+    assert sub["parent_checkpoint"]["checkpoint_ns"] == ns
+    assert sub["parent_checkpoint"]["checkpoint_map"][""] == root_id
+    assert deep["checkpoint"] == flat["checkpoint"] and "checkpoint_map" not in deep["checkpoint"]
+
+    at_sub = await sdk.threads.get_state(thread_id, checkpoint=sub["checkpoint"])
+    assert at_sub["checkpoint"] == sub["checkpoint"]
+    assert (at_sub["values"], at_sub["next"]) == (sub["values"], sub["next"])
+    assert at_sub["tasks"] == sub["tasks"]
+    latest_in_ns = await sdk.threads.get_state(thread_id, checkpoint={"checkpoint_ns": ns})
+    assert latest_in_ns["checkpoint"] == sub["checkpoint"]
+
+    history = await sdk.threads.get_history(thread_id, checkpoint={"checkpoint_ns": ns})
+    assert [h["next"] for h in history] == [["ask"], ["__start__"]]
+    assert {h["checkpoint"]["checkpoint_ns"] for h in history} == {ns}
+    assert history[0]["checkpoint"] == sub["checkpoint"]
+    root_history = await sdk.threads.get_history(thread_id)
+    assert root_history[0]["tasks"][0]["checkpoint"] == {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+    }
+    assert {h["checkpoint"]["checkpoint_ns"] for h in root_history} == {""}
+
+    # a namespace the thread has no state in: an empty state and no history, as LangGraph's
+    nowhere = {"checkpoint_ns": "child:00000000-0000-0000-0000-000000000000"}
+    empty = await sdk.threads.get_state(thread_id, checkpoint=nowhere)
+    assert (empty["values"], empty["checkpoint"]) == ({}, None)
+    assert await sdk.threads.get_history(thread_id, checkpoint=nowhere) == []
+    for bad in ({"checkpoint_ns": 5}, {"checkpoint_ns": ns, "checkpoint_map": {"": "x"}}):
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await sdk.threads.get_state(thread_id, checkpoint=bad)  # type: ignore[arg-type]
+        assert refused.value.response.status_code == 422
+
+    # resumed, the subgraph finishes and no task is left
+    await sdk.runs.wait(thread_id, "ask_nested", command={"resume": "yes"})
+    done = await sdk.threads.get_state(thread_id, subgraphs=True)
+    assert (done["values"], done["tasks"]) == ({"steps": ["first", "ask:yes", "after"]}, [])

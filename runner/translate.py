@@ -1,5 +1,5 @@
-"""LangGraph's stream (`messages`, `updates`, `custom`, `values` modes) turned into protocol
-events.
+"""LangGraph's stream (`messages`, `updates`, `custom`, `values`, `events` modes) turned into
+protocol events.
 
 The one rule kept here: every token of a message carries that message's id, and a message the
 model did not stream still reaches clients as one token before its `message` event, so that
@@ -80,6 +80,8 @@ class StreamTranslator:
                         yield from self.complete(message)
         elif mode == "custom":
             yield "custom", chunk
+        elif mode == "events":  # LangGraph's `events` mode (runner/graph_events.py)
+            yield "events", state_to_json(chunk)
 
     def _token(
         self, message: Any, node: str | None, ns: str | None = None

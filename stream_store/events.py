@@ -157,6 +157,7 @@ EventName = Literal[
     "values",
     "updates",
     "subgraph",
+    "events",
     "pending",
     "retry",
     "done",

@@ -353,6 +353,8 @@ class LangGraphStream:
                 return [("updates", _encode(updates))]
             case "custom" if "custom" in self._modes:
                 return [("custom", event.data)]
+            case "events" if "events" in self._modes:  # as stored: LangGraph's event whole
+                return [("events", event.data)]
             case "subgraph":
                 part = _subgraph.decode(event.data)
                 if part.mode not in self._modes:

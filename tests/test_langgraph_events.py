@@ -43,7 +43,9 @@ async def sdk(start_server: StartServer, start_worker: StartWorker) -> LangGraph
     return client_for(server.url)
 
 
-async def frames(sdk: LangGraphClient, modes: list[str]) -> tuple[str, list[Any]]:
+async def frames(
+    sdk: LangGraphClient, modes: list[str], subgraphs: bool = False
+) -> tuple[str, list[Any]]:
     thread_id = (await sdk.threads.create())["thread_id"]
     stream = sdk.runs.stream(
         thread_id,
@@ -51,6 +53,7 @@ async def frames(sdk: LangGraphClient, modes: list[str]) -> tuple[str, list[Any]
         input={"messages": [{"role": "user", "content": "hi"}]},
         stream_mode=modes,
         metadata={"team": "blue"},
+        stream_subgraphs=subgraphs,
     )
     parts = [(part.event, part.data) async for part in stream]
     assert parts[0][0] == "metadata" and parts[-1][0] == "end"
@@ -92,3 +95,14 @@ async def test_events_with_other_modes_and_only_when_asked(sdk: LangGraphClient)
     assert sum(event == "events" for event, _ in parts) == len(OBSERVED)
     _, without = await frames(sdk, ["values"])
     assert [event for event, _ in without] == ["values"] * 2
+
+
+async def test_events_with_subgraphs_are_not_namespaced(sdk: LangGraphClient) -> None:
+    """Observed on `langgraph dev`: with `stream_subgraphs`, the same 20 `events` (no
+    `events|<ns>`) beside the root's `updates` and the subgraph's `updates|child:<id>`."""
+    _, parts = await frames(sdk, ["events", "updates"], subgraphs=True)
+    names = [event for event, _ in parts]
+    assert names.count("events") == len(OBSERVED)
+    others = [event for event in names if event != "events"]
+    assert others[0] == "updates" and others[-1] == "updates" and len(others) == 3
+    assert others[1].startswith("updates|child:")

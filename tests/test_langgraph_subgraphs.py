@@ -213,6 +213,8 @@ async def test_a_subgraphs_interrupted_state_and_checkpoints(sdk: LangGraphClien
     assert sub["parent_checkpoint"]["checkpoint_map"][""] == root_id
     assert deep["checkpoint"] == flat["checkpoint"] and "checkpoint_map" not in deep["checkpoint"]
 
+    by_id = await sdk.threads.get_state(thread_id, checkpoint_id=root_id, subgraphs=True)
+    assert by_id["tasks"][0]["state"]["checkpoint"] == sub["checkpoint"]
     at_sub = await sdk.threads.get_state(thread_id, checkpoint=sub["checkpoint"])
     assert at_sub["checkpoint"] == sub["checkpoint"]
     assert (at_sub["values"], at_sub["next"]) == (sub["values"], sub["next"])

@@ -46,6 +46,7 @@ from .attempt_writer import AttemptWriter
 from .auth_user import AuthUser
 from .effects import running
 from .graph_context import graph_context
+from .graph_events import EVENTS_MODE, stream_with_events
 from .graph_input import graph_input
 from .graphs import RunContext
 from .models import make_chat_model
@@ -290,16 +291,27 @@ async def _stream_built(
             record_updates="updates" in run.stream_modes, nested_modes=nested
         )
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
-        stream = graph.astream(  # type: ignore[call-overload]
-            invoke_with,
-            call.config,
-            context=context,
-            stream_mode=modes,
-            durability=DURABILITY,
-            interrupt_before=run.kwargs.get("interrupt_before"),
-            interrupt_after=run.kwargs.get("interrupt_after"),
-            subgraphs=subgraphs,
-        )
+        options: dict[str, Any] = {
+            "context": context,
+            "stream_mode": modes,
+            "durability": DURABILITY,
+            "interrupt_before": run.kwargs.get("interrupt_before"),
+            "interrupt_after": run.kwargs.get("interrupt_after"),
+            "subgraphs": subgraphs,
+        }
+        if EVENTS_MODE in run.stream_modes:  # LangGraph's `events` mode: every callback event
+            stream = stream_with_events(
+                graph,
+                invoke_with,
+                call.config,
+                run_id=run.run_id,
+                graph_name=run.graph,
+                attempt=run.attempt,
+                metadata=run.metadata,
+                **options,
+            )
+        else:
+            stream = graph.astream(invoke_with, call.config, **options)  # type: ignore[call-overload]
         with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
             async for item in stream:
                 namespace, mode, chunk = item if subgraphs else ((), *item)

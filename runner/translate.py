@@ -1,5 +1,5 @@
-"""LangGraph's stream (`messages`, `updates`, `custom`, `values` modes) turned into protocol
-events.
+"""LangGraph's stream (`messages`, `updates`, `custom`, `values`, `events` modes) turned into
+protocol events.
 
 The one rule kept here: every token of a message carries that message's id, and a message the
 model did not stream still reaches clients as one token before its `message` event, so that
@@ -34,12 +34,16 @@ class StreamTranslator:
         self, namespace: tuple[str, ...], mode: str, chunk: Any
     ) -> Iterator[tuple[str, Any]]:
         """Yield the events of one item of `graph.astream(..., subgraphs=True)`: the root
-        graph's as `translate` gives them; a subgraph's tokens as the root's (LangGraph's
-        `messages` mode has them without `subgraphs` too), its other parts as `subgraph`
+        graph's as `translate` gives them; a subgraph's tokens with its namespace (LangGraph
+        names them `messages|<ns>`; without `subgraphs` its model streams none, and its
+        message comes whole with its parent node's update), its other parts as `subgraph`
         events, for the modes the run asked for. A subgraph's messages reach the thread
         through its parent node's update, so they are not completed here."""
-        if not namespace or mode == "messages":
+        if not namespace:
             yield from self.translate(mode, chunk)
+        elif mode == "messages":
+            message, meta = chunk
+            yield from self._token(message, meta.get("langgraph_node"), "|".join(namespace))
         elif mode in self.nested_modes:
             if mode == "updates":
                 chunk = {node: update for node, update in chunk.items() if node != "__metadata__"}
@@ -76,8 +80,12 @@ class StreamTranslator:
                         yield from self.complete(message)
         elif mode == "custom":
             yield "custom", chunk
+        elif mode == "events":  # LangGraph's `events` mode (runner/graph_events.py)
+            yield "events", state_to_json(chunk)
 
-    def _token(self, message: Any, node: str | None) -> Iterator[tuple[str, Any]]:
+    def _token(
+        self, message: Any, node: str | None, ns: str | None = None
+    ) -> Iterator[tuple[str, Any]]:
         if not isinstance(message, AIMessage) or not message.id:
             return
         text = message_text(message.content)
@@ -85,7 +93,7 @@ class StreamTranslator:
             return
         if isinstance(message, AIMessageChunk) or message.id not in self.streamed:
             self.streamed.add(message.id)
-            yield "token", TokenData(message_id=message.id, text=text, node=node)
+            yield "token", TokenData(message_id=message.id, text=text, node=node, ns=ns)
 
     def complete(self, message: BaseMessage) -> Iterator[tuple[str, Any]]:
         """Events for a whole message: its `message`, after one token if none streamed."""

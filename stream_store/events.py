@@ -96,6 +96,9 @@ class TokenData(WireBase):
     message_id: str
     text: str
     node: str | None = None  # the graph node whose model streamed it
+    # the subgraph it came from (`node:task_id`, nested ones joined by `|`), only in LangGraph
+    # API runs that asked for `stream_subgraphs`
+    ns: str | None = None
 
 
 class ValuesData(WireBase):
@@ -154,6 +157,7 @@ EventName = Literal[
     "values",
     "updates",
     "subgraph",
+    "events",
     "pending",
     "retry",
     "done",

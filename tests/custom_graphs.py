@@ -7,11 +7,13 @@ import os
 import time
 from typing import Any, TypedDict
 
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 
 from runner.graphs import RunContext, run_save_note
 
@@ -158,4 +160,52 @@ blocks_the_loop = (
     .add_node("block", block_the_loop)
     .add_edge(START, "block")
     .add_edge("block", END)
+
+# A subgraph whose node streams a chat model's tokens (`messages|<ns>` with `stream_subgraphs`).
+async def _chat(state: MessagesState) -> dict[str, Any]:
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="hello there friend")]))
+    return {"messages": [await model.ainvoke(state["messages"])]}
+
+
+chat_nested = (
+    StateGraph(MessagesState)
+    .add_node("first", lambda state: {})
+    .add_node(
+        "child", StateGraph(MessagesState).add_node("chat", _chat).add_edge(START, "chat").compile()
+    )
+    .add_edge(START, "first")
+    .add_edge("first", "child")
+)
+
+
+# A subgraph that calls interrupt() (subgraph state and checkpoints), and one two levels down
+# (`get_subgraphs` with `recurse`).
+def _ask(state: Steps) -> dict[str, Any]:
+    answer = interrupt({"question": "ok?"})
+    return {"steps": [*state["steps"], f"ask:{answer}"]}
+
+
+inner_ask = (
+    StateGraph(Steps)
+    .add_node("ask", _ask)
+    .add_node("after", _step("after"))
+    .add_edge(START, "ask")
+    .add_edge("ask", "after")
+    .compile()
+)
+ask_nested = (
+    StateGraph(Steps)
+    .add_node("first", _step("first"))
+    .add_node("child", inner_ask)
+    .add_edge(START, "first")
+    .add_edge("first", "child")
+)
+deep = (
+    StateGraph(Steps)
+    .add_node("first", _step("first"))
+    .add_node(
+        "mid", StateGraph(Steps).add_node("inner", inner_ask).add_edge(START, "inner").compile()
+    )
+    .add_edge(START, "first")
+    .add_edge("first", "mid")
 )

@@ -1982,11 +1982,10 @@ async def test_copy_is_a_new_thread_with_the_same_state_and_history(sdk: LangGra
 
 
 async def test_langgraph_routes_not_served_answer_404_saying_so(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
-        "assistants.get_subgraphs": lambda: sdk.assistants.get_subgraphs("chat"),
-        "assistants.get_subgraphs(namespace)": lambda: sdk.assistants.get_subgraphs(
-            "chat", namespace="sub"
-        ),
+        "thread commands": lambda: sdk.http.post(f"/threads/{tid}/commands", json={}),
+        "bulk state": lambda: sdk.http.post(f"/threads/{tid}/state/bulk", json=[]),
     }
     for name, call in calls.items():
         with pytest.raises(httpx.HTTPStatusError) as refused:

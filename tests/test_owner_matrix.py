@@ -84,7 +84,6 @@ ASSISTANT = Unscoped(
 )
 CREATE = Unscoped("creates the caller's own thread or run (a new id)")
 LISTING = Unscoped("lists or counts only the caller's own (checked below)")
-NOT_SERVED = Unscoped("not served, for anyone")
 CLIENT_ID = Unscoped(
     "creates with a client-chosen id: a taken id is a 409 (checked below, and for assistants"
     " in tests/test_langgraph_assistants.py)"
@@ -218,8 +217,8 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("GET", "/assistants/{assistant_id:str}/schemas"): ASSISTANT,
     ("POST", "/assistants/{assistant_id:str}/latest"): ASSISTANT,
     ("POST", "/assistants/{assistant_id:str}/versions"): ASSISTANT,
-    ("GET", "/assistants/{assistant_id:str}/subgraphs"): NOT_SERVED,
-    ("GET", "/assistants/{assistant_id:str}/subgraphs/{rest:path}"): NOT_SERVED,
+    ("GET", "/assistants/{assistant_id:str}/subgraphs"): ASSISTANT,
+    ("GET", "/assistants/{assistant_id:str}/subgraphs/{namespace:str}"): ASSISTANT,
     ("POST", "/runs/crons"): CREATE,
     ("POST", "/runs/crons/search"): LISTING,
     ("POST", "/runs/crons/count"): LISTING,

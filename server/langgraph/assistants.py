@@ -43,7 +43,7 @@ from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..resources import Resources
-from .graph_schemas import graph_schemas
+from .graph_schemas import graph_schemas, subgraph_schemas
 from .submit import unprocessable
 from .views import (
     assistant_of,
@@ -200,6 +200,15 @@ def _xray_depth(xray: str | None) -> bool | int:
     raise ApiError(
         422, "invalid_request", "xray must be true, false or a number of levels (0 to 999)"
     )
+
+
+def _recurse(recurse: str | None) -> bool:
+    """`?recurse=`: true or false, in any case (the SDKs send `true` and `false`)."""
+    if recurse is None or recurse.lower() == "false":
+        return False
+    if recurse.lower() == "true":
+        return True
+    raise ApiError(422, "invalid_request", "recurse must be true or false")
 
 
 def _versions_of(assistant: AssistantRecord, body: AssistantVersions) -> list[AssistantVersion]:
@@ -477,6 +486,29 @@ class AssistantsController(Controller):
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
         return {"graph_id": name, **graph_schemas(graph)}
+
+    @get(
+        ["/{assistant_id:str}/subgraphs", "/{assistant_id:str}/subgraphs/{namespace:str}"],
+        summary="The assistant's graph's subgraphs' JSON schemas, by namespace",
+    )
+    async def subgraphs(
+        self,
+        assistant_id: str,
+        resources: Resources,
+        caller: Caller,
+        namespace: str | None = None,
+        recurse: Annotated[str | None, Parameter(required=False)] = None,
+    ) -> dict[str, Any]:
+        deep = _recurse(recurse)
+        assistant = await allowed_assistant(resources, caller, assistant_id)
+        name = registered_graph(resources, assistant)
+        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        try:
+            return await subgraph_schemas(graph, namespace, deep)
+        except NotImplementedError:  # as LangGraph's server answers
+            raise ApiError(
+                422, "invalid_request", "The graph does not support visualization"
+            ) from None
 
 
 @get("/ok", tags=["langgraph"], summary="LangGraph's liveness answer")

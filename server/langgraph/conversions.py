@@ -24,9 +24,16 @@ __all__ = [
     "to_langchain_dict",
 ]
 
-# The stream modes runstream's events can serve; `events`, `debug`, `tasks`, `checkpoints`,
-# `tools` and `lifecycle` need graph internals the worker does not store.
-STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "messages-tuple", "custom")
+# The stream modes runstream's events can serve; `debug`, `tasks`, `checkpoints`, `tools` and
+# `lifecycle` need graph internals the worker does not store.
+STREAM_MODES: tuple[str, ...] = (
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+)
 
 # An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a
 # thread left `interrupted`; LangGraph's `interrupted` run is one cancelled on request.

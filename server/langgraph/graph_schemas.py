@@ -1,19 +1,23 @@
-"""A graph's JSON schemas (`GET /assistants/{id}/schemas`), computed as LangGraph's server does
-(langgraph_api/api/assistants.py `_graph_schemas`), so clients that build forms from them
-(LangGraph Studio, agent-chat-ui) see the same shapes. A schema LangGraph cannot compute is
-null, as there (e.g. the input schema of a `typing.TypedDict` state on Python < 3.12).
+"""A graph's JSON schemas (`GET /assistants/{id}/schemas`), and its subgraphs' by namespace
+(`GET /assistants/{id}/subgraphs`), computed as LangGraph's server does
+(langgraph_api/api/assistants.py `_graph_schemas`, `get_assistant_subgraphs`), so clients that
+build forms from them (LangGraph Studio, agent-chat-ui) see the same shapes. A schema LangGraph
+cannot compute is null, as there (e.g. the input schema of a `typing.TypedDict` state on
+Python < 3.12). A state key is typed by LangChain's `create_model`, as there: pydantic's own
+refuses the `__root__` field, which made every key `Any`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
+from langchain_core.runnables.utils import create_model
 from langgraph.pregel import Pregel
-from pydantic import TypeAdapter, create_model
+from pydantic import TypeAdapter
 
-__all__ = ["graph_schemas"]
+__all__ = ["graph_schemas", "subgraph_schemas"]
 
 logger = structlog.get_logger()
 
@@ -73,4 +77,20 @@ def graph_schemas(graph: Pregel) -> dict[str, Any]:
         "state_schema": _or_none(graph, "state", lambda: _state_jsonschema(graph)),
         "config_schema": _or_none(graph, "config", lambda: _configurable_jsonschema(graph)),
         "context_schema": _or_none(graph, "context", graph.get_context_jsonschema),
+    }
+
+
+async def subgraph_schemas(
+    graph: Pregel, namespace: str | None, recurse: bool
+) -> dict[str, dict[str, Any]]:
+    """Each subgraph's schemas by its namespace (the node names down to it, joined by `|`):
+    the graph's direct subgraphs, those under them too with `recurse`, only the one named
+    `namespace` when given (LangGraph's `aget_subgraphs`; an unknown one gives `{}`).
+
+    Raises:
+        NotImplementedError: the graph cannot list its subgraphs.
+    """
+    return {
+        name: graph_schemas(cast(Pregel, subgraph))  # (a local graph's are local graphs)
+        async for name, subgraph in graph.aget_subgraphs(namespace=namespace, recurse=recurse)
     }

@@ -20,7 +20,6 @@ from ..errors import ApiError
 __all__ = ["not_served_router"]
 
 _WHY = {
-    "subgraphs": "subgraphs are not served: runstream records no subgraph events",
     "thread_stream": (
         "LangGraph's thread streaming protocol (POST /threads/{thread_id}/commands,"
         " /threads/{thread_id}/stream/...) is not served: follow the thread with"
@@ -45,14 +44,6 @@ def _handler(path: str | list[str], family: str, methods: list[HttpMethod]) -> A
 
 def not_served_router() -> Router:
     handlers = [
-        _handler(
-            [
-                "/assistants/{assistant_id:str}/subgraphs",
-                "/assistants/{assistant_id:str}/subgraphs/{rest:path}",
-            ],
-            "subgraphs",
-            [HttpMethod.GET],
-        ),
         _handler(
             "/threads/{thread_id:str}/stream/{rest:path}",
             "thread_stream",

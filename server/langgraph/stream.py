@@ -71,6 +71,7 @@ class _Token(msgspec.Struct):
     message_id: str
     text: str
     node: str | None = None  # the LangGraph node that streamed it
+    ns: str | None = None  # the subgraph's namespace (`stream_subgraphs`)
 
 
 class _Message(msgspec.Struct):
@@ -147,7 +148,9 @@ class LangGraphStream:
 
     Plain `messages` mode sends the text accumulated so far in each `messages/partial`, also
     after a resume (the resumed viewer `skip`s the events the client has); a replay sends a
-    message's last one only (`begin_replay`). When both
+    message's last one only (`begin_replay`). A subgraph's token (`stream_subgraphs`) is a
+    `messages|<ns>` event in `messages-tuple` mode and an unnamed one in plain `messages` mode,
+    as LangGraph names them. When both
     `messages` and `messages-tuple` are asked for, `messages-tuple` wins, as in LangGraph.
     """
 
@@ -187,7 +190,8 @@ class LangGraphStream:
         self._coalescing = False  # in a replay (`begin_replay`)
         self._held: tuple[Partial, str | None] | None = None  # a partial and its frame id
         self._partly_sent: tuple[str, int] | None = None  # (event id, its frames the client has)
-        self._meta_json: dict[tuple[int, str | None], bytes] = {}  # by attempt and node
+        # by attempt, node and subgraph namespace
+        self._meta_json: dict[tuple[int, str | None, str | None], bytes] = {}
 
     @property
     def ended(self) -> bool:
@@ -349,6 +353,8 @@ class LangGraphStream:
                 return [("updates", _encode(updates))]
             case "custom" if "custom" in self._modes:
                 return [("custom", event.data)]
+            case "events" if "events" in self._modes:  # as stored: LangGraph's event whole
+                return [("events", event.data)]
             case "subgraph":
                 part = _subgraph.decode(event.data)
                 if part.mode not in self._modes:
@@ -395,15 +401,17 @@ class LangGraphStream:
         if self._tuples:
             # `[AIMessageChunk, metadata]` as msgspec encodes the two dicts, put together from
             # constant parts and the run's metadata encoded once (most events are tokens)
-            meta = self._meta_json.get((attempt, token.node))
+            # (a subgraph's token: `messages|<ns>`, its metadata's `checkpoint_ns` the ns)
+            meta = self._meta_json.get((attempt, token.node, token.ns))
             if meta is None:
-                meta = self._meta_json[(attempt, token.node)] = _encode(
-                    self._meta(attempt, token.node)
+                meta = self._meta_json[(attempt, token.node, token.ns)] = _encode(
+                    self._meta(attempt, token.node, token.ns)
                 )
             chunk = b"".join(
                 (_CHUNK_START, _encode(token.text), _CHUNK_ID, _encode(token.message_id))
             )
-            return [("messages", chunk + _CHUNK_END + meta + b"]")]
+            name = f"messages|{token.ns}" if token.ns else "messages"
+            return [(name, chunk + _CHUNK_END + meta + b"]")]
         if not self._messages:
             return []
         frames = self._announce(token.message_id, attempt, token.node)
@@ -436,10 +444,12 @@ class LangGraphStream:
         metadata = {message_id: {"metadata": self._meta(attempt, node)}}
         return [("messages/metadata", _encode(metadata))]
 
-    def _meta(self, attempt: int, node: str | None = None) -> dict[str, Any]:
+    def _meta(self, attempt: int, node: str | None = None, ns: str | None = None) -> dict[str, Any]:
         meta = {**self._metadata, "run_attempt": attempt}
         if node is not None:
             meta["langgraph_node"] = node
+        if ns is not None:
+            meta["checkpoint_ns"] = ns
         return meta
 
     def _end(self, engine_status: str) -> tuple[str, bytes]:

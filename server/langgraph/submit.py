@@ -46,7 +46,8 @@ __all__ = [
     "unprocessable",
 ]
 
-RECORDED_MODES = ("values", "updates")  # what the worker records beyond runstream's events
+# what the worker records beyond runstream's events (`events`: it streams the run with them)
+RECORDED_MODES = ("values", "updates", "events")
 
 
 def unprocessable(message: str) -> ApiError:

@@ -48,6 +48,8 @@ __all__ = ["ThreadsController"]
 
 logger = structlog.get_logger()
 
+MAX_CHECKPOINT_NS_CHARS = 1000  # a subgraph's namespace: `node:task_id` per level, `|` between
+
 
 def _before(before: str | dict[str, Any] | None) -> str | None:
     """History's `before`: a checkpoint id, or a checkpoint object holding one, checked as a
@@ -58,6 +60,39 @@ def _before(before: str | dict[str, Any] | None) -> str | None:
         if before is not None and not isinstance(before, str):
             raise ApiError(422, "invalid_request", "before.checkpoint_id must be a string")
     return checked_checkpoint_id(before) if before else None
+
+
+def _where(checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """Where in the thread a `checkpoint` object points: its `checkpoint_ns` (a subgraph's
+    namespace, as a task's `checkpoint` or a subgraph state's gives it), `checkpoint_map` (the
+    ids of its parents' checkpoints) and `checkpoint_id`, each checked (422 otherwise)."""
+    checkpoint = checkpoint or {}
+    where: dict[str, Any] = {}
+    namespace = checkpoint.get("checkpoint_ns")
+    if namespace is not None:
+        if not isinstance(namespace, str) or len(namespace) > MAX_CHECKPOINT_NS_CHARS:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"checkpoint.checkpoint_ns must be a string of at most"
+                f" {MAX_CHECKPOINT_NS_CHARS} characters",
+            )
+        where["checkpoint_ns"] = namespace
+    parents = checkpoint.get("checkpoint_map")
+    if parents is not None:
+        if not isinstance(parents, dict) or not all(
+            isinstance(ns, str) and isinstance(parent, str) for ns, parent in parents.items()
+        ):
+            raise ApiError(
+                422, "invalid_request", "checkpoint.checkpoint_map must map strings to ids"
+            )
+        where["checkpoint_map"] = {ns: checked_checkpoint_id(p) for ns, p in parents.items()}
+    checkpoint_id = checkpoint.get("checkpoint_id")
+    if checkpoint_id is not None:
+        if not isinstance(checkpoint_id, str):
+            raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
+        where["checkpoint_id"] = checked_checkpoint_id(checkpoint_id)
+    return where
 
 
 class ThreadsController(Controller):
@@ -270,8 +305,11 @@ class ThreadsController(Controller):
         )
 
     @get("/{thread_id:str}/state", summary="The thread's current state")
-    async def state(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadState:
-        return await thread_state(resources, await owned_thread(resources, thread_id, caller))
+    async def state(
+        self, thread_id: str, resources: Resources, caller: Caller, subgraphs: bool = False
+    ) -> ThreadState:
+        thread = await owned_thread(resources, thread_id, caller)
+        return await thread_state(resources, thread, subgraphs)
 
     @post(
         "/{thread_id:str}/state",
@@ -298,10 +336,16 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")
     async def state_at_id(
-        self, thread_id: str, checkpoint_id: str, resources: Resources, caller: Caller
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        resources: Resources,
+        caller: Caller,
+        subgraphs: bool = False,
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
-        return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
+        checked = checked_checkpoint_id(checkpoint_id)
+        return await state_at(resources, thread, checked, subgraphs=subgraphs)
 
     @post(
         "/{thread_id:str}/state/checkpoint",
@@ -311,13 +355,13 @@ class ThreadsController(Controller):
     async def state_at_checkpoint(
         self, thread_id: str, data: StateCheckpointRequest, resources: Resources, caller: Caller
     ) -> ThreadState:
+        where = _where(data.checkpoint)
         thread = await owned_thread(resources, thread_id, caller)
-        checkpoint_id = data.checkpoint.get("checkpoint_id")
-        if checkpoint_id is None:  # as `RemoteGraph.aget_state` asks: the latest, as LangGraph
-            return await thread_state(resources, thread)
-        if not isinstance(checkpoint_id, str):
-            raise ApiError(422, "invalid_request", "checkpoint.checkpoint_id must be a string")
-        return await state_at(resources, thread, checked_checkpoint_id(checkpoint_id))
+        checkpoint_id = where.pop("checkpoint_id", None)
+        if checkpoint_id is None and not where.get("checkpoint_ns"):
+            # as `RemoteGraph.aget_state` asks: the latest, as LangGraph
+            return await thread_state(resources, thread, data.subgraphs)
+        return await state_at(resources, thread, checkpoint_id, where, data.subgraphs)
 
     @get(
         "/{thread_id:str}/history",
@@ -351,5 +395,6 @@ class ThreadsController(Controller):
     ) -> list[ThreadState]:
         body = data or HistoryRequest()
         before = _before(body.before)
+        where = _where(body.checkpoint)  # a subgraph's history: its `checkpoint_ns`
         thread = await owned_thread(resources, thread_id, caller)
-        return await state_history(resources, thread, body.limit, before)
+        return await state_history(resources, thread, body.limit, before, where)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from langgraph.pregel import Pregel
-from langgraph.types import StateSnapshot
+from langgraph.types import PregelTask, StateSnapshot
 
 from stream_store.assistant_records import AssistantRecord
 from stream_store.assistant_records import AssistantVersion as StoredVersion
@@ -167,8 +167,12 @@ async def _latest_run(resources: Resources, thread: ThreadRecord) -> RunRecord |
     return runs[-1] if runs else None
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+def _config(
+    thread_id: str, checkpoint_id: str | None = None, where: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A read's config: the thread's root namespace, or `where` (a subgraph's `checkpoint_ns`
+    and `checkpoint_map`, as a task's `checkpoint` names them)."""
+    configurable = {"thread_id": thread_id, "checkpoint_ns": "", **(where or {})}
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id
     return {"configurable": configurable}
@@ -204,6 +208,7 @@ def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
         checkpoint_id=configurable["checkpoint_id"],
         thread_id=thread_id,
         checkpoint_ns=configurable.get("checkpoint_ns", ""),
+        checkpoint_map=configurable.get("checkpoint_map"),  # a subgraph's: its parents' ids
     )
 
 
@@ -211,26 +216,38 @@ def _interrupts(snapshot: StateSnapshot) -> list[dict[str, Any]]:
     return [{"id": i.id, "value": state_to_json(i.value)} for i in snapshot.interrupts]
 
 
+# What of a pending subgraph task's config LangGraph shows as the task's `checkpoint`
+_TASK_CHECKPOINT_KEYS = ("thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint_map")
+
+
+def _task(task: PregelTask, thread_id: str) -> dict[str, Any]:
+    """A pending task as LangGraph's server shows it. A subgraph's task holds its state: read
+    with `subgraphs`, the subgraph's snapshot (`state`); else where to read it (`checkpoint`:
+    the thread and the subgraph's namespace, no checkpoint id)."""
+    nested = task.state
+    checkpoint = None
+    if nested is not None and not isinstance(nested, StateSnapshot):
+        configurable = nested.get("configurable") or {}
+        checkpoint = {k: configurable[k] for k in _TASK_CHECKPOINT_KEYS if k in configurable}
+    return {
+        "id": task.id,
+        "name": task.name,
+        "path": list(task.path),
+        "error": repr(task.error) if task.error else None,
+        "interrupts": [{"id": i.id, "value": state_to_json(i.value)} for i in task.interrupts],
+        "checkpoint": state_to_json(checkpoint),
+        "state": _state(nested, thread_id) if isinstance(nested, StateSnapshot) else None,
+        "result": state_to_json(task.result) if task.result is not None else None,
+    }
+
+
 def _state(snapshot: StateSnapshot, thread_id: str) -> ThreadState:
     checkpoint = _checkpoint(snapshot.config, thread_id)
     parent = _checkpoint(snapshot.parent_config, thread_id)
-    tasks = [
-        {
-            "id": task.id,
-            "name": task.name,
-            "path": list(task.path),
-            "error": repr(task.error) if task.error else None,
-            "interrupts": [{"id": i.id, "value": state_to_json(i.value)} for i in task.interrupts],
-            "checkpoint": None,
-            "state": None,
-            "result": state_to_json(task.result) if task.result is not None else None,
-        }
-        for task in snapshot.tasks
-    ]
     return ThreadState(
         values=state_to_json(snapshot.values),
         next=list(snapshot.next),
-        tasks=tasks,
+        tasks=[_task(task, thread_id) for task in snapshot.tasks],
         metadata=state_to_json(snapshot.metadata) if snapshot.metadata else None,
         created_at=snapshot.created_at,
         checkpoint=checkpoint,
@@ -256,44 +273,68 @@ def _empty_state() -> ThreadState:
     )
 
 
-async def thread_state(resources: Resources, thread: ThreadRecord) -> ThreadState:
-    return await _current_state(thread, await graph_of_thread(resources, thread))
+async def thread_state(
+    resources: Resources, thread: ThreadRecord, subgraphs: bool = False
+) -> ThreadState:
+    """The thread's latest state; with `subgraphs`, each pending subgraph task's own state."""
+    return await _current_state(thread, await graph_of_thread(resources, thread), subgraphs)
 
 
-async def _current_state(thread: ThreadRecord, graph: Pregel | None) -> ThreadState:
+async def _current_state(
+    thread: ThreadRecord, graph: Pregel | None, subgraphs: bool = False
+) -> ThreadState:
     if graph is None:
         return _empty_state()
-    snapshot = await graph.aget_state(_config(thread.thread_id))  # type: ignore[arg-type]
+    config = _config(thread.thread_id)
+    snapshot = await graph.aget_state(config, subgraphs=subgraphs)  # type: ignore[arg-type]
     if not snapshot.config.get("configurable", {}).get("checkpoint_id"):
         return _empty_state()
     return _state(snapshot, thread.thread_id)
 
 
-async def state_at(resources: Resources, thread: ThreadRecord, checkpoint_id: str) -> ThreadState:
-    """The thread's state at one of its checkpoints.
+async def state_at(
+    resources: Resources,
+    thread: ThreadRecord,
+    checkpoint_id: str | None,
+    where: dict[str, Any] | None = None,
+    subgraphs: bool = False,
+) -> ThreadState:
+    """The thread's state at one of its checkpoints, in the root graph or (`where`: its
+    `checkpoint_ns` and `checkpoint_map`) in a subgraph; without a checkpoint id, the
+    subgraph's latest (empty, as LangGraph's, for a namespace the thread has no state in).
 
     Raises:
         NotFound: the thread has no such checkpoint.
     """
     graph = await graph_of_thread(resources, thread)
     if graph is not None:
-        config = _config(thread.thread_id, checkpoint_id)
-        snapshot = await graph.aget_state(config)  # type: ignore[arg-type]
+        config = _config(thread.thread_id, checkpoint_id, where)
+        snapshot = await graph.aget_state(config, subgraphs=subgraphs)  # type: ignore[arg-type]
         if snapshot.created_at is not None:
             return _state(snapshot, thread.thread_id)
+    if checkpoint_id is None:
+        return _empty_state()
     raise NotFound(f"thread {thread.thread_id} has no checkpoint {checkpoint_id}")
 
 
 async def state_history(
-    resources: Resources, thread: ThreadRecord, limit: int, before: str | None
+    resources: Resources,
+    thread: ThreadRecord,
+    limit: int,
+    before: str | None,
+    where: dict[str, Any] | None = None,
 ) -> list[ThreadState]:
+    """The thread's past states, newest first: the root graph's, or (`where`: a
+    `checkpoint_ns`, and a `checkpoint_id` to start at) a subgraph's."""
     graph = await graph_of_thread(resources, thread)
     if graph is None:
         return []
+    where = dict(where or {})
+    checkpoint_id = where.pop("checkpoint_id", None)
     history = graph.aget_state_history(
-        _config(thread.thread_id),  # type: ignore[arg-type]
+        _config(thread.thread_id, checkpoint_id, where),  # type: ignore[arg-type]
         limit=limit,
-        before=_config(thread.thread_id, before) if before else None,  # type: ignore[arg-type]
+        before=_config(thread.thread_id, before, where) if before else None,  # type: ignore[arg-type]
     )
     return [_state(snapshot, thread.thread_id) async for snapshot in history]
 

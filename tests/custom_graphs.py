@@ -160,6 +160,8 @@ blocks_the_loop = (
     .add_node("block", block_the_loop)
     .add_edge(START, "block")
     .add_edge("block", END)
+)
+
 
 # A subgraph whose node streams a chat model's tokens (`messages|<ns>` with `stream_subgraphs`).
 async def _chat(state: MessagesState) -> dict[str, Any]:

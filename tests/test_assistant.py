@@ -110,3 +110,140 @@ async def test_facts_are_remembered_in_a_new_thread_and_not_by_another_user(
     other = await turn(bob, await new_thread(bob), "What is my name?")
     assert other.answer.startswith("I don't know anything about you yet.")
     assert await facts_of(bob) == {}
+
+
+async def _interrupt_of(sdk: LangGraphClient, thread_id: str) -> dict[str, Any]:
+    state = await sdk.threads.get_state(thread_id)
+    assert state["next"] == ["confirm"], state["next"]
+    return dict(state["interrupts"][0]["value"])
+
+
+async def _ann_then_bob(sdk: LangGraphClient) -> tuple[str, Turn]:
+    """Alice says her name is Ann, then (another thread) that it is Bob: the conflict turn."""
+    await turn(sdk, await new_thread(sdk), "My name is Ann.")
+    thread_id = await new_thread(sdk)
+    return thread_id, await turn(sdk, thread_id, "Actually my name is Bob.")
+
+
+async def test_a_contradiction_is_asked_and_yes_applies_it(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, asked = await _ann_then_bob(alice)
+    # the answer streamed first, from the stored value; then the question
+    assert asked.answer.startswith("I remember that your name is Ann.")
+    assert [e["key"] for e in asked.events("conflict_staged")] == ["name"]
+    assert (await alice.threads.get(thread_id))["status"] == "interrupted"
+    request = await _interrupt_of(alice, thread_id)
+    assert request["action_requests"] == [
+        {
+            "name": "update_memory",
+            "args": {"key": "name", "kind": "name", "old": "Ann", "new": "Bob"},
+            "description": "Earlier I noted that your name is Ann. Update it: your name is Bob?",
+        }
+    ]
+    assert request["review_configs"] == [
+        {"action_name": "update_memory", "allowed_decisions": ["approve", "reject"]}
+    ]
+    assert (await facts_of(alice))["name"]["value"] == "Ann"  # the old value stays meanwhile
+
+    done = await turn(alice, thread_id, command={"resume": "Yes!"})
+    assert done.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "fast_path"}
+    ]
+    assert done.values["messages"][-1]["content"] == "Updated: your name is Bob."
+    assert (await facts_of(alice))["name"]["value"] == "Bob"
+    assert (await alice.threads.get(thread_id))["status"] == "idle"
+    assert done.values.get("pending") == []
+
+
+async def test_no_keeps_the_old_value_and_a_button_answers_too(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, _ = await _ann_then_bob(alice)
+    done = await turn(alice, thread_id, command={"resume": "nope"})
+    assert done.events("confirmation")[0]["verdict"] == "no"
+    assert done.values["messages"][-1]["content"] == "Kept: your name is Ann."
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+    # the UIs' Approve button: a HITL decision
+    await turn(alice, thread_id, "I live in Rome.")
+    await turn(alice, thread_id, "I moved to Oslo.")
+    approved = await turn(
+        alice, thread_id, command={"resume": {"decisions": [{"type": "approve"}]}}
+    )
+    assert approved.events("confirmation")[0]["verdict"] == "yes"
+    assert (await facts_of(alice))["location"]["value"] == "Oslo"
+
+
+async def test_an_ambiguous_answer_goes_to_the_classifier_and_an_unclear_one_asks_again(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, _ = await _ann_then_bob(alice)
+    unclear = await turn(alice, thread_id, command={"resume": "hmm, let me think"})
+    assert unclear.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "unclear", "decided_by": "classifier"}
+    ]
+    assert (await _interrupt_of(alice, thread_id))["action_requests"][0]["args"]["new"] == "Bob"
+    changed = await turn(alice, thread_id, command={"resume": "I changed it last year"})
+    assert changed.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "classifier"}
+    ]
+    assert (await facts_of(alice))["name"]["value"] == "Bob"
+
+
+async def test_liking_what_was_disliked_is_a_conflict_too(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "I don't like olives, but I like jazz.")
+    assert set(await facts_of(alice)) == {"dislikes:olives", "likes:jazz"}
+    await turn(alice, thread_id, "I love olives!")
+    request = await _interrupt_of(alice, thread_id)
+    assert request["action_requests"][0]["args"]["key"] == "likes:olives"
+    await turn(alice, thread_id, command={"resume": "yes"})
+    assert set(await facts_of(alice)) == {"likes:olives", "likes:jazz"}
+
+
+async def test_a_conflict_left_past_its_time_is_dropped_and_the_old_value_kept(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    short = {"conflict_ttl_s": 0.5}
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "My name is Ann.", context=short)
+    await turn(alice, thread_id, "My name is Bob.", context=short)
+    await asyncio.sleep(0.6)
+    late = await turn(alice, thread_id, command={"resume": "yes"}, context=short)
+    assert late.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
+    assert late.events("confirmation") == []
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+    # unanswered, then a new message after the time: dropped at the start of that turn
+    await turn(alice, thread_id, "My name is Bob.", context=short)
+    await asyncio.sleep(0.6)
+    later = await turn(alice, thread_id, "Hello again", context=short)
+    assert later.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
+    assert (await alice.threads.get(thread_id))["status"] == "idle"
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+
+async def test_a_context_the_assistant_refuses_is_a_422_naming_it(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    response = await alice.http.client.post(
+        f"/threads/{thread_id}/runs",
+        json={
+            "assistant_id": "assistant",
+            "input": human("hi"),
+            "context": {"summary_after": 4, "keep_recent": 8},
+        },
+    )
+    assert response.status_code == 422, response.text
+    assert "keep_recent" in response.text
+    assert await alice.runs.list(thread_id) == []

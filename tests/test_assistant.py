@@ -247,3 +247,29 @@ async def test_a_context_the_assistant_refuses_is_a_422_naming_it(
     assert response.status_code == 422, response.text
     assert "keep_recent" in response.text
     assert await alice.runs.list(thread_id) == []
+
+
+async def test_past_the_threshold_old_messages_become_a_summary_and_the_prompt_stays_flat(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    small = {"summary_after": 6, "keep_recent": 4}
+    thread_id = await new_thread(alice)
+    prompts = []
+    for index in range(30):
+        done = await turn(
+            alice, thread_id, f"message number {index} about topic {index}", context=small
+        )
+        prompts.append(done.events("prompt")[0])
+        assert len(done.values["messages"]) <= small["summary_after"]
+    state = (await alice.threads.get_state(thread_id))["values"]
+    # the last ones verbatim, the older ones folded into the summary
+    assert [m["content"] for m in state["messages"] if m["type"] == "human"][-1] == (
+        "message number 29 about topic 29"
+    )
+    assert "user: message number 26 about topic 26" in state["summary"]
+    assert "message number 0 " not in state["summary"]  # only its latest lines are kept
+    # the model's input: as many messages, and about as many characters, at turn 10 as at 30
+    assert max(p["messages"] for p in prompts[5:]) <= small["summary_after"] + 2
+    late = [p["characters"] for p in prompts[10:]]
+    assert max(late) - min(late) < 200, late

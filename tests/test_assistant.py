@@ -12,6 +12,13 @@ from typing import Any
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from runner.assistant.facts import Fact
+from runner.assistant.graph import NAMESPACE, remember_once
+from runner.effects import running
+from runner.tools import ToolLedger
+from stream_store.services import open_services
+from stream_store.settings import Settings
+from stream_store.store import OwnerStore
 from tests.conftest import StartServer, StartWorker
 from tests.processes import ROOT
 from tests.test_langgraph_api import API_KEYS, client_for, human
@@ -273,3 +280,30 @@ async def test_past_the_threshold_old_messages_become_a_summary_and_the_prompt_s
     assert max(p["messages"] for p in prompts[5:]) <= small["summary_after"] + 2
     late = [p["characters"] for p in prompts[10:]]
     assert max(late) - min(late) < 200, late
+
+
+async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_stamp_once(
+    users: tuple[LangGraphClient, LangGraphClient], settings: Settings
+) -> None:
+    """The window a worker can die in between `once`'s commit and the store's put: the next
+    attempt gets the recorded stamp back and writes the fact with it; a later one writes
+    nothing (the store holds the stamp)."""
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "My name is Ann.")
+    run_id = (await alice.runs.list(thread_id))[0]["run_id"]
+    written = await alice.store.get_item(FACTS, "name")
+    await alice.store.delete_item(FACTS, "name")  # as if the first attempt died before its put
+
+    fact = Fact("name", "Ann", 0.9, run_id)
+    async with open_services(settings) as services:
+        store = OwnerStore(services.store, "alice")
+        with running(run_id, 2, ToolLedger(services.pool)):
+            again = await remember_once(store, "fact:name", fact)
+            restored = await store.aget(NAMESPACE, "name")
+            once_more = await remember_once(store, "fact:name", fact)
+            unchanged = await store.aget(NAMESPACE, "name")
+    assert again == once_more
+    assert again["written_at"] == written["value"]["written_at"]
+    assert restored is not None and restored.value == written["value"]
+    assert unchanged is not None and unchanged.updated_at == restored.updated_at

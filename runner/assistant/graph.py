@@ -302,7 +302,9 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
             continue
         same = stored.get(fact.key)
         if same is not None and same.confidence >= fact.confidence:
-            continue  # nothing new: the same value, as sure or surer
+            # nothing new: the same value, as sure or surer (also what a retry finds)
+            writer({"memory": {"event": "unchanged", "key": fact.key}})
+            continue
         written = await remember_once(store, f"fact:{fact.key}", fact)
         writer({"memory": {"event": "remembered", **written}})
     return {"pending": pending, "turn": {"extracted": [f.as_value() for f in facts]}}

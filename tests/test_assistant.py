@@ -307,3 +307,40 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
     assert again["written_at"] == written["value"]["written_at"]
     assert restored is not None and restored.value == written["value"]
     assert unchanged is not None and unchanged.updated_at == restored.updated_at
+
+
+async def test_each_turn_is_graded_after_its_answer_through_record_evaluation(
+    users: tuple[LangGraphClient, LangGraphClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `grade` node hands each grade to `runner.evaluations.record_evaluation` (built beside
+    this graph; stood in for here, in the in-process worker) after the answer streamed."""
+    recorded: list[dict[str, Any]] = []
+
+    async def record_evaluation(kind: str, score: float, **kwargs: Any) -> None:
+        recorded.append({"kind": kind, "score": score, **kwargs})
+
+    monkeypatch.setattr("runner.assistant.graph.RECORD_EVALUATION", record_evaluation)
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    done = await turn(alice, thread_id, "I like jazz.")
+    assert [c["evaluation"] for c in done.custom if "evaluation" in c] == [
+        {"kind": "reply", "score": 1.0, "passed": True},
+        {"kind": "extraction", "score": 1.0, "passed": True},
+    ]
+    assert recorded == [
+        {
+            "kind": "reply",
+            "score": 1.0,
+            "key": "reply",
+            "passed": True,
+            "detail": {"reply_chars": len(done.answer), "problems": []},
+        },
+        {
+            "kind": "extraction",
+            "score": 1.0,
+            "key": "extraction",
+            "passed": True,
+            "detail": {"facts": 1, "problems": {}},
+        },
+    ]
+    assert done.values["turn"] == {}  # the next turn is graded on its own

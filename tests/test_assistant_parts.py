@@ -5,10 +5,15 @@ tests/test_assistant.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 
 from runner.assistant.confirmation import (
+    Classification,
     answer_text,
     confirmation_request,
     fast_verdict,
@@ -24,7 +29,14 @@ from runner.assistant.facts import (
     rule_facts,
 )
 from runner.assistant.grading import grade_extraction, grade_reply
-from runner.assistant.graph import AssistantContext, memory_prompt, offline_reply, turn_grades
+from runner.assistant.graph import (
+    AssistantContext,
+    classify_answer,
+    extract_facts,
+    memory_prompt,
+    offline_reply,
+    turn_grades,
+)
 from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
 
 
@@ -209,3 +221,45 @@ class TestGraders:
             ("extraction", "extraction", True),
         ]
         assert turn_grades({}) == []  # a resume that only confirmed: nothing of a reply to grade
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """A stand-in for a real model: `with_structured_output` answers with scripted objects
+    (recording the messages it was asked with), so the real-model branches run offline."""
+
+    messages: Any = iter(())
+    answers: list[Any] = []
+    asked: list[Any] = []
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        assert kwargs.get("method") == "function_calling"
+
+        def answer(messages: Any) -> Any:
+            self.asked.append(messages)
+            value = self.answers.pop(0)
+            assert isinstance(value, schema)
+            return value
+
+        return RunnableLambda(answer)
+
+
+def scripted(*answers: Any) -> ScriptedModel:
+    return ScriptedModel(answers=list(answers), asked=[])
+
+
+class TestWithAModel:
+    async def test_extraction_is_the_models_structured_answer(self) -> None:
+        model = scripted(
+            Extraction(facts=[ExtractedFact(kind="location", value="Lisbon", confidence=0.7)])
+        )
+        facts = await extract_facts(model, "we settled in Lisbon", "run-3")
+        assert [(f.key, f.value, f.confidence, f.source_run) for f in facts] == [
+            ("location", "Lisbon", 0.7, "run-3")
+        ]
+        assert model.asked[0][-1].content == "we settled in Lisbon"
+
+    async def test_an_ambiguous_answer_is_classified_by_the_model(self) -> None:
+        model = scripted(Classification(verdict="no"))
+        verdict = await classify_answer(model, "Update it?", "it's complicated")
+        assert verdict == "no"
+        assert "it's complicated" in model.asked[0][0].content

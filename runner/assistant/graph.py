@@ -257,10 +257,10 @@ async def remember_once(
     return written
 
 
-async def _extract_facts(model: BaseChatModel, text: str, run_id: str) -> list[Fact]:
+async def extract_facts(model: BaseChatModel, text: str, run_id: str) -> list[Fact]:
     if _offline(model):
         return rule_facts(text, run_id)
-    extractor = _quiet(model.with_structured_output(Extraction))
+    extractor = _quiet(model.with_structured_output(Extraction, method="function_calling"))
     answer = await extractor.ainvoke([SystemMessage(EXTRACTION_PROMPT), HumanMessage(text)])
     return model_facts(cast(Extraction, answer), run_id)
 
@@ -283,7 +283,7 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
         else:
             writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
     text = _last_user_text(state["messages"])
-    facts = await _extract_facts(_model(), text, run_id) if text else []
+    facts = await extract_facts(_model(), text, run_id) if text else []
     stored = await _stored(store, facts)
     for fact in facts:
         old = conflict_with(fact, stored)
@@ -313,10 +313,10 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
 # -- confirmation ----------------------------------------------------------------------------
 
 
-async def _classify(model: BaseChatModel, question: str, answer: str) -> Verdict:
+async def classify_answer(model: BaseChatModel, question: str, answer: str) -> Verdict:
     if _offline(model):
         return rule_verdict(answer)
-    classifier = _quiet(model.with_structured_output(Classification))
+    classifier = _quiet(model.with_structured_output(Classification, method="function_calling"))
     prompt = CLASSIFY_PROMPT.format(question=question, answer=answer)
     result = await classifier.ainvoke([HumanMessage(prompt)])
     return cast(Classification, result).verdict
@@ -342,7 +342,7 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     verdict, decided_by = fast_verdict(answer), "fast_path"
     if verdict == "unclear":
         model = _model()
-        verdict, decided_by = await _classify(model, _question(request), answer), "classifier"
+        verdict, decided_by = await classify_answer(model, _question(request), answer), "classifier"
     writer(
         {
             "memory": {

@@ -5,6 +5,10 @@ tests/test_assistant.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +42,8 @@ from runner.assistant.graph import (
     turn_grades,
 )
 from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
+from runner.project import load_project
+from tests.processes import ROOT
 
 
 def found(text: str) -> list[tuple[str, str, float]]:
@@ -263,3 +269,20 @@ class TestWithAModel:
         verdict = await classify_answer(model, "Update it?", "it's complicated")
         assert verdict == "no"
         assert "it's complicated" in model.asked[0][0].content
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_assistants_project(tmp_path: Path) -> None:
+    """`runstream up --config <site-packages>/runner/assistant/langgraph.json` works from an
+    installed wheel: the project file is in it beside the graph's modules."""
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip, "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("runstream-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"runner/assistant/langgraph.json", "runner/assistant/graph.py"} <= names
+    project = load_project(ROOT / "runner" / "assistant" / "langgraph.json")
+    assert project.graphs["assistant"].module == "runner.assistant.graph"

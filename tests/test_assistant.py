@@ -107,6 +107,8 @@ async def test_facts_are_remembered_in_a_new_thread_and_not_by_another_user(
     runs = await alice.runs.list(thread_id)
     assert stored["name"]["source_run"] == runs[0]["run_id"]
 
+    # an item the user put there themselves that is no fact is left out, not a failed run
+    await alice.store.put_item(FACTS, "mine", {"text": "not a fact"})
     # a new thread of the same user: one store search puts the facts in the answer's context
     later = await turn(alice, await new_thread(alice), "What is my name?")
     assert later.answer.startswith("I remember that your name is Ann; you live in Paris.")

@@ -95,6 +95,18 @@ class TestRuleExtraction:
         assert [(f.key, f.value, f.confidence) for f in facts] == [("likes:jazz", "jazz", 0.9)]
 
 
+def test_a_stored_item_that_is_not_a_fact_is_left_out() -> None:
+    assert Fact.read(Fact("name", "Ann", 0.9, "r").as_value()) == Fact("name", "Ann", 0.9, "r")
+    for value in (
+        {"text": "mine"},
+        {"kind": "name", "value": ""},
+        {"kind": "x", "value": "v", "confidence": "high"},
+        {"kind": "x", "value": "v", "confidence": 3},
+        None,
+    ):
+        assert Fact.read(value) is None
+
+
 class TestConflicts:
     stored = {
         "name": Fact("name", "Ann", 0.9, "r1"),

@@ -90,6 +90,16 @@ class Fact:
             source_run=str(value.get("source_run", "")),
         )
 
+    @classmethod
+    def read(cls, value: Any) -> Fact | None:
+        """A stored item's value as a fact; None for one that is not (a user may put anything
+        in their store through the store routes: it is left out, never a failed run)."""
+        try:
+            fact = cls.from_value(value)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return fact if fact.value and 0 <= fact.confidence <= 1 else None
+
 
 def framing(confidence: float) -> str:
     """How the prompt frames a fact: stated (>= 0.8), likely (>= 0.5) or uncertain."""

@@ -190,7 +190,9 @@ async def respond(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     """Context assembly (one store search, the state) and the answer, streamed."""
     context = _context(runtime)
     items = await _store(runtime).asearch(NAMESPACE, limit=context.recalled_facts)
-    facts = sorted((Fact.from_value(item.value) for item in items), key=Fact.order)
+    facts = sorted(
+        (fact for item in items if (fact := Fact.read(item.value)) is not None), key=Fact.order
+    )
     system = SystemMessage(memory_prompt(facts, state.get("summary", "")))
     prompt: list[BaseMessage] = [system, *state["messages"]]
     get_stream_writer()(
@@ -226,8 +228,9 @@ async def _stored(store: BaseStore, facts: list[Fact]) -> dict[str, Fact]:
     found = {}
     for key in sorted(keys):
         item = await store.aget(NAMESPACE, key)
-        if item is not None:
-            found[key] = Fact.from_value(item.value)
+        fact = Fact.read(item.value) if item is not None else None
+        if fact is not None:
+            found[key] = fact
     return found
 
 

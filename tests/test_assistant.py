@@ -7,6 +7,7 @@ are tested in tests/test_assistant_parts.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from stream_store.services import open_services
 from stream_store.settings import Settings
 from stream_store.store import OwnerStore
 from tests.conftest import StartServer, StartWorker
+from tests.openai_compat import RunningServer
 from tests.processes import ROOT
 from tests.test_langgraph_api import API_KEYS, client_for, human
 
@@ -346,3 +348,66 @@ async def test_each_turn_is_graded_after_its_answer_through_record_evaluation(
         },
     ]
     assert done.values["turn"] == {}  # the next turn is graded on its own
+
+
+async def test_with_a_model_every_step_is_a_structured_output_call(
+    start_server: StartServer, start_worker: StartWorker, openai_compat: RunningServer
+) -> None:
+    """`ChatOpenAI` on the local OpenAI-compatible server (tests/openai_compat.py), which calls
+    a forced tool with the JSON written after its name in the message: the user's message
+    scripts the extraction's and the classification's structured answers."""
+    model = {
+        "model": "gpt-4o-mini",
+        "openai_api_key": "not-a-secret",
+        "openai_base_url": openai_compat.base_url,
+    }
+    server = await start_server(config_path=CONFIG, **model)
+    await start_worker(config_path=CONFIG, **model)
+    sdk = client_for(server.url)
+    small = {"summary_after": 4, "keep_recent": 2}
+
+    def extraction(kind: str, value: str) -> str:
+        fact = {"kind": kind, "value": value, "confidence": 0.7}
+        return "Extraction " + json.dumps({"facts": [fact]})
+
+    first = await turn(sdk, await new_thread(sdk), extraction("name", "Ann"), context=small)
+    # the answer is the model's reply to the message, and only it: the extraction is `nostream`
+    assert first.answer == f"You said: {extraction('name', 'Ann')}"
+    assert (await facts_of(sdk))["name"]["confidence"] == 0.7
+
+    thread_id = await new_thread(sdk)
+    plain = await turn(sdk, thread_id, "hello there", context=small)  # a model answer, no facts
+    assert plain.events("remembered") == [] and plain.events("model_failed") == []
+    await turn(sdk, thread_id, extraction("name", "Bob"), context=small)
+    request = await _interrupt_of(sdk, thread_id)
+    assert request["action_requests"][0]["args"] == {
+        "key": "name",
+        "kind": "name",
+        "old": "Ann",
+        "new": "Bob",
+    }
+    # an answer the classification cannot read: unclear, asked again
+    failed = await turn(sdk, thread_id, command={"resume": "well"}, context=small)
+    assert failed.events("model_failed") == [
+        {"event": "model_failed", "step": "classification", "error": "ValidationError"}
+    ]
+    classified = await turn(
+        sdk, thread_id, command={"resume": 'Classification {"verdict": "yes"}'}, context=small
+    )
+    assert classified.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "classifier"}
+    ]
+    assert (await facts_of(sdk))["name"]["value"] == "Bob"
+
+    # the "Updated" message took the thread past its threshold: the model summarised, and none
+    # of the summary's tokens were streamed (`nostream`)
+    assert [e["folded"] for e in classified.events("summarized")] == [3]
+    assert classified.tokens == ["Updated: your name is Bob."]  # and no summary text
+    state = (await sdk.threads.get_state(thread_id))["values"]
+    assert state["summary"].startswith("You said: Update the summary")
+    assert [m["content"] for m in state["messages"]] == [
+        f"You said: {extraction('name', 'Bob')}",
+        "Updated: your name is Bob.",
+    ]
+    later = await turn(sdk, thread_id, "one more", context=small)
+    assert later.answer == "You said: one more"

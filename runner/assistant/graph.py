@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired, cast
+from typing import Annotated, Any, NotRequired, TypeVar
 
 import structlog
 from langchain_core.language_models import BaseChatModel
@@ -76,6 +76,7 @@ __all__ = ["NAMESPACE", "AssistantContext", "AssistantState", "assistant_builder
 logger = structlog.get_logger()
 
 NAMESPACE = ("memory", "facts")
+T = TypeVar("T")
 
 Record = Callable[..., Awaitable[None]]
 try:  # built beside this graph (issue 22); until it lands, turns are graded but not recorded
@@ -260,12 +261,28 @@ async def remember_once(
     return written
 
 
+async def _aside(step: str, call: Awaitable[T], fallback: T) -> T:
+    """A model call beside the answer (extraction, classification, summary): one that fails
+    (the model's error, an answer that does not fit its schema) is logged and shown in the
+    stream, and the turn goes on without it rather than failing the user's answer."""
+    try:
+        return await call
+    except Exception as exc:
+        logger.warning("a memory step's model call failed", step=step, error=str(exc)[:300])
+        failed = {"event": "model_failed", "step": step, "error": type(exc).__name__}
+        get_stream_writer()({"memory": failed})
+        return fallback
+
+
 async def extract_facts(model: BaseChatModel, text: str, run_id: str) -> list[Fact]:
+    """The facts `text` states: by rule offline, by a structured-output call with a model
+    (none when that call fails)."""
     if _offline(model):
         return rule_facts(text, run_id)
     extractor = _quiet(model.with_structured_output(Extraction, method="function_calling"))
-    answer = await extractor.ainvoke([SystemMessage(EXTRACTION_PROMPT), HumanMessage(text)])
-    return model_facts(cast(Extraction, answer), run_id)
+    ask = extractor.ainvoke([SystemMessage(EXTRACTION_PROMPT), HumanMessage(text)])
+    answer = await _aside("extraction", ask, None)
+    return model_facts(answer, run_id) if isinstance(answer, Extraction) else []
 
 
 def _alive(conflict: dict[str, Any], context: AssistantContext, now: float) -> bool:
@@ -317,12 +334,14 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
 
 
 async def classify_answer(model: BaseChatModel, question: str, answer: str) -> Verdict:
+    """An answer the fast path left unclear: by rule offline, by a structured-output call with
+    a model (unclear when that call fails: the question is asked again)."""
     if _offline(model):
         return rule_verdict(answer)
     classifier = _quiet(model.with_structured_output(Classification, method="function_calling"))
     prompt = CLASSIFY_PROMPT.format(question=question, answer=answer)
-    result = await classifier.ainvoke([HumanMessage(prompt)])
-    return cast(Classification, result).verdict
+    result = await _aside("classification", classifier.ainvoke([HumanMessage(prompt)]), None)
+    return result.verdict if isinstance(result, Classification) else "unclear"
 
 
 async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
@@ -397,7 +416,10 @@ async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -
         summary = rule_summary(previous, folded)
     else:
         prompt = SUMMARY_PROMPT.format(summary=previous or "(none)", transcript=transcript(folded))
-        summary = (await _quiet(model).ainvoke([HumanMessage(prompt)])).text
+        made = await _aside("summary", _quiet(model).ainvoke([HumanMessage(prompt)]), None)
+        if made is None or not made.text.strip():
+            return {}  # folded on a later turn
+        summary = made.text
     summary = summary[:MAX_SUMMARY_CHARS]
     get_stream_writer()({"memory": {"event": "summarized", "folded": len(folded)}})
     removed = [RemoveMessage(id=m.id) for m in folded if m.id]

@@ -258,6 +258,15 @@ async def test_a_context_the_assistant_refuses_is_a_422_naming_it(
     assert response.status_code == 422, response.text
     assert "keep_recent" in response.text
     assert await alice.runs.list(thread_id) == []
+    # the thresholds as the assistant's context schema shows them
+    schemas = await alice.assistants.get_schemas("assistant")
+    properties = schemas["context_schema"]["properties"]
+    assert {name: spec.get("default") for name, spec in properties.items()} == {
+        "summary_after": 24,
+        "keep_recent": 8,
+        "conflict_ttl_s": 86400.0,
+        "recalled_facts": 50,
+    }
 
 
 async def test_past_the_threshold_old_messages_become_a_summary_and_the_prompt_stays_flat(

@@ -49,7 +49,7 @@ from .graph_context import graph_context
 from .graph_events import EVENTS_MODE, stream_with_events
 from .graph_input import graph_input
 from .graphs import RunContext
-from .models import make_chat_model
+from .models import make_chat_model, model_for_run
 from .recovery import hand_back, retry_planner
 from .state import Attempt, AttemptPhase, WorkerState
 from .translate import StreamTranslator
@@ -312,7 +312,11 @@ async def _stream_built(
             )
         else:
             stream = graph.astream(invoke_with, call.config, **options)  # type: ignore[call-overload]
-        with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
+        # `runner.effects.once` and `runner.models.chat_model()` in any graph's nodes
+        with (
+            running(run.run_id, run.attempt, state.ledger),
+            model_for_run(services.settings, configurable),
+        ):
             async for item in stream:
                 namespace, mode, chunk = item if subgraphs else ((), *item)
                 for event, data in translator.translate_nested(namespace, mode, chunk):

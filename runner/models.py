@@ -12,7 +12,8 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -20,7 +21,7 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -30,8 +31,11 @@ from stream_store.settings import Settings
 __all__ = [
     "MODEL_CONFIGURABLE",
     "EchoChatModel",
+    "NoModelHere",
+    "chat_model",
     "fake_token_delay_ms",
     "make_chat_model",
+    "model_for_run",
     "split_tokens",
 ]
 
@@ -170,3 +174,48 @@ def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseCha
         base_url=settings.openai_base_url,
         streaming=True,
     )
+
+
+class NoModelHere(RuntimeError):
+    """`chat_model()` was called outside a run that runstream's worker executes."""
+
+
+# The run's settings and `configurable`, set by the worker around a run's graph stream
+# (`model_for_run`); LangGraph's node tasks, started inside it, inherit it.
+_run_model: ContextVar[tuple[Settings, Mapping[str, Any]] | None] = ContextVar(
+    "runstream_run_model", default=None
+)
+
+
+@contextlib.contextmanager
+def model_for_run(settings: Settings, configurable: Mapping[str, Any]) -> Iterator[None]:
+    """Within this block (the worker's stream of one run's graph), `chat_model()` makes the
+    model the built-in graphs get for this run."""
+    token = _run_model.set((settings, configurable))
+    try:
+        yield
+    finally:
+        _run_model.reset(token)
+
+
+def chat_model(config: RunnableConfig | None = None) -> BaseChatModel:
+    """The worker's configured chat model for the current run, for any graph's node: the
+    deterministic `fake` model offline, `ChatOpenAI` with `OPENAI_API_KEY`/`OPENAI_BASE_URL`,
+    exactly what the built-in graphs get. The model factory's keys (`fake_token_delay_ms`) are
+    the run's `configurable`, or `config`'s when it names them.
+
+    Raises:
+        NoModelHere: called outside a run runstream's worker executes (at import time, in a
+        test calling the node directly): there is no configured model to give.
+    """
+    current = _run_model.get()
+    if current is None:
+        raise NoModelHere(
+            "runner.models.chat_model() gives the worker's model to a node of a run runstream"
+            " executes; outside one (at import, in a plain test) make a model yourself"
+        )
+    settings, configurable = current
+    merged = dict(configurable)
+    given = (config or {}).get("configurable") or {}
+    merged.update({key: given[key] for key in MODEL_CONFIGURABLE if key in given})
+    return make_chat_model(settings, merged)

@@ -211,3 +211,18 @@ deep = (
     .add_edge(START, "first")
     .add_edge("first", "mid")
 )
+
+
+# A graph that knows nothing of runstream's `RunContext`: its model is `runner.models.chat_model()`
+async def answer_with_the_workers_model(state: MessagesState) -> dict[str, Any]:
+    from runner.models import chat_model
+
+    return {"messages": [await chat_model().ainvoke(state["messages"])]}
+
+
+with_public_model = (
+    StateGraph(MessagesState)
+    .add_node("answer", answer_with_the_workers_model)
+    .add_edge(START, "answer")
+    .add_edge("answer", END)
+)

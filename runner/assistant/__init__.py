@@ -1,0 +1,1 @@
+"""The memory-aware assistant: a LangGraph project (langgraph.json here) runstream serves."""

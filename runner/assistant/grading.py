@@ -1,0 +1,81 @@
+"""Deterministic graders of a turn: pure functions, so a crash that re-runs the grading node
+grades the same way, and the result is recorded once per run and key
+(`runner.evaluations.record_evaluation`).
+
+- `grade_reply`: the reply is not empty and does not merely repeat the user's message.
+- `grade_extraction`: every extracted fact is well-formed (a known kind, a non-empty value of
+  bounded length, a confidence in [0, 1], its source run named).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .facts import MULTI_KINDS, SINGLE_KINDS
+
+__all__ = ["Grade", "grade_extraction", "grade_reply"]
+
+_KINDS = SINGLE_KINDS | MULTI_KINDS | {"note"}
+_MAX_VALUE = 120
+
+
+@dataclass(frozen=True)
+class Grade:
+    """One evaluation: what `record_evaluation` records."""
+
+    kind: str
+    key: str
+    score: float
+    passed: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def grade_reply(prompt: str, reply: str) -> Grade:
+    """1.0 for a reply that says something other than the prompt; 0.0 for an empty one or one
+    that echoes the user's message verbatim (whitespace and case aside)."""
+    problems = []
+    if not reply.strip():
+        problems.append("empty")
+    elif _plain(reply) == _plain(prompt):
+        problems.append("echoes the prompt")
+    passed = not problems
+    detail: dict[str, Any] = {"reply_chars": len(reply), "problems": problems}
+    return Grade("reply", "reply", 1.0 if passed else 0.0, passed, detail)
+
+
+def _fact_problems(fact: Any) -> list[str]:
+    if not isinstance(fact, dict):
+        return ["not an object"]
+    problems = []
+    if fact.get("kind") not in _KINDS:
+        problems.append(f"unknown kind {str(fact.get('kind'))[:40]!r}")
+    value = fact.get("value")
+    if not isinstance(value, str) or not value.strip():
+        problems.append("empty value")
+    elif len(value) > _MAX_VALUE:
+        problems.append("value too long")
+    confidence = fact.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        problems.append("no confidence")
+    elif not 0 <= confidence <= 1:
+        problems.append("confidence out of [0, 1]")
+    if not fact.get("source_run"):
+        problems.append("no source run")
+    return problems
+
+
+def grade_extraction(facts: Sequence[Any]) -> Grade:
+    """The share of well-formed facts (1.0 when none was extracted: nothing is wrong); passed
+    when all are."""
+    problems = {
+        str(index): found for index, fact in enumerate(facts) if (found := _fact_problems(fact))
+    }
+    score = 1.0 if not facts else (len(facts) - len(problems)) / len(facts)
+    detail: dict[str, Any] = {"facts": len(facts), "problems": problems}
+    return Grade("extraction", "extraction", round(score, 3), not problems, detail)

@@ -1,0 +1,478 @@
+"""The memory-aware assistant (`assistant` in runner/assistant/langgraph.json): an ordinary
+LangGraph graph on runstream's "own project" mechanism.
+
+Each turn:
+
+- `respond` (the answer) assembles the context from one store search (the user's facts, framed
+  stated / likely / uncertain by confidence) and the thread's state (the summary and the recent
+  messages), with no model call before the answer's, and streams the answer.
+- `extract`, beside it, reads facts from the user's message (rules offline, structured output
+  with a model), writes each new one once (`runner.effects.once`), and stages one that
+  contradicts a stored value as a pending conflict, the old value kept.
+- `confirm` asks about each pending conflict through `interrupt()` (the human-in-the-loop shape
+  the UIs draw buttons for): yes applies the new value, no keeps the old, an unclear answer asks
+  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept.
+- `summarize` folds the older messages into the summary past `summary_after` messages.
+- `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
+
+The facts live in LangGraph's store under `("memory", "facts")`, in the store of the run's
+owner (runstream keeps each owner's namespaces apart): `/store/items/search` with that prefix
+lists them to their user, `DELETE /store/items` forgets one (docs/memory.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, NotRequired, TypeVar
+
+import structlog
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config, get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.types import interrupt
+
+from runner.effects import once
+from runner.models import EchoChatModel, chat_model
+
+from .confirmation import (
+    CLASSIFY_PROMPT,
+    Classification,
+    Verdict,
+    answer_text,
+    confirmation_request,
+    fast_verdict,
+    rule_verdict,
+)
+from .facts import (
+    EXTRACTION_PROMPT,
+    MULTI_KINDS,
+    Extraction,
+    Fact,
+    conflict_with,
+    framing,
+    model_facts,
+    rule_facts,
+)
+from .grading import Grade, grade_extraction, grade_reply
+from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
+
+__all__ = ["NAMESPACE", "AssistantContext", "AssistantState", "assistant_builder", "graph"]
+
+logger = structlog.get_logger()
+
+NAMESPACE = ("memory", "facts")
+T = TypeVar("T")
+
+Record = Callable[..., Awaitable[None]]
+try:  # built beside this graph (issue 22); until it lands, turns are graded but not recorded
+    from runner.evaluations import (  # type: ignore[import-not-found,unused-ignore]
+        record_evaluation as _record_evaluation,
+    )
+
+    RECORD_EVALUATION: Record | None = _record_evaluation
+except ImportError:
+    RECORD_EVALUATION = None
+
+
+@dataclass
+class AssistantContext:
+    """The assistant's thresholds (an assistant's or a run's `context`)."""
+
+    summary_after: int = 24  # messages in the thread past which older ones are summarised
+    keep_recent: int = 8  # messages kept verbatim when summarising
+    conflict_ttl_s: float = 86400.0  # a pending conflict unanswered this long is dropped
+    recalled_facts: int = 50  # facts of the user put in the prompt, at most
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.keep_recent < self.summary_after:
+            raise ValueError("keep_recent must be at least 2 and less than summary_after")
+        if self.summary_after > 1000:
+            raise ValueError("summary_after must be at most 1000")
+        if not self.conflict_ttl_s > 0:
+            raise ValueError("conflict_ttl_s must be a positive number of seconds")
+        if not 1 <= self.recalled_facts <= 1000:
+            raise ValueError("recalled_facts must be from 1 to 1000")
+
+
+def merge_turn(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """The turn's record: each node adds its part (`respond` and `extract` run side by side);
+    an empty update (from `grade`) starts the next turn's."""
+    return {**current, **update} if update else {}
+
+
+class AssistantState(MessagesState):
+    summary: NotRequired[str]  # the older messages, folded
+    pending: NotRequired[list[dict[str, Any]]]  # conflicts waiting for the user's answer
+    turn: NotRequired[Annotated[dict[str, Any], merge_turn]]  # this turn's, for `grade`
+
+
+def _context(runtime: Runtime[AssistantContext]) -> AssistantContext:
+    return runtime.context if isinstance(runtime.context, AssistantContext) else AssistantContext()
+
+
+def _store(runtime: Runtime[AssistantContext]) -> BaseStore:
+    assert runtime.store is not None, "runstream gives every run its owner's store"
+    return runtime.store
+
+
+def _run_id(config: RunnableConfig) -> str:
+    return str((config.get("configurable") or {}).get("run_id", ""))
+
+
+def _model() -> BaseChatModel:
+    """The worker's model for this run (`runner.models.chat_model`), with the node's config."""
+    return chat_model(get_config())
+
+
+def _last_user_text(messages: list[AnyMessage]) -> str:
+    last = messages[-1] if messages else None
+    return last.text if isinstance(last, HumanMessage) else ""
+
+
+def _offline(model: BaseChatModel) -> bool:
+    """The `fake` model: every step is then a deterministic rule instead of a model call."""
+    return isinstance(model, EchoChatModel)
+
+
+def _quiet(model: Any) -> Any:
+    """A model call whose tokens are not the answer's (LangGraph's `nostream` tag)."""
+    return model.with_config(tags=[TAG_NOSTREAM])
+
+
+# -- the answer ------------------------------------------------------------------------------
+
+
+def memory_prompt(facts: list[Fact], summary: str) -> str:
+    """The system prompt: who the user is, framed by confidence, and the earlier conversation."""
+    lines = ["You are a helpful assistant who remembers the user across conversations."]
+    groups: dict[str, list[str]] = {"stated": [], "likely": [], "uncertain": []}
+    for fact in facts:
+        groups[framing(fact.confidence)].append(fact.sentence())
+    if facts:
+        lines.append("What you know about the user:")
+        lines += [f"- the user stated that {s}" for s in groups["stated"]]
+        lines += [f"- probably {s}" for s in groups["likely"]]
+        lines += [
+            f"- perhaps {s} (uncertain: ask before relying on it)" for s in groups["uncertain"]
+        ]
+    if summary:
+        lines += ["Summary of the earlier conversation:", summary]
+    return "\n".join(lines)
+
+
+def offline_reply(facts: list[Fact], text: str) -> str:
+    """The `fake` model's answer: what is remembered, then what the user said (deterministic)."""
+    known = "; ".join(
+        f"{f.sentence()}"
+        + ("" if framing(f.confidence) == "stated" else f" ({framing(f.confidence)})")
+        for f in facts
+    )
+    known = known.replace("their ", "your ").replace("they ", "you ")
+    remembered = f"I remember that {known}." if facts else "I don't know anything about you yet."
+    return f"{remembered} You said: {text}"
+
+
+async def respond(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+    """Context assembly (one store search, the state) and the answer, streamed."""
+    context = _context(runtime)
+    items = await _store(runtime).asearch(NAMESPACE, limit=context.recalled_facts)
+    facts = sorted(
+        (fact for item in items if (fact := Fact.read(item.value)) is not None), key=Fact.order
+    )
+    system = SystemMessage(memory_prompt(facts, state.get("summary", "")))
+    prompt: list[BaseMessage] = [system, *state["messages"]]
+    get_stream_writer()(
+        {
+            "memory": {
+                "event": "prompt",
+                "messages": len(prompt),
+                "characters": sum(len(m.text) for m in prompt),
+                "facts": len(facts),
+            }
+        }
+    )
+    model = _model()
+    text = _last_user_text(state["messages"])
+    if _offline(model):
+        reply = await model.ainvoke([HumanMessage(offline_reply(facts, text))])
+    else:
+        reply = await model.ainvoke(prompt)
+    return {"messages": [reply], "turn": {"prompt": text, "reply": reply.text}}
+
+
+# -- extraction ------------------------------------------------------------------------------
+
+
+async def _stored(store: BaseStore, facts: list[Fact]) -> dict[str, Fact]:
+    """The stored facts under the keys `facts` may touch (their own and their opposites')."""
+    keys = {fact.key for fact in facts}
+    keys |= {
+        Fact("dislikes" if f.kind == "likes" else "likes", f.value, 0, "").key
+        for f in facts
+        if f.kind in MULTI_KINDS
+    }
+    found = {}
+    for key in sorted(keys):
+        item = await store.aget(NAMESPACE, key)
+        fact = Fact.read(item.value) if item is not None else None
+        if fact is not None:
+            found[key] = fact
+    return found
+
+
+async def remember_once(
+    store: BaseStore, key: str, fact: Fact, *, replaces: Fact | None = None
+) -> dict[str, Any]:
+    """Write `fact` (deleting the like or dislike it replaces) once for this run and `key`.
+
+    `once` records the write's stamp in runstream's ledger (its effect cannot use the store: it
+    runs inside the ledger's transaction, on the pool the store shares); the store is then
+    written unless it already holds that stamp, which is the case when an earlier attempt of
+    the run wrote it. A retry therefore writes nothing again, and one killed between the ledger
+    and the store completes the write.
+    """
+
+    async def stamp() -> dict[str, Any]:
+        return {"key": fact.key, "value": fact.value, "written_at": datetime.now(UTC).isoformat()}
+
+    written: dict[str, Any] = await once(key, stamp, name="remember_fact")
+    current = await store.aget(NAMESPACE, fact.key)
+    if current is None or current.value.get("written_at") != written["written_at"]:
+        if replaces is not None and replaces.key != fact.key:
+            await store.adelete(NAMESPACE, replaces.key)
+        await store.aput(
+            NAMESPACE, fact.key, {**fact.as_value(), "written_at": written["written_at"]}
+        )
+    return written
+
+
+async def _aside(step: str, call: Awaitable[T], fallback: T) -> T:
+    """A model call beside the answer (extraction, classification, summary): one that fails
+    (the model's error, an answer that does not fit its schema) is logged and shown in the
+    stream, and the turn goes on without it rather than failing the user's answer."""
+    try:
+        return await call
+    except Exception as exc:
+        logger.warning("a memory step's model call failed", step=step, error=str(exc)[:300])
+        failed = {"event": "model_failed", "step": step, "error": type(exc).__name__}
+        get_stream_writer()({"memory": failed})
+        return fallback
+
+
+async def extract_facts(model: BaseChatModel, text: str, run_id: str) -> list[Fact]:
+    """The facts `text` states: by rule offline, by a structured-output call with a model
+    (none when that call fails)."""
+    if _offline(model):
+        return rule_facts(text, run_id)
+    extractor = _quiet(model.with_structured_output(Extraction, method="function_calling"))
+    ask = extractor.ainvoke([SystemMessage(EXTRACTION_PROMPT), HumanMessage(text)])
+    answer = await _aside("extraction", ask, None)
+    return model_facts(answer, run_id) if isinstance(answer, Extraction) else []
+
+
+def _alive(conflict: dict[str, Any], context: AssistantContext, now: float) -> bool:
+    return now - float(conflict["staged_at"]) < context.conflict_ttl_s
+
+
+async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+    """Facts from the user's message: new ones written once, contradicting ones staged."""
+    context = _context(runtime)
+    store = _store(runtime)
+    writer = get_stream_writer()
+    run_id = _run_id(get_config())
+    now = time.time()
+    pending = []
+    for conflict in state.get("pending") or []:
+        if _alive(conflict, context, now):
+            pending.append(conflict)
+        else:
+            writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
+    text = _last_user_text(state["messages"])
+    facts = await extract_facts(_model(), text, run_id) if text else []
+    stored = await _stored(store, facts)
+    for fact in facts:
+        old = conflict_with(fact, stored)
+        if old is not None:
+            pending = [p for p in pending if p["key"] != fact.key]
+            pending.append(
+                {
+                    "id": f"{run_id}:{fact.key}",
+                    "key": fact.key,
+                    "old": old.as_value(),
+                    "new": fact.as_value(),
+                    "staged_at": now,
+                }
+            )
+            writer({"memory": {"event": "conflict_staged", "key": fact.key, "new": fact.value}})
+            continue
+        same = stored.get(fact.key)
+        if same is not None and same.confidence >= fact.confidence:
+            # nothing new: the same value, as sure or surer (also what a retry finds)
+            writer({"memory": {"event": "unchanged", "key": fact.key}})
+            continue
+        written = await remember_once(store, f"fact:{fact.key}", fact)
+        writer({"memory": {"event": "remembered", **written}})
+    return {"pending": pending, "turn": {"extracted": [f.as_value() for f in facts]}}
+
+
+# -- confirmation ----------------------------------------------------------------------------
+
+
+async def classify_answer(model: BaseChatModel, question: str, answer: str) -> Verdict:
+    """An answer the fast path left unclear: by rule offline, by a structured-output call with
+    a model (unclear when that call fails: the question is asked again)."""
+    if _offline(model):
+        return rule_verdict(answer)
+    classifier = _quiet(model.with_structured_output(Classification, method="function_calling"))
+    prompt = CLASSIFY_PROMPT.format(question=question, answer=answer)
+    result = await _aside("classification", classifier.ainvoke([HumanMessage(prompt)]), None)
+    return result.verdict if isinstance(result, Classification) else "unclear"
+
+
+async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+    """Ask about the first pending conflict; apply it on yes, drop it on no or when expired.
+
+    Everything before `interrupt()` runs again on resume, so it only reads.
+    """
+    pending = state.get("pending") or []
+    if not pending:
+        return {}
+    conflict, rest = pending[0], pending[1:]
+    writer = get_stream_writer()
+    context = _context(runtime)
+    old, new = Fact.from_value(conflict["old"]), Fact.from_value(conflict["new"])
+    if not _alive(conflict, context, time.time()):
+        writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
+        return {"pending": rest}
+    request = confirmation_request(old, new)
+    answer = answer_text(request, interrupt(request))
+    verdict, decided_by = fast_verdict(answer), "fast_path"
+    if verdict == "unclear":
+        model = _model()
+        verdict, decided_by = await classify_answer(model, _question(request), answer), "classifier"
+    writer(
+        {
+            "memory": {
+                "event": "confirmation",
+                "key": conflict["key"],
+                "verdict": verdict,
+                "decided_by": decided_by,
+            }
+        }
+    )
+    confirmations = [
+        *state.get("turn", {}).get("confirmations", []),
+        {"key": conflict["key"], "answer": answer[:200], "verdict": verdict, "by": decided_by},
+    ]
+    turn = {"confirmations": confirmations}
+    if verdict == "unclear":
+        return {"pending": [conflict, *rest], "turn": turn}  # asked again
+    store = _store(runtime)
+    if verdict == "yes":
+        await remember_once(store, f"confirm:{conflict['id']}", new, replaces=old)
+        said = f"Updated: {new.sentence()}."
+    else:
+        said = f"Kept: {old.sentence()}."
+    said = said.replace("their ", "your ").replace("they ", "you ")
+    return {"pending": rest, "turn": turn, "messages": [AIMessage(content=said)]}
+
+
+def _question(request: dict[str, Any]) -> str:
+    return str(request["action_requests"][0].get("description", ""))
+
+
+def _after_confirm(state: AssistantState) -> str:
+    return "confirm" if state.get("pending") else "summarize"
+
+
+# -- summary and grading ---------------------------------------------------------------------
+
+
+async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+    """Past `summary_after` messages, all but the last `keep_recent` folded into the summary."""
+    context = _context(runtime)
+    messages = state["messages"]
+    if len(messages) <= context.summary_after:
+        return {}
+    folded = messages[: -context.keep_recent]
+    previous = state.get("summary", "")
+    model = _model()
+    if _offline(model):
+        summary = rule_summary(previous, folded)
+    else:
+        prompt = SUMMARY_PROMPT.format(summary=previous or "(none)", transcript=transcript(folded))
+        made = await _aside("summary", _quiet(model).ainvoke([HumanMessage(prompt)]), None)
+        if made is None or not made.text.strip():
+            return {}  # folded on a later turn
+        summary = made.text
+    summary = summary[:MAX_SUMMARY_CHARS]
+    get_stream_writer()({"memory": {"event": "summarized", "folded": len(folded)}})
+    removed = [RemoveMessage(id=m.id) for m in folded if m.id]
+    return {"summary": summary, "messages": removed}
+
+
+def turn_grades(turn: dict[str, Any]) -> list[Grade]:
+    """The grades of one turn: its reply and its extraction, when it had them."""
+    grades = []
+    if "reply" in turn:
+        grades.append(grade_reply(str(turn.get("prompt", "")), str(turn["reply"])))
+    if "extracted" in turn:
+        grades.append(grade_extraction(turn["extracted"]))
+    return grades
+
+
+async def grade(state: AssistantState) -> dict[str, Any]:
+    """Grade the turn after its answer streamed; recorded once per run and key."""
+    writer = get_stream_writer()
+    for result in turn_grades(state.get("turn", {})):
+        writer(
+            {"evaluation": {"kind": result.kind, "score": result.score, "passed": result.passed}}
+        )
+        if RECORD_EVALUATION is not None:
+            await RECORD_EVALUATION(
+                kind=result.kind,
+                score=result.score,
+                key=result.key,
+                passed=result.passed,
+                detail=result.detail,
+            )
+    return {"turn": {}}
+
+
+def assistant_builder(
+    extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
+) -> StateGraph[AssistantState, AssistantContext, AssistantState, AssistantState]:
+    """The assistant's graph, uncompiled; `extract_node` replaces extraction (the fault tests
+    wrap it to be killed mid-way)."""
+    return (
+        StateGraph(AssistantState, context_schema=AssistantContext)
+        .add_node("respond", respond)
+        .add_node("extract", extract_node)
+        .add_node("confirm", confirm)
+        .add_node("summarize", summarize)
+        .add_node("grade", grade)
+        .add_edge(START, "respond")
+        .add_edge(START, "extract")
+        .add_edge(["respond", "extract"], "confirm")
+        .add_conditional_edges("confirm", _after_confirm, ["confirm", "summarize"])
+        .add_edge("summarize", "grade")
+        .add_edge("grade", END)
+    )
+
+
+graph = assistant_builder().compile()

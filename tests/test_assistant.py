@@ -1,0 +1,422 @@
+"""The memory-aware assistant (runner/assistant, served as a project through its langgraph.json)
+driven with LangGraph's Python SDK against a real server and worker, the `fake` model: facts
+remembered across threads and kept apart between users, conflicts confirmed or refused, the
+summary bounding the prompt. Its pure parts (extraction rules, the yes/no fast path, graders)
+are tested in tests/test_assistant_parts.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+from runner.assistant.facts import Fact
+from runner.assistant.graph import NAMESPACE, remember_once
+from runner.effects import running
+from runner.tools import ToolLedger
+from stream_store.services import open_services
+from stream_store.settings import Settings
+from stream_store.store import OwnerStore
+from tests.conftest import StartServer, StartWorker
+from tests.openai_compat import RunningServer
+from tests.processes import ROOT
+from tests.test_langgraph_api import API_KEYS, client_for, human
+
+CONFIG = str(ROOT / "runner" / "assistant" / "langgraph.json")
+FACTS = ["memory", "facts"]
+
+
+@pytest.fixture
+async def users(
+    start_server: StartServer, start_worker: StartWorker
+) -> tuple[LangGraphClient, LangGraphClient]:
+    """Alice's and bob's SDK clients on a server and worker serving the assistant's project."""
+    server = await start_server(api_keys=API_KEYS, config_path=CONFIG)
+    await start_worker(api_keys=API_KEYS, config_path=CONFIG)
+    return client_for(server.url, "key-a"), client_for(server.url, "key-b")
+
+
+class Turn:
+    """What one streamed run showed: the answer's tokens, the custom events, the last state."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.tokens = [
+            p.data[0]["content"]
+            for p in parts
+            if p.event == "messages" and p.data[0]["type"] == "AIMessageChunk"
+        ]
+        self.custom = [p.data for p in parts if p.event == "custom"]
+        self.memory = [c["memory"] for c in self.custom if "memory" in c]
+        values = [p.data for p in parts if p.event == "values"]
+        self.values = values[-1] if values else {}
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.tokens)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.memory if m["event"] == kind]
+
+
+async def turn(
+    sdk: LangGraphClient, thread_id: str, text: str | None = None, **kwargs: Any
+) -> Turn:
+    run_input = human(text) if text is not None else None
+    parts = [
+        part
+        async for part in sdk.runs.stream(
+            thread_id,
+            "assistant",
+            input=run_input,
+            stream_mode=["messages-tuple", "custom", "values"],
+            **kwargs,
+        )
+    ]
+    errors = [p for p in parts if p.event == "error"]
+    assert not errors, errors
+    return Turn(parts)
+
+
+async def facts_of(sdk: LangGraphClient) -> dict[str, dict[str, Any]]:
+    found = await sdk.store.search_items(FACTS, limit=100)
+    return {item["key"]: item["value"] for item in found["items"]}
+
+
+async def new_thread(sdk: LangGraphClient) -> str:
+    return str((await sdk.threads.create())["thread_id"])
+
+
+async def test_facts_are_remembered_in_a_new_thread_and_not_by_another_user(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, bob = users
+    thread_id = await new_thread(alice)
+    first = await turn(alice, thread_id, "Hi, my name is Ann and I live in Paris.")
+    assert (
+        first.answer
+        == "I don't know anything about you yet. You said: Hi, my name is Ann and I live in Paris."
+    )
+    assert len(first.tokens) > 5  # streamed token by token
+    assert sorted(e["key"] for e in first.events("remembered")) == ["location", "name"]
+    stored = await facts_of(alice)
+    assert {k: (v["value"], v["confidence"]) for k, v in stored.items()} == {
+        "name": ("Ann", 0.9),
+        "location": ("Paris", 0.9),
+    }
+    runs = await alice.runs.list(thread_id)
+    assert stored["name"]["source_run"] == runs[0]["run_id"]
+
+    # an item the user put there themselves that is no fact is left out, not a failed run
+    await alice.store.put_item(FACTS, "mine", {"text": "not a fact"})
+    # a new thread of the same user: one store search puts the facts in the answer's context
+    later = await turn(alice, await new_thread(alice), "What is my name?")
+    assert later.answer.startswith("I remember that your name is Ann; you live in Paris.")
+    prompt = later.events("prompt")[0]
+    assert prompt["facts"] == 2
+
+    # bob sees none of them, in his answer or through the store routes
+    other = await turn(bob, await new_thread(bob), "What is my name?")
+    assert other.answer.startswith("I don't know anything about you yet.")
+    assert await facts_of(bob) == {}
+
+
+async def _interrupt_of(sdk: LangGraphClient, thread_id: str) -> dict[str, Any]:
+    state = await sdk.threads.get_state(thread_id)
+    assert state["next"] == ["confirm"], state["next"]
+    return dict(state["interrupts"][0]["value"])
+
+
+async def _ann_then_bob(sdk: LangGraphClient) -> tuple[str, Turn]:
+    """Alice says her name is Ann, then (another thread) that it is Bob: the conflict turn."""
+    await turn(sdk, await new_thread(sdk), "My name is Ann.")
+    thread_id = await new_thread(sdk)
+    return thread_id, await turn(sdk, thread_id, "Actually my name is Bob.")
+
+
+async def test_a_contradiction_is_asked_and_yes_applies_it(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, asked = await _ann_then_bob(alice)
+    # the answer streamed first, from the stored value; then the question
+    assert asked.answer.startswith("I remember that your name is Ann.")
+    assert [e["key"] for e in asked.events("conflict_staged")] == ["name"]
+    assert (await alice.threads.get(thread_id))["status"] == "interrupted"
+    request = await _interrupt_of(alice, thread_id)
+    assert request["action_requests"] == [
+        {
+            "name": "update_memory",
+            "args": {"key": "name", "kind": "name", "old": "Ann", "new": "Bob"},
+            "description": "Earlier I noted that your name is Ann. Update it: your name is Bob?",
+        }
+    ]
+    assert request["review_configs"] == [
+        {"action_name": "update_memory", "allowed_decisions": ["approve", "reject"]}
+    ]
+    assert (await facts_of(alice))["name"]["value"] == "Ann"  # the old value stays meanwhile
+
+    done = await turn(alice, thread_id, command={"resume": "Yes!"})
+    assert done.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "fast_path"}
+    ]
+    assert done.values["messages"][-1]["content"] == "Updated: your name is Bob."
+    assert (await facts_of(alice))["name"]["value"] == "Bob"
+    assert (await alice.threads.get(thread_id))["status"] == "idle"
+    assert done.values.get("pending") == []
+
+
+async def test_no_keeps_the_old_value_and_a_button_answers_too(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, _ = await _ann_then_bob(alice)
+    done = await turn(alice, thread_id, command={"resume": "nope"})
+    assert done.events("confirmation")[0]["verdict"] == "no"
+    assert done.values["messages"][-1]["content"] == "Kept: your name is Ann."
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+    # the UIs' Approve button: a HITL decision
+    await turn(alice, thread_id, "I live in Rome.")
+    await turn(alice, thread_id, "I moved to Oslo.")
+    approved = await turn(
+        alice, thread_id, command={"resume": {"decisions": [{"type": "approve"}]}}
+    )
+    assert approved.events("confirmation")[0]["verdict"] == "yes"
+    assert (await facts_of(alice))["location"]["value"] == "Oslo"
+
+
+async def test_an_ambiguous_answer_goes_to_the_classifier_and_an_unclear_one_asks_again(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id, _ = await _ann_then_bob(alice)
+    unclear = await turn(alice, thread_id, command={"resume": "hmm, let me think"})
+    assert unclear.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "unclear", "decided_by": "classifier"}
+    ]
+    assert (await _interrupt_of(alice, thread_id))["action_requests"][0]["args"]["new"] == "Bob"
+    changed = await turn(alice, thread_id, command={"resume": "I changed it last year"})
+    assert changed.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "classifier"}
+    ]
+    assert (await facts_of(alice))["name"]["value"] == "Bob"
+
+
+async def test_liking_what_was_disliked_is_a_conflict_too(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "I don't like olives, but I like jazz.")
+    assert set(await facts_of(alice)) == {"dislikes:olives", "likes:jazz"}
+    await turn(alice, thread_id, "I love olives!")
+    request = await _interrupt_of(alice, thread_id)
+    assert request["action_requests"][0]["args"]["key"] == "likes:olives"
+    await turn(alice, thread_id, command={"resume": "yes"})
+    assert set(await facts_of(alice)) == {"likes:olives", "likes:jazz"}
+
+
+async def test_a_conflict_left_past_its_time_is_dropped_and_the_old_value_kept(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    short = {"conflict_ttl_s": 0.5}
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "My name is Ann.", context=short)
+    await turn(alice, thread_id, "My name is Bob.", context=short)
+    await asyncio.sleep(0.6)
+    late = await turn(alice, thread_id, command={"resume": "yes"}, context=short)
+    assert late.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
+    assert late.events("confirmation") == []
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+    # unanswered, then a new message after the time: dropped at the start of that turn
+    await turn(alice, thread_id, "My name is Bob.", context=short)
+    await asyncio.sleep(0.6)
+    later = await turn(alice, thread_id, "Hello again", context=short)
+    assert later.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
+    assert (await alice.threads.get(thread_id))["status"] == "idle"
+    assert (await facts_of(alice))["name"]["value"] == "Ann"
+
+
+async def test_a_context_the_assistant_refuses_is_a_422_naming_it(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    response = await alice.http.client.post(
+        f"/threads/{thread_id}/runs",
+        json={
+            "assistant_id": "assistant",
+            "input": human("hi"),
+            "context": {"summary_after": 4, "keep_recent": 8},
+        },
+    )
+    assert response.status_code == 422, response.text
+    assert "keep_recent" in response.text
+    assert await alice.runs.list(thread_id) == []
+    # the thresholds as the assistant's context schema shows them
+    schemas = await alice.assistants.get_schemas("assistant")
+    properties = schemas["context_schema"]["properties"]
+    assert {name: spec.get("default") for name, spec in properties.items()} == {
+        "summary_after": 24,
+        "keep_recent": 8,
+        "conflict_ttl_s": 86400.0,
+        "recalled_facts": 50,
+    }
+
+
+async def test_past_the_threshold_old_messages_become_a_summary_and_the_prompt_stays_flat(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    alice, _ = users
+    small = {"summary_after": 6, "keep_recent": 4}
+    thread_id = await new_thread(alice)
+    prompts = []
+    for index in range(30):
+        done = await turn(
+            alice, thread_id, f"message number {index} about topic {index}", context=small
+        )
+        prompts.append(done.events("prompt")[0])
+        assert len(done.values["messages"]) <= small["summary_after"]
+    state = (await alice.threads.get_state(thread_id))["values"]
+    # the last ones verbatim, the older ones folded into the summary
+    assert [m["content"] for m in state["messages"] if m["type"] == "human"][-1] == (
+        "message number 29 about topic 29"
+    )
+    assert "user: message number 26 about topic 26" in state["summary"]
+    assert "message number 0 " not in state["summary"]  # only its latest lines are kept
+    # the model's input: as many messages, and about as many characters, at turn 10 as at 30
+    assert max(p["messages"] for p in prompts[5:]) <= small["summary_after"] + 2
+    late = [p["characters"] for p in prompts[10:]]
+    assert max(late) - min(late) < 200, late
+
+
+async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_stamp_once(
+    users: tuple[LangGraphClient, LangGraphClient], settings: Settings
+) -> None:
+    """The window a worker can die in between `once`'s commit and the store's put: the next
+    attempt gets the recorded stamp back and writes the fact with it; a later one writes
+    nothing (the store holds the stamp)."""
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    await turn(alice, thread_id, "My name is Ann.")
+    run_id = (await alice.runs.list(thread_id))[0]["run_id"]
+    written = await alice.store.get_item(FACTS, "name")
+    await alice.store.delete_item(FACTS, "name")  # as if the first attempt died before its put
+
+    fact = Fact("name", "Ann", 0.9, run_id)
+    async with open_services(settings) as services:
+        store = OwnerStore(services.store, "alice")
+        with running(run_id, 2, ToolLedger(services.pool)):
+            again = await remember_once(store, "fact:name", fact)
+            restored = await store.aget(NAMESPACE, "name")
+            once_more = await remember_once(store, "fact:name", fact)
+            unchanged = await store.aget(NAMESPACE, "name")
+    assert again == once_more
+    assert again["written_at"] == written["value"]["written_at"]
+    assert restored is not None and restored.value == written["value"]
+    assert unchanged is not None and unchanged.updated_at == restored.updated_at
+
+
+async def test_each_turn_is_graded_after_its_answer_through_record_evaluation(
+    users: tuple[LangGraphClient, LangGraphClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `grade` node hands each grade to `runner.evaluations.record_evaluation` (built beside
+    this graph; stood in for here, in the in-process worker) after the answer streamed."""
+    recorded: list[dict[str, Any]] = []
+
+    async def record_evaluation(kind: str, score: float, **kwargs: Any) -> None:
+        recorded.append({"kind": kind, "score": score, **kwargs})
+
+    monkeypatch.setattr("runner.assistant.graph.RECORD_EVALUATION", record_evaluation)
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    done = await turn(alice, thread_id, "I like jazz.")
+    assert [c["evaluation"] for c in done.custom if "evaluation" in c] == [
+        {"kind": "reply", "score": 1.0, "passed": True},
+        {"kind": "extraction", "score": 1.0, "passed": True},
+    ]
+    assert recorded == [
+        {
+            "kind": "reply",
+            "score": 1.0,
+            "key": "reply",
+            "passed": True,
+            "detail": {"reply_chars": len(done.answer), "problems": []},
+        },
+        {
+            "kind": "extraction",
+            "score": 1.0,
+            "key": "extraction",
+            "passed": True,
+            "detail": {"facts": 1, "problems": {}},
+        },
+    ]
+    assert done.values["turn"] == {}  # the next turn is graded on its own
+
+
+async def test_with_a_model_every_step_is_a_structured_output_call(
+    start_server: StartServer, start_worker: StartWorker, openai_compat: RunningServer
+) -> None:
+    """`ChatOpenAI` on the local OpenAI-compatible server (tests/openai_compat.py), which calls
+    a forced tool with the JSON written after its name in the message: the user's message
+    scripts the extraction's and the classification's structured answers."""
+    model = {
+        "model": "gpt-4o-mini",
+        "openai_api_key": "not-a-secret",
+        "openai_base_url": openai_compat.base_url,
+    }
+    server = await start_server(config_path=CONFIG, **model)
+    await start_worker(config_path=CONFIG, **model)
+    sdk = client_for(server.url)
+    small = {"summary_after": 4, "keep_recent": 2}
+
+    def extraction(kind: str, value: str) -> str:
+        fact = {"kind": kind, "value": value, "confidence": 0.7}
+        return "Extraction " + json.dumps({"facts": [fact]})
+
+    first = await turn(sdk, await new_thread(sdk), extraction("name", "Ann"), context=small)
+    # the answer is the model's reply to the message, and only it: the extraction is `nostream`
+    assert first.answer == f"You said: {extraction('name', 'Ann')}"
+    assert (await facts_of(sdk))["name"]["confidence"] == 0.7
+
+    thread_id = await new_thread(sdk)
+    plain = await turn(sdk, thread_id, "hello there", context=small)  # a model answer, no facts
+    assert plain.events("remembered") == [] and plain.events("model_failed") == []
+    await turn(sdk, thread_id, extraction("name", "Bob"), context=small)
+    request = await _interrupt_of(sdk, thread_id)
+    assert request["action_requests"][0]["args"] == {
+        "key": "name",
+        "kind": "name",
+        "old": "Ann",
+        "new": "Bob",
+    }
+    # an answer the classification cannot read: unclear, asked again
+    failed = await turn(sdk, thread_id, command={"resume": "well"}, context=small)
+    assert failed.events("model_failed") == [
+        {"event": "model_failed", "step": "classification", "error": "ValidationError"}
+    ]
+    classified = await turn(
+        sdk, thread_id, command={"resume": 'Classification {"verdict": "yes"}'}, context=small
+    )
+    assert classified.events("confirmation") == [
+        {"event": "confirmation", "key": "name", "verdict": "yes", "decided_by": "classifier"}
+    ]
+    assert (await facts_of(sdk))["name"]["value"] == "Bob"
+
+    # the "Updated" message took the thread past its threshold: the model summarised, and none
+    # of the summary's tokens were streamed (`nostream`)
+    assert [e["folded"] for e in classified.events("summarized")] == [3]
+    assert classified.tokens == ["Updated: your name is Bob."]  # and no summary text
+    state = (await sdk.threads.get_state(thread_id))["values"]
+    assert state["summary"].startswith("You said: Update the summary")
+    assert [m["content"] for m in state["messages"]] == [
+        f"You said: {extraction('name', 'Bob')}",
+        "Updated: your name is Bob.",
+    ]
+    later = await turn(sdk, thread_id, "one more", context=small)
+    assert later.answer == "You said: one more"

@@ -1,0 +1,300 @@
+"""The memory-aware assistant's pure parts (runner/assistant): the offline extraction rules,
+conflicts, framing by confidence, the yes/no fast path and classifier rule, the summary's bound
+and the deterministic graders. The graph itself is driven through the API in
+tests/test_assistant.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
+
+from runner.assistant.confirmation import (
+    Classification,
+    answer_text,
+    confirmation_request,
+    fast_verdict,
+    rule_verdict,
+)
+from runner.assistant.facts import (
+    ExtractedFact,
+    Extraction,
+    Fact,
+    conflict_with,
+    framing,
+    model_facts,
+    rule_facts,
+)
+from runner.assistant.grading import grade_extraction, grade_reply
+from runner.assistant.graph import (
+    AssistantContext,
+    classify_answer,
+    extract_facts,
+    memory_prompt,
+    offline_reply,
+    turn_grades,
+)
+from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
+from runner.project import load_project
+from tests.processes import ROOT
+
+
+def found(text: str) -> list[tuple[str, str, float]]:
+    return [(f.kind, f.value, f.confidence) for f in rule_facts(text, "run-1")]
+
+
+class TestRuleExtraction:
+    @pytest.mark.parametrize(
+        ("text", "facts"),
+        [
+            (
+                "Hi, my name is Ann and I live in Paris.",
+                [("name", "Ann", 0.9), ("location", "Paris", 0.9)],
+            ),
+            ("call me Al", [("name", "Al", 0.9)]),
+            ("I moved to New York last year", [("location", "New York last year", 0.9)]),
+            ("I work as a nurse", [("occupation", "nurse", 0.9)]),
+            ("I am 42 years old", [("age", "42", 0.9)]),
+            (
+                "I like green tea. I don't like olives!",
+                [("likes", "green tea", 0.9), ("dislikes", "olives", 0.9)],
+            ),
+            (
+                "I really love jazz, but I hate rain",
+                [("likes", "jazz", 0.9), ("dislikes", "rain", 0.9)],
+            ),
+            ("I do not like mondays", [("dislikes", "mondays", 0.9)]),
+            ("I think I live in Berlin", [("location", "Berlin", 0.6)]),
+            ("remember that my cat is called Tom", [("note", "my cat is called Tom", 0.9)]),
+            ("What is my name? Do you like jazz?", []),
+        ],
+    )
+    def test_the_documented_phrasings(self, text: str, facts: list[tuple[str, str, float]]) -> None:
+        assert found(text) == facts
+
+    def test_the_last_statement_of_a_key_wins_and_facts_name_their_run(self) -> None:
+        facts = rule_facts("My name is Ann. No wait, my name is Anna.", "run-7")
+        assert [(f.key, f.value, f.source_run) for f in facts] == [("name", "Anna", "run-7")]
+
+    def test_a_models_answer_is_cleaned_and_deduplicated(self) -> None:
+        answer = Extraction(
+            facts=[
+                ExtractedFact(kind="likes", value=" Jazz ", confidence=0.8),
+                ExtractedFact(kind="likes", value="jazz", confidence=0.9),
+                ExtractedFact(kind="note", value="  ", confidence=0.9),
+            ]
+        )
+        facts = model_facts(answer, "run-1")
+        assert [(f.key, f.value, f.confidence) for f in facts] == [("likes:jazz", "jazz", 0.9)]
+
+
+def test_a_stored_item_that_is_not_a_fact_is_left_out() -> None:
+    assert Fact.read(Fact("name", "Ann", 0.9, "r").as_value()) == Fact("name", "Ann", 0.9, "r")
+    for value in (
+        {"text": "mine"},
+        {"kind": "name", "value": ""},
+        {"kind": "x", "value": "v", "confidence": "high"},
+        {"kind": "x", "value": "v", "confidence": 3},
+        None,
+    ):
+        assert Fact.read(value) is None
+
+
+class TestConflicts:
+    stored = {
+        "name": Fact("name", "Ann", 0.9, "r1"),
+        "dislikes:olives": Fact("dislikes", "olives", 0.9, "r1"),
+        "likes:jazz": Fact("likes", "jazz", 0.9, "r1"),
+    }
+
+    def test_another_value_of_a_single_kind_or_the_opposite_like_conflicts(self) -> None:
+        assert conflict_with(Fact("name", "Bob", 0.9, "r2"), self.stored) == self.stored["name"]
+        olives = Fact("likes", "Olives", 0.9, "r2")
+        assert conflict_with(olives, self.stored) == self.stored["dislikes:olives"]
+
+    def test_the_same_value_a_new_key_or_a_note_does_not(self) -> None:
+        assert conflict_with(Fact("name", " ann ", 0.9, "r2"), self.stored) is None
+        assert conflict_with(Fact("location", "Paris", 0.9, "r2"), self.stored) is None
+        assert conflict_with(Fact("likes", "jazz", 0.9, "r2"), self.stored) is None
+        assert conflict_with(Fact("note", "anything", 0.9, "r2"), self.stored) is None
+
+
+class TestPrompt:
+    def test_facts_are_framed_by_confidence(self) -> None:
+        assert [framing(c) for c in (0.95, 0.8, 0.6, 0.5, 0.3)] == [
+            "stated",
+            "stated",
+            "likely",
+            "likely",
+            "uncertain",
+        ]
+        facts = [
+            Fact("name", "Ann", 0.9, "r"),
+            Fact("location", "Paris", 0.6, "r"),
+            Fact("likes", "jazz", 0.3, "r"),
+        ]
+        prompt = memory_prompt(facts, "user: hello")
+        assert "- the user stated that their name is Ann" in prompt
+        assert "- probably they live in Paris" in prompt
+        assert "- perhaps they like jazz (uncertain: ask before relying on it)" in prompt
+        assert prompt.endswith("Summary of the earlier conversation:\nuser: hello")
+        reply = offline_reply(facts, "hi")
+        assert reply == (
+            "I remember that your name is Ann; you live in Paris (likely); you like jazz"
+            " (uncertain). You said: hi"
+        )
+
+    def test_the_summary_keeps_its_latest_lines_only(self) -> None:
+        summary = ""
+        for index in range(50):
+            summary = rule_summary(
+                summary, [HumanMessage(f"n{index} " + "x" * 500), AIMessage("ok")]
+            )
+        lines = summary.splitlines()
+        assert len(lines) == SUMMARY_LINES and lines[-1] == "assistant: ok"
+        assert lines[-2].startswith("user: n49 ") and lines[-2].endswith("...")
+        assert len(summary) < MAX_SUMMARY_CHARS
+
+    def test_a_context_with_thresholds_that_cannot_work_is_refused(self) -> None:
+        assert AssistantContext().summary_after > AssistantContext().keep_recent
+        for bad in (
+            {"summary_after": 4, "keep_recent": 8},
+            {"keep_recent": 1},
+            {"conflict_ttl_s": 0},
+            {"recalled_facts": 0},
+        ):
+            with pytest.raises(ValueError):
+                AssistantContext(**bad)  # type: ignore[arg-type]
+
+
+class TestAnswers:
+    @pytest.mark.parametrize(
+        ("text", "fast", "rule"),
+        [
+            ("yes", "yes", "yes"),
+            ("Y!", "yes", "yes"),
+            ("yeah", "yes", "yes"),
+            ("Correct.", "yes", "yes"),
+            ("that's right", "yes", "unclear"),
+            ("no", "no", "no"),
+            ("Nope.", "no", "no"),
+            ("no, it's still Paris", "unclear", "no"),
+            ("I moved last month", "unclear", "yes"),
+            ("that was a typo", "unclear", "no"),
+            ("hmm, let me think", "unclear", "unclear"),
+            ("", "unclear", "unclear"),
+        ],
+    )
+    def test_fast_path_then_classifier_rule(self, text: str, fast: str, rule: str) -> None:
+        assert fast_verdict(text) == fast
+        assert rule_verdict(text) == rule
+
+    def test_a_decision_or_text_is_read(self) -> None:
+        request = confirmation_request(Fact("name", "Ann", 0.9, "r"), Fact("name", "Bob", 0.9, "s"))
+        assert answer_text(request, {"decisions": [{"type": "approve"}]}) == "yes"
+        assert answer_text(request, {"decisions": [{"type": "reject", "message": "ok"}]}) == "no"
+        assert answer_text(request, {"approve": True}) == "yes"
+        assert answer_text(request, "sure thing") == "sure thing"
+        assert answer_text(request, {"decisions": [{"type": "edit"}]}).startswith("{")
+
+
+class TestGraders:
+    def test_a_reply_must_say_something_other_than_the_prompt(self) -> None:
+        assert grade_reply("hi", "Hello! You said: hi").passed
+        echoed = grade_reply("What is my name?", "  what is my   NAME? ")
+        assert (echoed.passed, echoed.score, echoed.detail["problems"]) == (
+            False,
+            0.0,
+            ["echoes the prompt"],
+        )
+        assert grade_reply("hi", " ").detail["problems"] == ["empty"]
+
+    def test_extracted_facts_must_be_well_formed(self) -> None:
+        good = Fact("name", "Ann", 0.9, "r").as_value()
+        assert grade_extraction([]).passed and grade_extraction([good]).score == 1.0
+        bad = [good, {"kind": "shoe", "value": "", "confidence": 2, "source_run": ""}, "x"]
+        graded = grade_extraction(bad)
+        assert (graded.passed, graded.score) == (False, 0.333)
+        assert graded.detail["problems"] == {
+            "1": [
+                "unknown kind 'shoe'",
+                "empty value",
+                "confidence out of [0, 1]",
+                "no source run",
+            ],
+            "2": ["not an object"],
+        }
+
+    def test_a_turn_is_graded_on_what_it_did(self) -> None:
+        grades = turn_grades({"prompt": "hi", "reply": "hi", "extracted": []})
+        assert [(g.kind, g.key, g.passed) for g in grades] == [
+            ("reply", "reply", False),
+            ("extraction", "extraction", True),
+        ]
+        assert turn_grades({}) == []  # a resume that only confirmed: nothing of a reply to grade
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """A stand-in for a real model: `with_structured_output` answers with scripted objects
+    (recording the messages it was asked with), so the real-model branches run offline."""
+
+    messages: Any = iter(())
+    answers: list[Any] = []
+    asked: list[Any] = []
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        assert kwargs.get("method") == "function_calling"
+
+        def answer(messages: Any) -> Any:
+            self.asked.append(messages)
+            value = self.answers.pop(0)
+            assert isinstance(value, schema)
+            return value
+
+        return RunnableLambda(answer)
+
+
+def scripted(*answers: Any) -> ScriptedModel:
+    return ScriptedModel(answers=list(answers), asked=[])
+
+
+class TestWithAModel:
+    async def test_extraction_is_the_models_structured_answer(self) -> None:
+        model = scripted(
+            Extraction(facts=[ExtractedFact(kind="location", value="Lisbon", confidence=0.7)])
+        )
+        facts = await extract_facts(model, "we settled in Lisbon", "run-3")
+        assert [(f.key, f.value, f.confidence, f.source_run) for f in facts] == [
+            ("location", "Lisbon", 0.7, "run-3")
+        ]
+        assert model.asked[0][-1].content == "we settled in Lisbon"
+
+    async def test_an_ambiguous_answer_is_classified_by_the_model(self) -> None:
+        model = scripted(Classification(verdict="no"))
+        verdict = await classify_answer(model, "Update it?", "it's complicated")
+        assert verdict == "no"
+        assert "it's complicated" in model.asked[0][0].content
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_assistants_project(tmp_path: Path) -> None:
+    """`runstream up --config <site-packages>/runner/assistant/langgraph.json` works from an
+    installed wheel: the project file is in it beside the graph's modules."""
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip, "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("runstream-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"runner/assistant/langgraph.json", "runner/assistant/graph.py"} <= names
+    project = load_project(ROOT / "runner" / "assistant" / "langgraph.json")
+    assert project.graphs["assistant"].module == "runner.assistant.graph"

@@ -319,7 +319,8 @@ async def _stream_built(
             interrupt_after=run.kwargs.get("interrupt_after"),
             subgraphs=subgraphs,
         )
-        with running(run.run_id, run.attempt, state.ledger):  # `runner.effects.once` in nodes
+        # `runner.effects.once` and `runner.evaluations.record_evaluation` in nodes
+        with running(run, state.ledger, services.evaluations):
             async for item in stream:
                 namespace, mode, chunk = item if subgraphs else ((), *item)
                 for event, data in translator.translate_nested(namespace, mode, chunk):

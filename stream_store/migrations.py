@@ -174,6 +174,28 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runstream_runs ADD COLUMN interrupt_id text;
     """,
+    # Evaluations a graph records of its own work (runner/evaluations.py): one row per run and
+    # key, whatever the retries; they go with their run (and so with its thread), and carry what
+    # the API and /metrics read them by without a join.
+    """
+    CREATE TABLE runstream_evaluations (
+        run_id uuid NOT NULL REFERENCES runstream_runs ON DELETE CASCADE,
+        key text NOT NULL,
+        thread_id uuid NOT NULL,
+        owner text NOT NULL,
+        graph text NOT NULL,
+        kind text NOT NULL,
+        score double precision NOT NULL CHECK (score >= 0 AND score <= 1),
+        passed boolean,
+        detail jsonb,
+        attempt integer NOT NULL,
+        trace_id text,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (run_id, key)
+    );
+    CREATE INDEX runstream_evaluations_thread
+        ON runstream_evaluations (thread_id, created_at);
+    """,
 ]
 
 

@@ -1,0 +1,143 @@
+"""Evaluations in Postgres (`runstream_evaluations`): the grades a graph records of its own work.
+
+A row is written once per run and key, whatever the retries (`INSERT ... ON CONFLICT DO
+NOTHING` on the primary key, in the spirit of the write-once ledger, `runner/tools.py`): a later
+attempt recording the same key changes nothing. The insert is fenced like every write of an
+attempt: it lands only while that attempt holds the run (`running` as its attempt number), so
+an attempt that lost its lease, or whose run was deleted, writes nothing. Rows go with their
+run (a foreign key, `ON DELETE CASCADE`), and so with its thread, whichever way either is
+deleted (the APIs' deletes, a cancelled run's rollback, the threads' retention sweep).
+
+Owner scoping lives in the SQL, as in `run_records.py`: another owner's run reads as empty, and
+the server answers 404 before it asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from .connections import PgPool
+from .errors import postgres_errors
+from .limits import EVALUATIONS_MAX_PER_RUN
+from .pg import fetch_all
+
+__all__ = ["EvaluationRecord", "Evaluations", "NewEvaluation", "Recorded"]
+
+# What `Evaluations.record` did: wrote the row; found the key recorded already (by this attempt
+# or an earlier one); wrote nothing because the attempt no longer holds its run; or wrote
+# nothing because the run holds `EVALUATIONS_MAX_PER_RUN` evaluations already.
+Recorded = Literal["recorded", "replayed", "fenced", "full"]
+
+_COLUMNS = (
+    "run_id::text, key, thread_id::text, owner, graph, kind, score, passed, detail, attempt,"
+    " trace_id, created_at"
+)
+
+
+@dataclass(frozen=True)
+class NewEvaluation:
+    """One evaluation to record, already checked (runner/evaluations.py checks its inputs)."""
+
+    run_id: str
+    key: str
+    thread_id: str
+    owner: str
+    graph: str
+    attempt: int
+    trace_id: str | None
+    kind: str
+    score: float
+    passed: bool | None
+    detail: dict[str, Any] | None
+
+
+class EvaluationRecord(msgspec.Struct, kw_only=True):
+    """One row of `runstream_evaluations`."""
+
+    run_id: str
+    key: str
+    thread_id: str
+    owner: str
+    graph: str
+    kind: str
+    score: float
+    passed: bool | None = None
+    detail: dict[str, Any] | None = None
+    attempt: int
+    trace_id: str | None = None
+    created_at: datetime
+
+
+class Evaluations:
+    """Writes and reads of evaluations; one instance per process, over its connection pool."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self.pool = pool
+
+    async def record(self, new: NewEvaluation) -> Recorded:
+        """Write `new` unless its run already has its key; what happened (see `Recorded`).
+
+        Nothing is written when the key is recorded already (an earlier attempt's row stands,
+        whatever its values), when `new.attempt` no longer holds the run, or when the run holds
+        `EVALUATIONS_MAX_PER_RUN` evaluations.
+        """
+        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+            # The run's row, locked as the fence reads it: a delete of the run (or of its
+            # thread) waits for this insert, or this insert finds no run.
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM runstream_evaluations e WHERE e.run_id = r.run_id)"
+                " AS held FROM runstream_runs r"
+                " WHERE r.run_id = %s AND r.attempt = %s AND r.status = 'running' FOR SHARE",
+                (new.run_id, new.attempt),
+            )
+            fence = await cur.fetchone()
+            if fence is None:
+                return "fenced"
+            if fence["held"] >= EVALUATIONS_MAX_PER_RUN:
+                cur = await conn.execute(
+                    "SELECT 1 FROM runstream_evaluations WHERE run_id = %s AND key = %s",
+                    (new.run_id, new.key),
+                )
+                return "replayed" if await cur.fetchone() is not None else "full"
+            cur = await conn.execute(
+                "INSERT INTO runstream_evaluations (run_id, key, thread_id, owner, graph, kind,"
+                " score, passed, detail, attempt, trace_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (run_id, key) DO NOTHING RETURNING run_id",
+                (
+                    new.run_id,
+                    new.key,
+                    new.thread_id,
+                    new.owner,
+                    new.graph,
+                    new.kind,
+                    new.score,
+                    new.passed,
+                    None if new.detail is None else Jsonb(new.detail),
+                    new.attempt,
+                    new.trace_id,
+                ),
+            )
+            return "recorded" if await cur.fetchone() is not None else "replayed"
+
+    async def for_run(self, run_id: str, owner: str) -> list[EvaluationRecord]:
+        """The run's evaluations, oldest first (none for another owner's run)."""
+        return await self._select("run_id = %s AND owner = %s", (run_id, owner))
+
+    async def for_thread(self, thread_id: str, owner: str) -> list[EvaluationRecord]:
+        """The evaluations of the thread's runs, oldest first (none for another owner's)."""
+        return await self._select("thread_id = %s AND owner = %s", (thread_id, owner))
+
+    async def _select(self, where: str, params: tuple[str, str]) -> list[EvaluationRecord]:
+        rows = await fetch_all(
+            self.pool,
+            f"SELECT {_COLUMNS} FROM runstream_evaluations WHERE {where}"
+            " ORDER BY created_at, run_id, key",
+            params,
+        )
+        return [msgspec.convert(row, EvaluationRecord, from_attributes=False) for row in rows]

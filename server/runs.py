@@ -88,6 +88,7 @@ def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
                 attempt=e.attempt,
                 trace_id=e.trace_id,
                 created_at=e.created_at,
+                message_id=e.message_id,
             )
             for e in records
         ]

@@ -1,8 +1,7 @@
 """Deployment-wide gauges read from Postgres and Redis when Prometheus scrapes a server.
 
-Runs by status, the queue, the live workers, Redis's memory and the evaluations graphs recorded
-(runner/evaluations.py) are facts of the deployment, not of one process, so they are read from
-storage rather than counted. A scrape cannot hammer
+Runs by status, the queue, the live workers and Redis's memory are facts of the deployment,
+not of one process, so they are read from storage rather than counted. A scrape cannot hammer
 the stores: one read serves every scrape for `MAX_AGE_S` (concurrent scrapes share it), the
 read is bounded in time (`TIMEOUT_S`, also as Postgres's `statement_timeout`), and every query
 is bounded in size: active runs via their partial index, the oldest `QUEUE_SAMPLE` queue
@@ -18,7 +17,6 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
 import structlog
@@ -31,8 +29,7 @@ from redis.exceptions import RedisError
 from .connections import PgPool
 from .errors import StoreError
 from .keys import KeySpace
-from .limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS
-from .metrics import ACTIVE_STATUSES, OTHER_GRAPH, GraphLabels
+from .metrics import ACTIVE_STATUSES, GraphLabels
 from .workers import WorkerRegistry
 
 __all__ = ["DeploymentGauges", "DeploymentSnapshot"]
@@ -48,35 +45,6 @@ _ACTIVE_RUNS_SQL = (
     " WHERE status IN ('queued', 'running', 'interrupted') GROUP BY graph, status"
 )
 
-# The thresholds of the evaluations' score distribution (`le`: scores at most this; every
-# score is at most 1, which the count is).
-SCORE_THRESHOLDS = (0.25, 0.5, 0.75, 0.9)
-# Every evaluation held, by graph and kind: one pass over the table per read, which deleting
-# runs and threads (and their retention) keeps bounded.
-_AT_MOST = ",".join(
-    f" count(*) FILTER (WHERE score <= {t}) AS at_most_{i}" for i, t in enumerate(SCORE_THRESHOLDS)
-)
-_EVALUATIONS_SQL = (
-    "SELECT graph, kind, count(*) AS evaluations, count(*) FILTER (WHERE NOT passed) AS failed,"
-    f" sum(score) AS score_sum,{_AT_MOST} FROM runstream_evaluations GROUP BY graph, kind"
-)
-
-
-@dataclass
-class EvaluationFigures:
-    """The evaluations of one graph and kind."""
-
-    evaluations: int = 0
-    failed: int = 0  # recorded with `passed` false
-    score_sum: float = 0.0
-    at_most: list[int] = field(default_factory=lambda: [0] * len(SCORE_THRESHOLDS))
-
-    def add(self, other: EvaluationFigures) -> None:
-        self.evaluations += other.evaluations
-        self.failed += other.failed
-        self.score_sum += other.score_sum
-        self.at_most = [a + b for a, b in zip(self.at_most, other.at_most, strict=True)]
-
 
 @dataclass
 class DeploymentSnapshot:
@@ -89,8 +57,6 @@ class DeploymentSnapshot:
     workers_busy: int = 0
     redis_used_bytes: int = 0
     redis_max_bytes: int = 0
-    # (graph, kind) -> figures; per graph its most frequent kinds, the rest as kind `other`
-    evaluations: dict[tuple[str, str], EvaluationFigures] = field(default_factory=dict)
 
 
 # The snapshot's single-valued gauges: name, help text, and how each is read from a snapshot.
@@ -192,37 +158,12 @@ class DeploymentGauges(Collector):
         async with self.pool.connection(timeout=TIMEOUT_S) as conn, conn.transaction():
             await conn.execute(f"SET LOCAL statement_timeout = {int(TIMEOUT_S * 1000)}")
             rows = await (await conn.execute(_ACTIVE_RUNS_SQL)).fetchall()
-            graded = await (await conn.execute(_EVALUATIONS_SQL)).fetchall()
-        snapshot.evaluations = self._evaluation_figures(graded)
         for graph in self.graphs.values:
             for status in ACTIVE_STATUSES:
                 snapshot.runs[graph, status.value] = 0
         for row in rows:
             key = (self.graphs(row["graph"]), row["status"])
             snapshot.runs[key] = snapshot.runs.get(key, 0) + row["runs"]
-
-    def _evaluation_figures(
-        self, rows: list[dict[str, Any]]
-    ) -> dict[tuple[str, str], EvaluationFigures]:
-        """The rows by graph label and kind, each graph's kinds past its
-        `EVALUATION_KINDS_PER_GRAPH_IN_METRICS` most frequent merged into `other`."""
-        by_graph: dict[str, dict[str, EvaluationFigures]] = {}
-        for row in rows:
-            figures = EvaluationFigures(
-                evaluations=row["evaluations"],
-                failed=row["failed"],
-                score_sum=float(row["score_sum"]),
-                at_most=[row[f"at_most_{i}"] for i in range(len(SCORE_THRESHOLDS))],
-            )
-            kinds = by_graph.setdefault(self.graphs(row["graph"]), {})
-            kinds.setdefault(row["kind"], EvaluationFigures()).add(figures)
-        found: dict[tuple[str, str], EvaluationFigures] = {}
-        for graph, kinds in by_graph.items():
-            ranked = sorted(kinds.items(), key=lambda item: (-item[1].evaluations, item[0]))
-            for rank, (kind, figures) in enumerate(ranked):
-                label = kind if rank < EVALUATION_KINDS_PER_GRAPH_IN_METRICS else OTHER_GRAPH
-                found.setdefault((graph, label), EvaluationFigures()).add(figures)
-        return found
 
     async def _read_queue(self, snapshot: DeploymentSnapshot) -> None:
         """arq keeps a job in its queue while a worker runs it (with an in-progress key), so
@@ -272,34 +213,3 @@ class DeploymentGauges(Collector):
         yield runs
         for name, text, value in _SNAPSHOT_GAUGES:
             yield GaugeMetricFamily(name, text, value=value(snapshot))
-        yield from _evaluation_gauges(snapshot.evaluations)
-
-
-def _evaluation_gauges(found: dict[tuple[str, str], EvaluationFigures]) -> Iterable[Metric]:
-    """The evaluations held in Postgres, by graph and kind (a series for each pair that has
-    any): how many, how many failed, their scores' sum (the mean is sum / count) and how many
-    scored at most each of `SCORE_THRESHOLDS`."""
-    labels = ["graph", "kind"]
-    count = GaugeMetricFamily(
-        "runstream_evaluations", "Evaluations graphs recorded, held in Postgres", labels=labels
-    )
-    failed = GaugeMetricFamily(
-        "runstream_evaluations_failed", "Of those, the ones recorded as not passed", labels=labels
-    )
-    score_sum = GaugeMetricFamily(
-        "runstream_evaluation_score_sum",
-        "The sum of those evaluations' scores (0 to 1 each): divided by the count, their mean",
-        labels=labels,
-    )
-    at_most = GaugeMetricFamily(
-        "runstream_evaluation_scores_at_most",
-        "Of those evaluations, how many scored at most `le`",
-        labels=[*labels, "le"],
-    )
-    for (graph, kind), figures in sorted(found.items()):
-        count.add_metric([graph, kind], figures.evaluations)
-        failed.add_metric([graph, kind], figures.failed)
-        score_sum.add_metric([graph, kind], figures.score_sum)
-        for threshold, scored in zip(SCORE_THRESHOLDS, figures.at_most, strict=True):
-            at_most.add_metric([graph, kind, str(threshold)], scored)
-    yield from (count, failed, score_sum, at_most)

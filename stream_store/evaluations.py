@@ -33,9 +33,10 @@ __all__ = ["EvaluationRecord", "Evaluations", "NewEvaluation", "Recorded"]
 # nothing because the run holds `EVALUATIONS_MAX_PER_RUN` evaluations already.
 Recorded = Literal["recorded", "replayed", "fenced", "full"]
 
+# Read with the run's answer (`r`, its output message), which the evaluations grade.
 _COLUMNS = (
-    "run_id::text, key, thread_id::text, owner, graph, kind, score, passed, detail, attempt,"
-    " trace_id, created_at"
+    "e.run_id::text, e.key, e.thread_id::text, e.owner, e.graph, e.kind, e.score, e.passed,"
+    " e.detail, e.attempt, e.trace_id, e.created_at, r.output->>'id' AS message_id"
 )
 
 
@@ -71,6 +72,7 @@ class EvaluationRecord(msgspec.Struct, kw_only=True):
     attempt: int
     trace_id: str | None = None
     created_at: datetime
+    message_id: str | None = None  # the run's answer, once it succeeded with one
 
 
 class Evaluations:
@@ -127,17 +129,18 @@ class Evaluations:
 
     async def for_run(self, run_id: str, owner: str) -> list[EvaluationRecord]:
         """The run's evaluations, oldest first (none for another owner's run)."""
-        return await self._select("run_id = %s AND owner = %s", (run_id, owner))
+        return await self._select("e.run_id = %s AND e.owner = %s", (run_id, owner))
 
     async def for_thread(self, thread_id: str, owner: str) -> list[EvaluationRecord]:
         """The evaluations of the thread's runs, oldest first (none for another owner's)."""
-        return await self._select("thread_id = %s AND owner = %s", (thread_id, owner))
+        return await self._select("e.thread_id = %s AND e.owner = %s", (thread_id, owner))
 
     async def _select(self, where: str, params: tuple[str, str]) -> list[EvaluationRecord]:
         rows = await fetch_all(
             self.pool,
-            f"SELECT {_COLUMNS} FROM runstream_evaluations WHERE {where}"
-            " ORDER BY created_at, run_id, key",
+            f"SELECT {_COLUMNS} FROM runstream_evaluations e"
+            f" JOIN runstream_runs r ON r.run_id = e.run_id WHERE {where}"
+            " ORDER BY e.created_at, e.run_id, e.key",
             params,
         )
         return [msgspec.convert(row, EvaluationRecord, from_attributes=False) for row in rows]

@@ -134,6 +134,9 @@ class EvaluationOut(msgspec.Struct):
     attempt: int  # the attempt that recorded it
     trace_id: str | None  # the run's OpenTelemetry trace; null when not traced
     created_at: datetime
+    # The run's answer (the id of its final assistant message, as in its `done` event) once the
+    # run has succeeded with one; null before
+    message_id: str | None
 
 
 class EvaluationList(msgspec.Struct):

@@ -20,16 +20,17 @@ from runner.recovery import expire_idle_threads
 from runner.tools import ToolLedger
 from stream_store.events import RunStatus
 from stream_store.limits import EVALUATIONS_MAX_PER_RUN
+from stream_store.metrics import EvaluationKinds, GraphLabels, WorkerMetrics
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
-from tests.conftest import StartServer, StartWorker
+from tests.conftest import StartServer, StartWorker, free_port
 from tests.processes import Cluster
 from tests.sse import read_events
 from tests.test_faults import WatchedRun, body, wait_for
 from tests.test_isolation import API_KEYS, bearer
-from tests.test_metrics import until, value
+from tests.test_metrics import scrape, value
 
 GRAPHS = {"grades_itself": "tests.custom_graphs:grades_itself"}
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -50,25 +51,26 @@ async def claimed_run(services: Services, owner: str = "o") -> RunRecord:
     return run
 
 
-def recorded(services: Services, run: RunRecord) -> Any:
+def recorded(services: Services, run: RunRecord, metrics: WorkerMetrics | None = None) -> Any:
     """Inside `run`'s current attempt, as its graph's nodes are."""
-    return running(run, ToolLedger(services.pool), services.evaluations)
+    return running(run, ToolLedger(services.pool), services.evaluations, metrics)
 
 
 class TestRecordedOnce:
     async def test_a_key_is_recorded_once_across_two_attempts(self, services: Services) -> None:
         first = await claimed_run(services)
-        with recorded(services, first):
+        metrics = WorkerMetrics(GraphLabels(["chat"]), concurrency=1)
+        with recorded(services, first, metrics):
             await record_evaluation("reply", 0.5, key="reply", passed=False, detail={"why": "x"})
             await record_evaluation("reply", 0.9, key="reply", passed=True)  # the same attempt
         # The first attempt dies; a second one takes the run and runs the grading node again.
         assert await services.run_records.requeue_attempt(first.run_id, first.attempt)
         second = await services.lifecycle.claim(first.run_id)
         assert second is not None and second.attempt == 2
-        with recorded(services, second):
+        with recorded(services, second, metrics):
             await record_evaluation("reply", 1.0, key="reply", passed=True)
             await record_evaluation("brevity", 0.25, key="brevity")
-        with recorded(services, first):  # the first attempt, still going after it lost the run
+        with recorded(services, first, metrics):  # the first attempt, after it lost the run
             await record_evaluation("reply", 0.0, key="late")
 
         found = await services.evaluations.for_run(first.run_id, "o")
@@ -80,6 +82,15 @@ class TestRecordedOnce:
             (first.thread_id, "o", "chat", TRACE_ID)
         }
         assert await services.evaluations.for_thread(first.thread_id, "o") == found
+        # counted as written: the replays and the fenced one not at all
+        counted = {
+            (s.labels["kind"], s.labels["passed"]): s.value
+            for family in metrics.registry.collect()
+            if family.name == "runstream_evaluations"
+            for s in family.samples
+            if s.name == "runstream_evaluations_total"
+        }
+        assert counted == {("reply", "false"): 1, ("brevity", "none"): 1}
         assert await services.evaluations.for_run(first.run_id, "someone else") == []
         assert await services.evaluations.for_thread(first.thread_id, "someone else") == []
 
@@ -175,18 +186,28 @@ class TestDeletion:
             assert await cur.fetchone() == {"n": 0}
 
 
+def test_a_graphs_kinds_past_the_first_few_are_counted_as_other() -> None:
+    kinds = EvaluationKinds(per_graph=2)
+    assert [kinds("g", k) for k in ("a", "b", "c", "a", "b", "c")] == [
+        "a", "b", "other", "a", "b", "other"
+    ]  # fmt: skip
+    assert kinds("h", "c") == "c"  # another graph's own
+
+
 @pytest.fixture
 async def api(
     settings: Settings, start_server: StartServer, start_worker: StartWorker
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, str]]:
-    """alice's and bob's clients on a server (and a worker) with the grading graph; the URL."""
+    """alice's and bob's clients on a server (and a worker) with the grading graph; the URL of
+    the worker's /metrics."""
     server = await start_server(api_keys=API_KEYS, graphs=GRAPHS)
-    await start_worker(api_keys=API_KEYS, graphs=GRAPHS)
+    port = free_port()
+    await start_worker(graphs=GRAPHS, worker_metrics_port=port)
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-a")) as alice,
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-b")) as bob,
     ):
-        yield alice, bob, server.url
+        yield alice, bob, f"http://127.0.0.1:{port}/metrics"
 
 
 async def finished_run(client: httpx.AsyncClient, text: str, **extra: Any) -> dict[str, Any]:
@@ -202,7 +223,7 @@ class TestThroughTheApi:
     async def test_read_by_run_and_thread_by_their_owner_only_and_counted_in_metrics(
         self, api: tuple[httpx.AsyncClient, httpx.AsyncClient, str]
     ) -> None:
-        alice, bob, url = api
+        alice, bob, metrics = api
         first = await finished_run(alice, "one two three")
         second = await finished_run(alice, " ".join(["w"] * 20), thread_id=first["thread_id"])
 
@@ -217,6 +238,7 @@ class TestThroughTheApi:
         for e in evaluations:
             assert (e["run_id"], e["thread_id"]) == (first["run_id"], first["thread_id"])
             assert (e["graph"], e["attempt"], e["trace_id"]) == ("grades_itself", 1, None)
+            assert e["message_id"] == f"answer-{first['run_id']}"  # the answer they grade
             assert e["created_at"]
 
         thread = await alice.get(f"/v1/threads/{first['thread_id']}/evaluations")
@@ -237,26 +259,25 @@ class TestThroughTheApi:
             assert refused.json()["error"]["code"] == "not_found"
 
         labels = {"graph": "grades_itself"}
-        text = await until(
-            f"{url}/metrics",
-            lambda t: value(t, "runstream_evaluations", kind="reply", **labels) == 2,
-        )
-        assert value(text, "runstream_evaluations", kind="brevity", **labels) == 2
-        assert value(text, "runstream_evaluations_failed", kind="brevity", **labels) == 1
+        text = await scrape(metrics)
+        counted = "runstream_evaluations_total"
+        assert value(text, counted, kind="reply", passed="true", **labels) == 2
+        assert value(text, counted, kind="brevity", passed="true", **labels) == 1
+        assert value(text, counted, kind="brevity", passed="false", **labels) == 1
+        assert value(text, "runstream_evaluation_score_count", kind="reply", **labels) == 2
         assert value(text, "runstream_evaluation_score_sum", kind="reply", **labels) == 1.5
-        assert math.isclose(
-            value(text, "runstream_evaluation_score_sum", kind="brevity", **labels), 1.3
-        )
-        at_most = "runstream_evaluation_scores_at_most"
-        assert value(text, at_most, kind="brevity", le="0.5", **labels) == 1
-        assert value(text, at_most, kind="brevity", le="0.9", **labels) == 1
-        assert value(text, at_most, kind="reply", le="0.75", **labels) == 2
+        scores = "runstream_evaluation_score_bucket"
+        assert value(text, scores, kind="brevity", le="0.3", **labels) == 1
+        assert value(text, scores, kind="brevity", le="0.9", **labels) == 1
+        assert value(text, scores, kind="brevity", le="1.0", **labels) == 2
 
         deleted = await alice.delete(f"/v1/threads/{first['thread_id']}")
         assert deleted.status_code == 204, deleted.text
-        gone = await alice.get(f"/v1/runs/{first['run_id']}/evaluations")
-        assert gone.status_code == 404
-        await until(f"{url}/metrics", lambda t: "runstream_evaluations{" not in t)
+        for path in (
+            f"/v1/runs/{first['run_id']}/evaluations",
+            f"/v1/threads/{first['thread_id']}/evaluations",
+        ):
+            assert (await alice.get(path)).status_code == 404
 
 
 @pytest.fixture

@@ -40,6 +40,14 @@ _KIND = re.compile(rf"[a-z][a-z0-9_]{{0,{EVALUATION_KIND_MAX_CHARS - 1}}}")
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # JSON's escape of NUL, not "\\u0000"
 
 
+# What the log says of each outcome of a write that was not refused.
+_LOGGED = {
+    "recorded": "evaluation recorded",
+    "replayed": "evaluation already recorded; unchanged",
+    "fenced": "evaluation not recorded: this attempt no longer holds the run",
+}
+
+
 class EvaluationRefused(ValueError):
     """`record_evaluation` was given something it does not record (the message says what), or
     the run holds as many evaluations as one run may."""
@@ -96,11 +104,7 @@ async def record_evaluation(
         run.metrics.evaluation_recorded(run.graph, checked_kind, checked_score, passed)
     log = logger.warning if recorded == "fenced" else logger.info
     log(
-        {
-            "recorded": "evaluation recorded",
-            "replayed": "evaluation already recorded; unchanged",
-            "fenced": "evaluation not recorded: this attempt no longer holds the run",
-        }[recorded],
+        _LOGGED[recorded],
         run_id=run.run_id,
         thread_id=run.thread_id,
         key=checked_key,

@@ -27,7 +27,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from stream_store.evaluations import Evaluations
-from stream_store.metrics import WorkerMetrics
 from stream_store.run_records import RunRecord
 from stream_store.tracing import trace_id_of
 
@@ -53,19 +52,13 @@ class CurrentRun:
     trace_id: str | None  # the run's trace (its submit span's), which every attempt continues
     ledger: ToolLedger
     evaluations: Evaluations
-    metrics: WorkerMetrics | None  # the worker's, which counts the evaluations recorded
 
 
 _current: ContextVar[CurrentRun | None] = ContextVar("runstream_run_effects", default=None)
 
 
 @contextlib.contextmanager
-def running(
-    run: RunRecord,
-    ledger: ToolLedger,
-    evaluations: Evaluations,
-    metrics: WorkerMetrics | None = None,
-) -> Iterator[None]:
+def running(run: RunRecord, ledger: ToolLedger, evaluations: Evaluations) -> Iterator[None]:
     """Within this block (the worker's stream of a run's graph), `once` and
     `runner.evaluations.record_evaluation` record under `run` as its current attempt;
     LangGraph's node tasks, started inside it, inherit the variable."""
@@ -78,7 +71,6 @@ def running(
         trace_id=trace_id_of(run.traceparent),
         ledger=ledger,
         evaluations=evaluations,
-        metrics=metrics,
     )
     token = _current.set(current)
     try:

@@ -5,8 +5,8 @@ record_evaluation(kind, score, key=...)`. The run, thread, owner, graph, attempt
 come from the context variable the worker sets around the graph's stream
 (`runner.effects.running`), as `once` takes them. The row is written once per run and key across
 crashes and retries (`stream_store.evaluations`): a node that a later attempt runs again records
-nothing new, so a grade is never stored or counted twice (the worker's /metrics counts only the
-writes), and an attempt that lost its run writes nothing.
+nothing new, so a grade is never stored or counted twice (/metrics counts the writes), and an
+attempt that lost its run writes nothing.
 
 The inputs are checked before anything is written, with errors that say what is wrong: a graph's
 bug should fail its run loudly rather than put a label of unbounded cardinality into /metrics or
@@ -100,8 +100,6 @@ async def record_evaluation(
             f"the run holds {EVALUATIONS_MAX_PER_RUN} evaluations, the most one run may;"
             f" {checked_key!r} was not recorded"
         )
-    if recorded == "recorded" and run.metrics is not None:
-        run.metrics.evaluation_recorded(run.graph, checked_kind, checked_score, passed)
     log = logger.warning if recorded == "fenced" else logger.info
     log(
         _LOGGED[recorded],

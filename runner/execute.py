@@ -320,7 +320,7 @@ async def _stream_built(
             subgraphs=subgraphs,
         )
         # `runner.effects.once` and `runner.evaluations.record_evaluation` in nodes
-        with running(run, state.ledger, services.evaluations, state.metrics):
+        with running(run, state.ledger, services.evaluations):
             async for item in stream:
                 namespace, mode, chunk = item if subgraphs else ((), *item)
                 for event, data in translator.translate_nested(namespace, mode, chunk):

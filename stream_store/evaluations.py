@@ -8,6 +8,11 @@ an attempt that lost its lease, or whose run was deleted, writes nothing. Rows g
 run (a foreign key, `ON DELETE CASCADE`), and so with its thread, whichever way either is
 deleted (the APIs' deletes, a cancelled run's rollback, the threads' retention sweep).
 
+Each write also adds to the totals of its graph and kind (`runstream_evaluation_totals`), in the
+same transaction, which a server's /metrics reads (stream_store/deployment_metrics.py): a count
+read there at each scrape would scan every evaluation held. Totals only grow, as counters do;
+deleting evaluations takes nothing from them.
+
 Owner scoping lives in the SQL, as in `run_records.py`: another owner's run reads as empty, and
 the server answers 404 before it asks.
 """
@@ -19,14 +24,29 @@ from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from .connections import PgPool
 from .errors import postgres_errors
-from .limits import EVALUATIONS_MAX_PER_RUN
+from .limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
 from .pg import fetch_all
 
-__all__ = ["EvaluationRecord", "Evaluations", "NewEvaluation", "Recorded"]
+__all__ = [
+    "OTHER_KIND",
+    "SCORE_BUCKETS",
+    "EvaluationRecord",
+    "Evaluations",
+    "NewEvaluation",
+    "Recorded",
+]
+
+# The upper bounds of the totals' score buckets (a Prometheus histogram's `le`).
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# The totals' kind of a graph's evaluations past its first EVALUATION_KINDS_PER_GRAPH_IN_METRICS
+# kinds (two first writes racing for the last place may both take one).
+OTHER_KIND = "other"
 
 # What `Evaluations.record` did: wrote the row; found the key recorded already (by this attempt
 # or an earlier one); wrote nothing because the attempt no longer holds its run; or wrote
@@ -125,7 +145,10 @@ class Evaluations:
                     new.trace_id,
                 ),
             )
-            return "recorded" if await cur.fetchone() is not None else "replayed"
+            if await cur.fetchone() is None:
+                return "replayed"
+            await _add_to_totals(conn, new)
+        return "recorded"
 
     async def for_run(self, run_id: str, owner: str) -> list[EvaluationRecord]:
         """The run's evaluations, oldest first (none for another owner's run)."""
@@ -144,3 +167,33 @@ class Evaluations:
             params,
         )
         return [msgspec.convert(row, EvaluationRecord, from_attributes=False) for row in rows]
+
+
+async def _add_to_totals(conn: AsyncConnection[DictRow], new: NewEvaluation) -> None:
+    """Count `new` in the totals of its graph and kind (or `OTHER_KIND`)."""
+    cur = await conn.execute(
+        "SELECT count(*) AS kinds, coalesce(bool_or(kind = %s), false) AS known"
+        " FROM runstream_evaluation_totals WHERE graph = %s",
+        (new.kind, new.graph),
+    )
+    seen = await cur.fetchone()
+    assert seen is not None
+    counted_apart = seen["known"] or seen["kinds"] < EVALUATION_KINDS_PER_GRAPH_IN_METRICS
+    await conn.execute(
+        "INSERT INTO runstream_evaluation_totals AS t"
+        " (graph, kind, evaluations, passed, failed, score_sum, at_most)"
+        " VALUES (%s, %s, 1, %s, %s, %s, %s::bigint[])"
+        " ON CONFLICT (graph, kind) DO UPDATE SET evaluations = t.evaluations + 1,"
+        " passed = t.passed + excluded.passed, failed = t.failed + excluded.failed,"
+        " score_sum = t.score_sum + excluded.score_sum,"
+        " at_most = ARRAY(SELECT a + b FROM unnest(t.at_most, excluded.at_most)"
+        "   WITH ORDINALITY AS u(a, b, i) ORDER BY i)",
+        (
+            new.graph,
+            new.kind if counted_apart else OTHER_KIND,
+            int(new.passed is True),
+            int(new.passed is False),
+            new.score,
+            [int(new.score <= bound) for bound in SCORE_BUCKETS],
+        ),
+    )

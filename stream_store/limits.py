@@ -128,8 +128,8 @@ EVALUATION_KIND_MAX_CHARS = 32
 EVALUATION_KEY_MAX_CHARS = 255
 EVALUATION_DETAIL_MAX_BYTES = 16 * 1024
 EVALUATIONS_MAX_PER_RUN = 1000
-# A worker's /metrics counts per graph the first kinds it sees apart, any later one as `other`:
-# the label's cardinality stays bounded whatever kinds the graphs invent.
+# /metrics counts per graph the first kinds written apart, any later one as `other`: the label's
+# cardinality (and the totals table's rows) stay bounded whatever kinds the graphs invent.
 EVALUATION_KINDS_PER_GRAPH_IN_METRICS = 20
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------

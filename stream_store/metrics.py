@@ -7,9 +7,7 @@ in one process (the tests) never collide. Exposition is per process: Prometheus 
 `instance` label, so no metric carries a worker id.
 
 Labels are bounded: `graph` is one of the registered graph names or `other`, `status` a
-`RunStatus`, `reason` one of a fixed few, an evaluation's `kind` one of the first
-`EVALUATION_KINDS_PER_GRAPH_IN_METRICS` a worker saw for its graph or `other`.
-docs/operations.md lists every metric.
+`RunStatus`, `reason` one of a fixed few. docs/operations.md lists every metric.
 """
 
 from __future__ import annotations
@@ -39,12 +37,10 @@ from prometheus_client.utils import floatToGoString
 
 from .connections import PgPool
 from .events import RunStatus
-from .limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS
 
 __all__ = [
     "ACTIVE_STATUSES",
     "OTHER_GRAPH",
-    "EvaluationKinds",
     "FanoutMetrics",
     "GraphLabels",
     "LoopHistogram",
@@ -54,7 +50,6 @@ __all__ = [
 ]
 
 OTHER_GRAPH = "other"  # runs of a graph this process does not have registered
-OTHER_KIND = "other"  # evaluations of a kind past a graph's first few (`EvaluationKinds`)
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED)
 OUTCOME_STATUSES = (
     RunStatus.SUCCEEDED,
@@ -68,8 +63,6 @@ RETRY_REASONS = ("lease_expired", "worker_gone", "worker_shutdown")
 FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 # Append to delivery: one Redis read and one write to the client, normally milliseconds.
 DELIVERY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# An evaluation's score, 0 to 1 (runner/evaluations.py).
-SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 class GraphLabels:
@@ -89,28 +82,6 @@ class GraphLabels:
     @property
     def values(self) -> tuple[str, ...]:
         return (*self.names, OTHER_GRAPH)
-
-
-class EvaluationKinds:
-    """The `kind` label's values, per graph: the first `EVALUATION_KINDS_PER_GRAPH_IN_METRICS`
-    kinds this process saw, and `other` for any later one.
-
-    A kind is a short identifier a graph's code chooses (runner/evaluations.py checks its
-    shape, not its value): a graph that made one per run must not make a series per run.
-    """
-
-    def __init__(self, per_graph: int = EVALUATION_KINDS_PER_GRAPH_IN_METRICS) -> None:
-        self.per_graph = per_graph
-        self._seen: dict[str, set[str]] = {}
-
-    def __call__(self, graph: str, kind: str) -> str:
-        seen = self._seen.setdefault(graph, set())
-        if kind in seen:
-            return kind
-        if len(seen) < self.per_graph:
-            seen.add(kind)
-            return kind
-        return OTHER_KIND
 
 
 # The pool's figures: metric family, name, help text, and its key in `get_stats()` (the one in
@@ -310,21 +281,6 @@ class WorkerMetrics:
             "Bytes of event names and data this worker appended to run streams",
             registry=self.registry,
         )
-        self.kinds = EvaluationKinds()
-        self.evaluations = Counter(
-            "runstream_evaluations",
-            "Evaluations this worker's attempts recorded (a key recorded before is not counted),"
-            " by graph, kind and whether they passed (none: not a pass/fail check)",
-            ["graph", "kind", "passed"],
-            registry=self.registry,
-        )
-        self.evaluation_scores = Histogram(
-            "runstream_evaluation_score",
-            "Scores (0 to 1) of the evaluations this worker's attempts recorded",
-            ["graph", "kind"],
-            buckets=SCORE_BUCKETS,
-            registry=self.registry,
-        )
         for graph in graphs.values:  # every series exists from the start, at zero
             self.attempts.labels(graph=graph)
             self.first_token_seconds.labels(graph=graph)
@@ -351,14 +307,6 @@ class WorkerMetrics:
     def first_token(self, graph: str, created_at: datetime) -> None:
         waited = max(0.0, time.time() - created_at.timestamp())
         self.first_token_seconds.labels(graph=self.graphs(graph)).observe(waited)
-
-    def evaluation_recorded(self, graph: str, kind: str, score: float, passed: bool | None) -> None:
-        """An evaluation was written (runner/evaluations.py): not called for a replayed key."""
-        graph_label = self.graphs(graph)
-        kind_label = self.kinds(graph_label, kind)
-        passed_label = "none" if passed is None else str(passed).lower()
-        self.evaluations.labels(graph=graph_label, kind=kind_label, passed=passed_label).inc()
-        self.evaluation_scores.labels(graph=graph_label, kind=kind_label).observe(score)
 
     def appended(self, batch: Sequence[tuple[str, bytes]]) -> None:
         self.stream_bytes.inc(sum(len(event) + len(data) for event, data in batch))

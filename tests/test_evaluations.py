@@ -19,18 +19,17 @@ from runner.evaluations import EvaluationRefused, record_evaluation
 from runner.recovery import expire_idle_threads
 from runner.tools import ToolLedger
 from stream_store.events import RunStatus
-from stream_store.limits import EVALUATIONS_MAX_PER_RUN
-from stream_store.metrics import EvaluationKinds, GraphLabels, WorkerMetrics
+from stream_store.limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
-from tests.conftest import StartServer, StartWorker, free_port
+from tests.conftest import StartServer, StartWorker
 from tests.processes import Cluster
 from tests.sse import read_events
 from tests.test_faults import WatchedRun, body, wait_for
 from tests.test_isolation import API_KEYS, bearer
-from tests.test_metrics import scrape, value
+from tests.test_metrics import scrape, until, value
 
 GRAPHS = {"grades_itself": "tests.custom_graphs:grades_itself"}
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -51,26 +50,36 @@ async def claimed_run(services: Services, owner: str = "o") -> RunRecord:
     return run
 
 
-def recorded(services: Services, run: RunRecord, metrics: WorkerMetrics | None = None) -> Any:
+def recorded(services: Services, run: RunRecord) -> Any:
     """Inside `run`'s current attempt, as its graph's nodes are."""
-    return running(run, ToolLedger(services.pool), services.evaluations, metrics)
+    return running(run, ToolLedger(services.pool), services.evaluations)
+
+
+async def totals(services: Services) -> dict[str, tuple[int, int, int, float, list[int]]]:
+    """`runstream_evaluation_totals` by kind: written, passed, failed, score sum, buckets."""
+    async with services.pool.connection() as conn:
+        cur = await conn.execute("SELECT * FROM runstream_evaluation_totals")
+        rows = await cur.fetchall()
+    return {
+        r["kind"]: (r["evaluations"], r["passed"], r["failed"], r["score_sum"], r["at_most"])
+        for r in rows
+    }
 
 
 class TestRecordedOnce:
     async def test_a_key_is_recorded_once_across_two_attempts(self, services: Services) -> None:
         first = await claimed_run(services)
-        metrics = WorkerMetrics(GraphLabels(["chat"]), concurrency=1)
-        with recorded(services, first, metrics):
+        with recorded(services, first):
             await record_evaluation("reply", 0.5, key="reply", passed=False, detail={"why": "x"})
             await record_evaluation("reply", 0.9, key="reply", passed=True)  # the same attempt
         # The first attempt dies; a second one takes the run and runs the grading node again.
         assert await services.run_records.requeue_attempt(first.run_id, first.attempt)
         second = await services.lifecycle.claim(first.run_id)
         assert second is not None and second.attempt == 2
-        with recorded(services, second, metrics):
+        with recorded(services, second):
             await record_evaluation("reply", 1.0, key="reply", passed=True)
             await record_evaluation("brevity", 0.25, key="brevity")
-        with recorded(services, first, metrics):  # the first attempt, after it lost the run
+        with recorded(services, first):  # the first attempt, still going after it lost the run
             await record_evaluation("reply", 0.0, key="late")
 
         found = await services.evaluations.for_run(first.run_id, "o")
@@ -83,16 +92,10 @@ class TestRecordedOnce:
         }
         assert await services.evaluations.for_thread(first.thread_id, "o") == found
         # counted as written: the replays and the fenced one not at all
-        counted = {
-            (s.labels["kind"], s.labels["passed"]): s.value
-            for family in metrics.registry.collect()
-            if family.name == "runstream_evaluations"
-            for s in family.samples
-            if s.name == "runstream_evaluations_total"
+        assert await totals(services) == {
+            "reply": (1, 0, 1, 0.5, [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]),
+            "brevity": (1, 0, 0, 0.25, [0, 0, 1, 1, 1, 1, 1, 1, 1, 1]),
         }
-        assert counted == {("reply", "false"): 1, ("brevity", "none"): 1}
-        assert await services.evaluations.for_run(first.run_id, "someone else") == []
-        assert await services.evaluations.for_thread(first.thread_id, "someone else") == []
 
     async def test_outside_a_run_it_is_refused(self) -> None:
         with pytest.raises(NotInARun, match="record_evaluation is called from a node of a run"):
@@ -186,12 +189,18 @@ class TestDeletion:
             assert await cur.fetchone() == {"n": 0}
 
 
-def test_a_graphs_kinds_past_the_first_few_are_counted_as_other() -> None:
-    kinds = EvaluationKinds(per_graph=2)
-    assert [kinds("g", k) for k in ("a", "b", "c", "a", "b", "c")] == [
-        "a", "b", "other", "a", "b", "other"
-    ]  # fmt: skip
-    assert kinds("h", "c") == "c"  # another graph's own
+async def test_a_graphs_kinds_past_the_first_twenty_are_counted_as_other(
+    services: Services,
+) -> None:
+    run = await claimed_run(services)
+    with recorded(services, run):
+        for n in range(EVALUATION_KINDS_PER_GRAPH_IN_METRICS + 2):
+            await record_evaluation(f"kind{n}", 1.0, key=f"k{n}")
+        await record_evaluation("kind0", 1.0, key="again")  # one of the first twenty
+    counted = await totals(services)
+    assert len(counted) == EVALUATION_KINDS_PER_GRAPH_IN_METRICS + 1
+    assert counted["kind0"][0] == 2 and counted["other"][0] == 2
+    assert len(await services.evaluations.for_run(run.run_id, "o")) == 23  # each kept as it is
 
 
 @pytest.fixture
@@ -199,15 +208,14 @@ async def api(
     settings: Settings, start_server: StartServer, start_worker: StartWorker
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, str]]:
     """alice's and bob's clients on a server (and a worker) with the grading graph; the URL of
-    the worker's /metrics."""
+    the server's /metrics."""
     server = await start_server(api_keys=API_KEYS, graphs=GRAPHS)
-    port = free_port()
-    await start_worker(graphs=GRAPHS, worker_metrics_port=port)
+    await start_worker(graphs=GRAPHS)
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-a")) as alice,
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-b")) as bob,
     ):
-        yield alice, bob, f"http://127.0.0.1:{port}/metrics"
+        yield alice, bob, f"{server.url}/metrics"
 
 
 async def finished_run(client: httpx.AsyncClient, text: str, **extra: Any) -> dict[str, Any]:
@@ -259,17 +267,20 @@ class TestThroughTheApi:
             assert refused.json()["error"]["code"] == "not_found"
 
         labels = {"graph": "grades_itself"}
-        text = await scrape(metrics)
         counted = "runstream_evaluations_total"
-        assert value(text, counted, kind="reply", passed="true", **labels) == 2
+        text = await until(
+            metrics, lambda t: value(t, counted, kind="reply", passed="true", **labels) == 2
+        )
+        assert value(text, counted, kind="reply", passed="false", **labels) == 0
         assert value(text, counted, kind="brevity", passed="true", **labels) == 1
         assert value(text, counted, kind="brevity", passed="false", **labels) == 1
         assert value(text, "runstream_evaluation_score_count", kind="reply", **labels) == 2
         assert value(text, "runstream_evaluation_score_sum", kind="reply", **labels) == 1.5
         scores = "runstream_evaluation_score_bucket"
+        assert value(text, scores, kind="brevity", le="0.2", **labels) == 0
         assert value(text, scores, kind="brevity", le="0.3", **labels) == 1
         assert value(text, scores, kind="brevity", le="0.9", **labels) == 1
-        assert value(text, scores, kind="brevity", le="1.0", **labels) == 2
+        assert value(text, scores, kind="brevity", le="+Inf", **labels) == 2
 
         deleted = await alice.delete(f"/v1/threads/{first['thread_id']}")
         assert deleted.status_code == 204, deleted.text
@@ -278,6 +289,9 @@ class TestThroughTheApi:
             f"/v1/threads/{first['thread_id']}/evaluations",
         ):
             assert (await alice.get(path)).status_code == 404
+        await asyncio.sleep(1.1)  # past the deployment figures' one-second cache
+        kept = await scrape(metrics)  # a counter never goes down
+        assert value(kept, counted, kind="reply", passed="true", **labels) == 2
 
 
 @pytest.fixture
@@ -305,3 +319,5 @@ async def test_grading_recorded_once_across_a_worker_kill(cluster: Cluster) -> N
         assert run["attempt"] == 2
         found = (await http.get(f"/v1/runs/{run['run_id']}/evaluations")).json()["evaluations"]
     assert [(e["key"], e["attempt"]) for e in found] == [("reply", 1), ("brevity", 1)]
+    text = await scrape(f"{url}/metrics")
+    assert value(text, "runstream_evaluations_total", graph="grades_itself", kind="reply") == 1

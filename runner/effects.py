@@ -6,7 +6,8 @@ effect)` records the effect's result under (run, key) in the same Postgres trans
 runs it (runstream's write-once ledger, `runner.tools`, which the built-in graphs' `save_note`
 uses); a later attempt reaching the same key gets the recorded result back and the effect does
 not run again. The run and attempt come from a context variable the worker sets around the
-graph's stream (`running`), so any node of any graph can call it, with no runstream context.
+graph's stream (`running`), so any node of any graph can call it, with no runstream context;
+`runner.evaluations.record_evaluation` reads the same variable (`current_run`).
 
 The guarantee: once the ledger's transaction committed, the effect never runs again for that
 run and key. An effect outside runstream's Postgres that finished just before its worker died
@@ -25,34 +26,69 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
+from stream_store.evaluations import Evaluations
+from stream_store.run_records import RunRecord
+from stream_store.tracing import trace_id_of
+
 from .tools import ToolLedger
 
-__all__ = ["NotInARun", "once", "running"]
+__all__ = ["CurrentRun", "NotInARun", "current_run", "once", "running"]
 
 
 class NotInARun(RuntimeError):
-    """`once` was called outside a run that runstream's worker executes."""
+    """`once` (or `record_evaluation`) was called outside a run that runstream's worker
+    executes."""
 
 
 @dataclass(frozen=True)
-class _Run:
+class CurrentRun:
+    """The run whose graph the worker is streaming, as the calls a node may make need it."""
+
     run_id: str
+    thread_id: str
+    owner: str
+    graph: str
     attempt: int
+    trace_id: str | None  # the run's trace (its submit span's), which every attempt continues
     ledger: ToolLedger
+    evaluations: Evaluations
 
 
-_current: ContextVar[_Run | None] = ContextVar("runstream_run_effects", default=None)
+_current: ContextVar[CurrentRun | None] = ContextVar("runstream_run_effects", default=None)
 
 
 @contextlib.contextmanager
-def running(run_id: str, attempt: int, ledger: ToolLedger) -> Iterator[None]:
-    """Within this block (the worker's stream of a run's graph), `once` records under `run_id`;
+def running(run: RunRecord, ledger: ToolLedger, evaluations: Evaluations) -> Iterator[None]:
+    """Within this block (the worker's stream of a run's graph), `once` and
+    `runner.evaluations.record_evaluation` record under `run` as its current attempt;
     LangGraph's node tasks, started inside it, inherit the variable."""
-    token = _current.set(_Run(run_id, attempt, ledger))
+    current = CurrentRun(
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        owner=run.owner,
+        graph=run.graph,
+        attempt=run.attempt,
+        trace_id=trace_id_of(run.traceparent),
+        ledger=ledger,
+        evaluations=evaluations,
+    )
+    token = _current.set(current)
     try:
         yield
     finally:
         _current.reset(token)
+
+
+def current_run(caller: str) -> CurrentRun:
+    """The run a node runs in.
+
+    Raises:
+        NotInARun: called outside a run of runstream's worker (`caller` names what was called).
+    """
+    run = _current.get()
+    if run is None:
+        raise NotInARun(f"{caller} is called from a node of a run runstream executes")
+    return run
 
 
 async def once(key: str, effect: Callable[[], Awaitable[Any]], *, name: str = "effect") -> Any:
@@ -62,9 +98,7 @@ async def once(key: str, effect: Callable[[], Awaitable[Any]], *, name: str = "e
     Raises:
         NotInARun: called outside a run of runstream's worker.
     """
-    run = _current.get()
-    if run is None:
-        raise NotInARun("runner.effects.once is called from a node of a run runstream executes")
+    run = current_run("runner.effects.once")
 
     async def in_ledger(_conn: AsyncConnection[DictRow]) -> Any:
         return await effect()

@@ -312,9 +312,10 @@ async def _stream_built(
             )
         else:
             stream = graph.astream(invoke_with, call.config, **options)  # type: ignore[call-overload]
-        # `runner.effects.once` and `runner.models.chat_model()` in any graph's nodes
+        # `runner.effects.once`, `runner.evaluations.record_evaluation` and
+        # `runner.models.chat_model()` in any graph's nodes
         with (
-            running(run.run_id, run.attempt, state.ledger),
+            running(run, state.ledger, services.evaluations),
             model_for_run(services.settings, configurable),
         ):
             async for item in stream:

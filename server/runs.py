@@ -12,10 +12,17 @@ from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
 from stream_store.errors import NotFound
+from stream_store.evaluations import EvaluationRecord
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import TITLE_CHARS, Created, NewRun
-from stream_store.schemas import ResumeRequest, RunCreate, RunOut
+from stream_store.schemas import (
+    EvaluationList,
+    EvaluationOut,
+    ResumeRequest,
+    RunCreate,
+    RunOut,
+)
 from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
 from . import inputs
@@ -27,7 +34,14 @@ from .errors import ApiError
 from .event_stream import EventStream
 from .resources import Resources
 
-__all__ = ["RunsController", "owned_run", "record_run", "run_out", "submit_run"]
+__all__ = [
+    "RunsController",
+    "evaluation_list",
+    "owned_run",
+    "record_run",
+    "run_out",
+    "submit_run",
+]
 
 logger = structlog.get_logger()
 
@@ -56,6 +70,28 @@ def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = No
         metadata=run.metadata,
         multitask=run.multitask,
         trace_id=trace_id_of(run.traceparent),
+    )
+
+
+def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
+    return EvaluationList(
+        evaluations=[
+            EvaluationOut(
+                run_id=e.run_id,
+                thread_id=e.thread_id,
+                key=e.key,
+                kind=e.kind,
+                score=e.score,
+                passed=e.passed,
+                detail=e.detail,
+                graph=e.graph,
+                attempt=e.attempt,
+                trace_id=e.trace_id,
+                created_at=e.created_at,
+                message_id=e.message_id,
+            )
+            for e in records
+        ]
     )
 
 
@@ -171,6 +207,13 @@ class RunsController(Controller):
         run = await owned_run(resources, run_id, caller)
         record = await resources.events.live_record(run.run_id)
         return run_out(resources, run, record.last_event_id if record else None)
+
+    @get("/{run_id:str}/evaluations", summary="What the run's graph recorded of its own work")
+    async def evaluations(
+        self, run_id: str, resources: Resources, caller: Caller
+    ) -> EvaluationList:
+        run = await owned_run(resources, run_id, caller)
+        return evaluation_list(await resources.evaluations.for_run(run.run_id, caller.owner))
 
     @get(
         "/{run_id:str}/events",

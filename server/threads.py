@@ -13,6 +13,7 @@ from stream_store.messages import thread_messages, to_wire_message
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
 from stream_store.schemas import (
+    EvaluationList,
     RunCreate,
     RunList,
     RunOut,
@@ -29,7 +30,7 @@ from .access import thread_not_found
 from .auth import Caller
 from .budgets import WRITE
 from .resources import Resources
-from .runs import IdempotencyHeader, run_out, submit_run
+from .runs import IdempotencyHeader, evaluation_list, run_out, submit_run
 
 __all__ = ["ThreadsController", "owned_thread"]
 
@@ -120,6 +121,17 @@ class ThreadsController(Controller):
         thread = await owned_thread(resources, thread_id, caller)
         runs = await resources.run_records.thread_runs(thread.thread_id, caller.owner)
         return RunList(runs=[run_out(resources, run) for run in runs])
+
+    @get(
+        "/{thread_id:str}/evaluations",
+        summary="What the graphs of the thread's runs recorded of their own work, oldest first",
+    )
+    async def evaluations(
+        self, thread_id: str, resources: Resources, caller: Caller
+    ) -> EvaluationList:
+        thread = await owned_thread(resources, thread_id, caller)
+        found = await resources.evaluations.for_thread(thread.thread_id, caller.owner)
+        return evaluation_list(found)
 
     @post("/{thread_id:str}/runs", status_code=202, summary="Start a run on the thread")
     async def create_run(

@@ -1,7 +1,8 @@
 """Deployment-wide gauges read from Postgres and Redis when Prometheus scrapes a server.
 
-Runs by status, the queue, the live workers and Redis's memory are facts of the deployment,
-not of one process, so they are read from storage rather than counted. A scrape cannot hammer
+Runs by status, the queue, the live workers, Redis's memory and the evaluations graphs wrote
+(their totals, stream_store/evaluations.py) are facts of the deployment, not of one process, so
+they are read from storage rather than counted. A scrape cannot hammer
 the stores: one read serves every scrape for `MAX_AGE_S` (concurrent scrapes share it), the
 read is bounded in time (`TIMEOUT_S`, also as Postgres's `statement_timeout`), and every query
 is bounded in size: active runs via their partial index, the oldest `QUEUE_SAMPLE` queue
@@ -17,17 +18,24 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import structlog
 from arq.constants import in_progress_key_prefix
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .connections import PgPool
 from .errors import StoreError
+from .evaluations import SCORE_BUCKETS
 from .keys import KeySpace
 from .metrics import ACTIVE_STATUSES, GraphLabels
 from .workers import WorkerRegistry
@@ -45,6 +53,30 @@ _ACTIVE_RUNS_SQL = (
     " WHERE status IN ('queued', 'running', 'interrupted') GROUP BY graph, status"
 )
 
+# A row per graph and kind (a few per graph at most), kept as the evaluations are written.
+_EVALUATION_TOTALS_SQL = (
+    "SELECT graph, kind, evaluations, passed, failed, score_sum, at_most"
+    " FROM runstream_evaluation_totals"
+)
+
+
+@dataclass
+class EvaluationTotals:
+    """The evaluations written of one graph and kind, ever (deletions take nothing away)."""
+
+    evaluations: int = 0
+    passed: int = 0
+    failed: int = 0
+    score_sum: float = 0.0
+    at_most: list[int] = field(default_factory=lambda: [0] * len(SCORE_BUCKETS))
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.evaluations += row["evaluations"]
+        self.passed += row["passed"]
+        self.failed += row["failed"]
+        self.score_sum += row["score_sum"]
+        self.at_most = [a + b for a, b in zip(self.at_most, row["at_most"], strict=True)]
+
 
 @dataclass
 class DeploymentSnapshot:
@@ -57,6 +89,7 @@ class DeploymentSnapshot:
     workers_busy: int = 0
     redis_used_bytes: int = 0
     redis_max_bytes: int = 0
+    evaluations: dict[tuple[str, str], EvaluationTotals] = field(default_factory=dict)
 
 
 # The snapshot's single-valued gauges: name, help text, and how each is read from a snapshot.
@@ -158,6 +191,10 @@ class DeploymentGauges(Collector):
         async with self.pool.connection(timeout=TIMEOUT_S) as conn, conn.transaction():
             await conn.execute(f"SET LOCAL statement_timeout = {int(TIMEOUT_S * 1000)}")
             rows = await (await conn.execute(_ACTIVE_RUNS_SQL)).fetchall()
+            totals = await (await conn.execute(_EVALUATION_TOTALS_SQL)).fetchall()
+        for row in totals:
+            key = (self.graphs(row["graph"]), row["kind"])
+            snapshot.evaluations.setdefault(key, EvaluationTotals()).add(row)
         for graph in self.graphs.values:
             for status in ACTIVE_STATUSES:
                 snapshot.runs[graph, status.value] = 0
@@ -213,3 +250,29 @@ class DeploymentGauges(Collector):
         yield runs
         for name, text, value in _SNAPSHOT_GAUGES:
             yield GaugeMetricFamily(name, text, value=value(snapshot))
+        yield from _evaluation_metrics(snapshot.evaluations)
+
+
+def _evaluation_metrics(totals: dict[tuple[str, str], EvaluationTotals]) -> Iterable[Metric]:
+    """The evaluations written, by graph and kind: a count by whether they passed, and their
+    scores' histogram (a series for each graph and kind that has any)."""
+    written = CounterMetricFamily(
+        "runstream_evaluations",
+        "Evaluations graphs wrote (runner/evaluations.py), once per run and key, by whether they"
+        " passed (none: not a pass/fail check); from Postgres",
+        labels=["graph", "kind", "passed"],
+    )
+    scores = HistogramMetricFamily(
+        "runstream_evaluation_score",
+        "Scores (0 to 1) of the evaluations graphs wrote; from Postgres",
+        labels=["graph", "kind"],
+    )
+    for (graph, kind), figures in sorted(totals.items()):
+        none = figures.evaluations - figures.passed - figures.failed
+        for passed, count in (("true", figures.passed), ("false", figures.failed), ("none", none)):
+            written.add_metric([graph, kind, passed], count)
+        buckets = [(str(b), n) for b, n in zip(SCORE_BUCKETS, figures.at_most, strict=True)]
+        scores.add_metric(
+            [graph, kind], [*buckets, ("+Inf", figures.evaluations)], sum_value=figures.score_sum
+        )
+    yield from (written, scores)

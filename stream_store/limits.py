@@ -49,6 +49,11 @@ __all__ = [
     "DEFAULT_MAX_THREAD_CHECKPOINTS",
     "DEFAULT_MAX_WRITES_PER_MINUTE",
     "DEFAULT_QUERY_TIMEOUT_MS",
+    "EVALUATIONS_MAX_PER_RUN",
+    "EVALUATION_DETAIL_MAX_BYTES",
+    "EVALUATION_KEY_MAX_CHARS",
+    "EVALUATION_KINDS_PER_GRAPH_IN_METRICS",
+    "EVALUATION_KIND_MAX_CHARS",
     "GRAPH_NAME_MAX_CHARS",
     "IDEMPOTENCY_KEY_MAX_CHARS",
     "JSON_MAX_DEPTH",
@@ -115,6 +120,17 @@ QUERY_TURN_TIMEOUT_S = 10.0
 # A thread search filtered by `values` reads each candidate's state from its checkpoints (no
 # values are kept beside the thread): at most this many candidates, past its offset.
 THREAD_VALUES_SCAN_MAX = 1000
+
+# Evaluations a graph records (runner/evaluations.py): `kind` is a label of /metrics, so a short
+# identifier; `key` names the evaluation within its run (as a tool call's id does in the
+# ledger); `detail` is compact JSON. A run holds at most so many, which bounds a thread's read.
+EVALUATION_KIND_MAX_CHARS = 32
+EVALUATION_KEY_MAX_CHARS = 255
+EVALUATION_DETAIL_MAX_BYTES = 16 * 1024
+EVALUATIONS_MAX_PER_RUN = 1000
+# /metrics counts per graph the first kinds written apart, any later one as `other`: the label's
+# cardinality (and the totals table's rows) stay bounded whatever kinds the graphs invent.
+EVALUATION_KINDS_PER_GRAPH_IN_METRICS = 20
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
 

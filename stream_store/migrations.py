@@ -174,6 +174,39 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runstream_runs ADD COLUMN interrupt_id text;
     """,
+    # Evaluations a graph records of its own work (runner/evaluations.py): one row per run and
+    # key, whatever the retries; they go with their run (and so with its thread). Their totals
+    # by graph and kind, which /metrics reads, are added to as each is written and never taken
+    # from: counters, read without scanning every evaluation (`at_most`: per score bucket).
+    """
+    CREATE TABLE runstream_evaluations (
+        run_id uuid NOT NULL REFERENCES runstream_runs ON DELETE CASCADE,
+        key text NOT NULL,
+        thread_id uuid NOT NULL,
+        owner text NOT NULL,
+        graph text NOT NULL,
+        kind text NOT NULL,
+        score double precision NOT NULL CHECK (score >= 0 AND score <= 1),
+        passed boolean,
+        detail jsonb,
+        attempt integer NOT NULL,
+        trace_id text,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (run_id, key)
+    );
+    CREATE INDEX runstream_evaluations_thread
+        ON runstream_evaluations (thread_id, created_at);
+    CREATE TABLE runstream_evaluation_totals (
+        graph text NOT NULL,
+        kind text NOT NULL,
+        evaluations bigint NOT NULL,
+        passed bigint NOT NULL,
+        failed bigint NOT NULL,
+        score_sum double precision NOT NULL,
+        at_most bigint[] NOT NULL,
+        PRIMARY KEY (graph, kind)
+    );
+    """,
 ]
 
 

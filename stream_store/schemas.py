@@ -19,6 +19,8 @@ from stream_store.limits import GRAPH_NAME_MAX_CHARS, MESSAGE_ID_MAX_CHARS
 __all__ = [
     "ErrorBody",
     "ErrorDetail",
+    "EvaluationList",
+    "EvaluationOut",
     "InputMessage",
     "ResumeRequest",
     "RunConfig",
@@ -116,3 +118,26 @@ class ThreadList(msgspec.Struct):
 
 class RunList(msgspec.Struct):
     runs: list[RunOut]
+
+
+class EvaluationOut(msgspec.Struct):
+    """A graph's grade of its own work in a run (runner/evaluations.py)."""
+
+    run_id: str
+    thread_id: str
+    key: str  # unique within the run
+    kind: str
+    score: float  # 0 to 1
+    passed: bool | None
+    detail: dict[str, Any] | None
+    graph: str
+    attempt: int  # the attempt that recorded it
+    trace_id: str | None  # the run's OpenTelemetry trace; null when not traced
+    created_at: datetime
+    # The run's answer (the id of its final assistant message, as in its `done` event) once the
+    # run has succeeded with one; null before
+    message_id: str | None
+
+
+class EvaluationList(msgspec.Struct):
+    evaluations: list[EvaluationOut]

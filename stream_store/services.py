@@ -26,6 +26,7 @@ from .connections import (
     session_pool,
 )
 from .cron_records import CronRecords
+from .evaluations import Evaluations
 from .keys import KeySpace
 from .lifecycle import RunLifecycle
 from .log import EventLog
@@ -53,6 +54,7 @@ class Services:
     thread_records: ThreadRecords
     cron_records: CronRecords  # LangGraph's crons (server/langgraph/crons.py)
     assistant_records: AssistantRecords  # LangGraph's assistants (server/langgraph/assistants.py)
+    evaluations: Evaluations  # what graphs record of their own work (runner/evaluations.py)
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
@@ -112,6 +114,7 @@ async def open_services(
             thread_records=ThreadRecords(pool),
             cron_records=CronRecords(pool),
             assistant_records=AssistantRecords(pool),
+            evaluations=Evaluations(pool),
             events=events,
             queue=queue,
             lifecycle=RunLifecycle(

@@ -15,6 +15,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from runner.evaluations import record_evaluation
 from runner.graphs import RunContext, run_save_note
 
 
@@ -225,4 +226,32 @@ with_public_model = (
     .add_node("answer", answer_with_the_workers_model)
     .add_edge(START, "answer")
     .add_edge("answer", END)
+)
+
+
+# A graph that grades its own answer (runner/evaluations.py): the reply, then a node that records
+# two evaluations and lingers (`RUNSTREAM_TEST_LINGER_S`, none unless set) before its checkpoint,
+# the window in which a killed worker hands the grading to an attempt that must not record again.
+async def answer(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    text = str(state["messages"][-1].content)
+    reply = f"you said {len(text.split())} words"
+    return {"messages": [AIMessage(content=reply, id=f"answer-{runtime.context.run_id}")]}
+
+
+async def grade(state: MessagesState) -> dict[str, Any]:
+    words = len(str(state["messages"][-2].content).split())
+    await record_evaluation("reply", 0.75, key="reply", passed=True, detail={"words": words})
+    await record_evaluation("brevity", min(1.0, words / 10), key="brevity", passed=words <= 10)
+    get_stream_writer()({"graded": True})
+    await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_LINGER_S", "0")))
+    return {}
+
+
+grades_itself = (
+    StateGraph(MessagesState, context_schema=RunContext)
+    .add_node("answer", answer)
+    .add_node("grade", grade)
+    .add_edge(START, "answer")
+    .add_edge("answer", "grade")
+    .add_edge("grade", END)
 )

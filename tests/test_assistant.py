@@ -10,6 +10,8 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
+import msgspec
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
@@ -311,7 +313,10 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
     fact = Fact("name", "Ann", 0.9, run_id)
     async with open_services(settings) as services:
         store = OwnerStore(services.store, "alice")
-        with running(run_id, 2, ToolLedger(services.pool)):
+        run = await services.run_records.get_run(run_id)
+        assert run is not None
+        retry = msgspec.structs.replace(run, attempt=2)  # the ledger keys by run, not attempt
+        with running(retry, ToolLedger(services.pool), services.evaluations):
             again = await remember_once(store, "fact:name", fact)
             restored = await store.aget(NAMESPACE, "name")
             once_more = await remember_once(store, "fact:name", fact)
@@ -322,41 +327,29 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
     assert unchanged is not None and unchanged.updated_at == restored.updated_at
 
 
-async def test_each_turn_is_graded_after_its_answer_through_record_evaluation(
-    users: tuple[LangGraphClient, LangGraphClient], monkeypatch: pytest.MonkeyPatch
+async def test_each_turn_is_graded_after_its_answer_and_the_grades_are_recorded(
+    users: tuple[LangGraphClient, LangGraphClient],
 ) -> None:
-    """The `grade` node hands each grade to `runner.evaluations.record_evaluation` (built beside
-    this graph; stood in for here, in the in-process worker) after the answer streamed."""
-    recorded: list[dict[str, Any]] = []
-
-    async def record_evaluation(kind: str, score: float, **kwargs: Any) -> None:
-        recorded.append({"kind": kind, "score": score, **kwargs})
-
-    monkeypatch.setattr("runner.assistant.graph.RECORD_EVALUATION", record_evaluation)
-    alice, _ = users
+    """The `grade` node records each grade (`runner.evaluations.record_evaluation`) after the
+    answer streamed: the thread's evaluations show them to its owner, and to no one else."""
+    alice, bob = users
     thread_id = await new_thread(alice)
     done = await turn(alice, thread_id, "I like jazz.")
     assert [c["evaluation"] for c in done.custom if "evaluation" in c] == [
         {"kind": "reply", "score": 1.0, "passed": True},
         {"kind": "extraction", "score": 1.0, "passed": True},
     ]
-    assert recorded == [
-        {
-            "kind": "reply",
-            "score": 1.0,
-            "key": "reply",
-            "passed": True,
-            "detail": {"reply_chars": len(done.answer), "problems": []},
-        },
-        {
-            "kind": "extraction",
-            "score": 1.0,
-            "key": "extraction",
-            "passed": True,
-            "detail": {"facts": 1, "problems": {}},
-        },
-    ]
+    listed = (await alice.http.get(f"/v1/threads/{thread_id}/evaluations"))["evaluations"]
+    recorded = {e["kind"]: e for e in listed}
+    assert set(recorded) == {"reply", "extraction"}
+    assert recorded["reply"]["detail"] == {"reply_chars": len(done.answer), "problems": []}
+    assert recorded["extraction"]["detail"] == {"facts": 1, "problems": {}}
+    assert all(e["graph"] == "assistant" and e["attempt"] == 1 for e in listed)
+    assert all(e["passed"] is True and e["score"] == 1.0 for e in listed)
     assert done.values["turn"] == {}  # the next turn is graded on its own
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await bob.http.get(f"/v1/threads/{thread_id}/evaluations")
+    assert refused.value.response.status_code == 404
 
 
 async def test_with_a_model_every_step_is_a_structured_output_call(

@@ -110,6 +110,7 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ),
     ("GET", "/v1/runs/{run_id:str}"): Owned((at("/v1/runs/{run}"),)),
     ("POST", "/v1/runs/{run_id:str}/cancel"): Owned((at("/v1/runs/{run}/cancel"),)),
+    ("GET", "/v1/runs/{run_id:str}/evaluations"): Owned((at("/v1/runs/{run}/evaluations"),)),
     ("GET", "/v1/runs/{run_id:str}/events"): Owned((at("/v1/runs/{run}/events"),)),
     ("POST", "/v1/runs/{run_id:str}/resume"): Owned(
         (at("/v1/runs/{run}/resume", resume={"approve": True}),)
@@ -118,6 +119,9 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("POST", "/v1/threads"): CREATE,
     ("DELETE", "/v1/threads/{thread_id:str}"): Owned((at("/v1/threads/{thread}"),)),
     ("GET", "/v1/threads/{thread_id:str}"): Owned((at("/v1/threads/{thread}"),)),
+    ("GET", "/v1/threads/{thread_id:str}/evaluations"): Owned(
+        (at("/v1/threads/{thread}/evaluations"),)
+    ),
     ("GET", "/v1/threads/{thread_id:str}/runs"): Owned((at("/v1/threads/{thread}/runs"),)),
     ("POST", "/v1/threads/{thread_id:str}/runs"): Owned(
         (

@@ -700,3 +700,26 @@ def test_vendored_markdown_libraries_match_their_readmes(
     for license_file in licenses:
         assert (directory / license_file).stat().st_size > 500, license_file
     assert sorted(p.name for p in directory.iterdir()) == sorted([*files, *licenses, "README.md"])
+
+
+async def test_a_runs_evaluations_show_as_badges_under_its_answer(
+    start_server: StartServer, start_worker: StartWorker, tabs: Tabs
+) -> None:
+    graphs = {"grades_itself": "tests.custom_graphs:grades_itself"}  # records two evaluations
+    server = await start_server(graphs=graphs)
+    await start_worker(graphs=graphs)
+    page = await tabs.open(server.url)
+    await page.evaluate(
+        "() => document.getElementById('graph').add(new Option('grades', 'grades_itself'))"
+    )
+    await send(page, words(12, "w"), graph="grades_itself")
+    await status(page, "succeeded")
+    for shown in (page, await tabs.open(page.url)):  # when the run ends; on opening the thread
+        scores = shown.locator("#messages .scores .score")
+        await expect(scores).to_have_text(["reply 0.75", "brevity 1.00"])
+        await expect(scores.nth(0)).to_have_attribute("data-passed", "true")
+        await expect(scores.nth(1)).to_have_attribute("data-passed", "false")
+        above = "() => document.querySelector('#messages .scores').previousElementSibling"
+        assert await shown.evaluate(f"{above}.textContent") == "you said 12 words"
+    await tabs.screenshot(page, "evaluations")
+    tabs.assert_no_errors()

@@ -47,6 +47,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import interrupt
 
 from runner.effects import once
+from runner.evaluations import record_evaluation
 from runner.models import EchoChatModel, chat_model
 
 from .confirmation import (
@@ -77,16 +78,6 @@ logger = structlog.get_logger()
 
 NAMESPACE = ("memory", "facts")
 T = TypeVar("T")
-
-Record = Callable[..., Awaitable[None]]
-try:  # built beside this graph (issue 22); until it lands, turns are graded but not recorded
-    from runner.evaluations import (  # type: ignore[import-not-found,unused-ignore]
-        record_evaluation as _record_evaluation,
-    )
-
-    RECORD_EVALUATION: Record | None = _record_evaluation
-except ImportError:
-    RECORD_EVALUATION = None
 
 
 @dataclass
@@ -443,14 +434,13 @@ async def grade(state: AssistantState) -> dict[str, Any]:
         writer(
             {"evaluation": {"kind": result.kind, "score": result.score, "passed": result.passed}}
         )
-        if RECORD_EVALUATION is not None:
-            await RECORD_EVALUATION(
-                kind=result.kind,
-                score=result.score,
-                key=result.key,
-                passed=result.passed,
-                detail=result.detail,
-            )
+        await record_evaluation(
+            kind=result.kind,
+            score=result.score,
+            key=result.key,
+            passed=result.passed,
+            detail=result.detail,
+        )
     return {"turn": {}}
 
 

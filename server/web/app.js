@@ -264,6 +264,49 @@ function discardPartial(messageId) {
   }
 }
 
+// ---- evaluations ----------------------------------------------------------------------------
+//
+// What a graph recorded of its own work (`record_evaluation`) is shown under the answer it
+// grades (an evaluation's `message_id`, the run's final message): a small badge per evaluation,
+// its kind and score, red when it did not pass. Fetched once a run is over, and for every run
+// of a thread when it is opened; a failed fetch leaves the answers without badges.
+
+function showEvaluations(evaluations) {
+  const byMessage = new Map();
+  for (const evaluation of evaluations) {
+    if (!evaluation.message_id) continue;
+    if (!byMessage.has(evaluation.message_id)) byMessage.set(evaluation.message_id, []);
+    byMessage.get(evaluation.message_id).push(evaluation);
+  }
+  for (const [messageId, graded] of byMessage) {
+    const entry = view.messages.get(messageId);
+    if (!entry) continue; // summarised away, or not on screen
+    entry.scores?.remove();
+    entry.scores = element("div", { className: "scores" }, graded.map((e) => {
+      const badge = element("span", {
+        className: "score",
+        textContent: `${e.kind} ${e.score.toFixed(2)}`,
+        title: `${e.key}${e.detail ? `: ${JSON.stringify(e.detail)}` : ""}`,
+      });
+      badge.dataset.kind = e.kind;
+      badge.dataset.passed = e.passed === null ? "" : String(e.passed);
+      return badge;
+    }));
+    entry.scores.dataset.messageId = messageId;
+    entry.el.after(entry.scores);
+  }
+}
+
+async function loadEvaluations(path) {
+  const threadId = view.threadId;
+  try {
+    const { evaluations } = await api("GET", path);
+    if (view.threadId === threadId) showEvaluations(evaluations);
+  } catch {
+    // the answers stay without their badges
+  }
+}
+
 // ---- the approval card ----------------------------------------------------------------------
 //
 // An interrupt in LangChain's human-in-the-loop shape (`action_requests`, `review_configs`, as
@@ -485,6 +528,7 @@ function scheduleReopen() {
 }
 
 function finish(status) {
+  if (view.run && status === "succeeded") loadEvaluations(`/v1/runs/${view.run.run_id}/evaluations`);
   view.terminal = true;
   if (view.source) view.source.close();
   view.source = null;
@@ -642,6 +686,7 @@ async function openThread(threadId, runId = null) {
   if (view.threadId !== threadId) return; // another thread was picked meanwhile
   $("thread-title").textContent = thread.title || "New chat";
   for (const message of thread.messages) showMessage(message);
+  loadEvaluations(`/v1/threads/${threadId}/evaluations`);
   for (const li of $("threads").children) {
     li.setAttribute("aria-current", String(li.dataset.threadId === threadId));
   }

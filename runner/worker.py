@@ -54,7 +54,7 @@ __all__ = ["build_worker"]
 
 logger = structlog.get_logger()
 
-_START_JOB = (files("stream_store") / "scripts" / "start_job.lua").read_text()
+_START_JOBS = (files("stream_store") / "scripts" / "start_jobs.lua").read_text()
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ class RunWorker(Worker):
             self.keys = clients.keys
             self.queue_name = clients.keys.queue()
             self.health_check_key = clients.keys.worker_health()
-        self._start_job = self.pool.register_script(_START_JOB)
+        self._start_jobs = self.pool.register_script(_START_JOBS)
         self._fair_order = FairOrder(self.ctx["redis_clients"].store, self.keys)
         await super().main()
 
@@ -261,21 +261,34 @@ class RunWorker(Worker):
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         """Claim and start the ready jobs read, one caller's backlog not ahead of the others'.
 
-        arq's own `start_jobs`, with its per-job WATCH transaction (four round trips) made one
-        script call (`scripts/start_job.lua`), as atomic: a job is started once, by one worker.
+        arq's own `start_jobs`, with its per-job WATCH transaction (four round trips each, one
+        job after the other), made one script call for all the jobs there are slots for
+        (`scripts/start_jobs.lua`), each claim as atomic: a job is started once, by one worker.
+        A burst of runs is then claimed in one round trip, not one per run on an event loop
+        already busy streaming the first ones.
         """
         if len(job_ids) > self.max_jobs - self.job_counter:  # else every one is tried anyway
             job_ids = await self._fair_order.order(job_ids)
-        timeout_ms = int(self.in_progress_timeout_s * 1000)
+        taken: list[str] = []
         for job_id_b in job_ids:
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
                 self.sem.release()
-                return
+                break
             self.job_counter += 1
-            job_id = job_id_b.decode()
-            keys = [in_progress_key_prefix + job_id, self.queue_name]
-            score = await self._start_job(keys=keys, args=[job_id, timeout_ms, timestamp_ms()])
+            taken.append(job_id_b.decode())
+        if not taken:
+            return
+        timeout_ms = int(self.in_progress_timeout_s * 1000)
+        keys = [self.queue_name, *(in_progress_key_prefix + job_id for job_id in taken)]
+        try:
+            scores = await self._start_jobs(keys=keys, args=[timeout_ms, timestamp_ms(), *taken])
+        except BaseException:
+            for _ in taken:
+                self.job_counter -= 1
+                self.sem.release()
+            raise
+        for job_id, score in zip(taken, scores, strict=True):
             if score is None:  # in progress elsewhere, finished, or deferred
                 self.job_counter -= 1
                 self.sem.release()

@@ -131,14 +131,14 @@ class TestArqJobFinish:
 
 class TestArqJobClaimAndEnqueue:
     """`runner/worker.py` (`RunWorker.start_jobs`) and `stream_store/queue.py` (`RunQueue`) do
-    arq's claim of a job and its enqueue in one script call each (`start_job.lua`,
+    arq's claim of a job and its enqueue in one script call each (`start_jobs.lua`,
     `enqueue_job.lua`): arq's own code must still do what the scripts copy, and the worker state
     `start_jobs` keeps must still be there."""
 
     PACKAGE = "arq"
 
     def test_start_jobs_claims_as_start_job_lua_does(self) -> None:
-        ours = "runner/worker.py (RunWorker.start_jobs) and stream_store/scripts/start_job.lua"
+        ours = "runner/worker.py (RunWorker.start_jobs) and stream_store/scripts/start_jobs.lua"
         for call in (
             "await self.sem.acquire()",
             "self.job_counter = self.job_counter + 1",

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from server.cli import main
 from tests.openai_compat import RunningServer
 
 
-def _eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+def _eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
     code = main(["eval", "--json", *argv])
     out = capsys.readouterr().out
     return code, json.loads(out) if code == 0 else {}
@@ -105,7 +106,7 @@ def test_a_missing_set_exits_2(offline: None, capsys: pytest.CaptureFixture[str]
     assert "No such file" in capsys.readouterr().err
 
 
-def _eval_process(env: dict[str, str], *argv: str) -> dict:
+def _eval_process(env: dict[str, str], *argv: str) -> dict[str, Any]:
     """`runstream eval --json` as its own process (as it is run: one event loop, which
     `ChatOpenAI`'s shared HTTP client is bound to)."""
     done = subprocess.run(
@@ -156,9 +157,9 @@ def test_with_a_model_every_case_is_a_structured_output_call(
     assert scores["recall"] == pytest.approx(3 / 4)
     assert scores["conflict_accuracy"] == 0.5
     assert scores["model_failures"] == 1
-    assert {w["id"]: w["conflict"] for w in scores["wrong"]} == {
-        "hedged-wrongly": None,
-        "classification-fails": "asked_again name",
+    assert {w["id"]: (w["conflict"], w["expected"]) for w in scores["wrong"]} == {
+        "hedged-wrongly": (None, None),
+        "classification-fails": ("asked_again name", "applied name"),
     }
 
     # the shipped set runs end to end on the real path too (the local server extracts nothing

@@ -18,9 +18,11 @@ from typing import Any, Literal
 
 import msgspec
 from langchain_core.language_models import BaseChatModel
+from langgraph.func import entrypoint
 
 from .confirmation import answer_text, confirmation_request, fast_verdict
 from .facts import SINGLE_KINDS, Fact, conflict_with, framing
+from .graph import classify_answer, extract_facts
 
 __all__ = [
     "DEFAULT_SET",
@@ -196,8 +198,6 @@ def _label(kind: str, value: str, how: str) -> str:
 async def _conflict_outcome(model: BaseChatModel, case: Case, facts: list[Fact]) -> str:
     """What the assistant does with `facts` against the case's stored ones: the outcome, and
     for a conflict its key and who decided the answer ("applied name fast_path")."""
-    from .graph import classify_answer  # the graph's own step (imports LangGraph)
-
     stored = {f.key: f for s in case.stored for f in [Fact(s.kind, s.value, s.confidence, "")]}
     for fact in facts:
         old = conflict_with(fact, stored)
@@ -224,8 +224,6 @@ def _expected_outcome(expect: Expect) -> str:
 
 
 async def score_case(model: BaseChatModel, case: Case) -> CaseResult:
-    from .graph import extract_facts  # the graph's own step (imports LangGraph)
-
     facts = await extract_facts(model, case.says, _RUN)
     got = {(f.kind, f.value.casefold(), framing(f.confidence)): f for f in facts}
     want = {(f.kind, f.value.casefold(), f.framing): f for f in case.facts}
@@ -255,7 +253,6 @@ async def score_evalset(model: BaseChatModel, cases: Sequence[Case]) -> Scores:
     fails is then shown as the graph shows it (`model_failed`), counted here, and the case
     scored as the assistant would go on (no facts; the answer unclear).
     """
-    from langgraph.func import entrypoint
 
     @entrypoint()
     async def run_case(index: int) -> CaseResult:
@@ -292,7 +289,13 @@ def as_json(scores: Scores) -> str:
             "cases": len(scores.results),
             "model_failures": scores.model_failures,
             "wrong": [
-                {"id": r.id, "missed": r.missed, "extracted": r.spurious, "conflict": r.outcome}
+                {
+                    "id": r.id,
+                    "missed": r.missed,
+                    "extracted": r.spurious,
+                    "conflict": r.outcome,
+                    "expected": r.expected,
+                }
                 for r in scores.results
                 if r.missed or r.spurious or r.correct is False
             ],

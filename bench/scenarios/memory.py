@@ -1,5 +1,6 @@
-"""`memory`: the memory-aware assistant's first token against the plain chat graph's, and its
-prompt size as one thread grows (issue 22's speed targets).
+"""`memory`: the assistant's first token against chat's, and its prompt size as a thread grows.
+
+Issue 22's speed targets for the memory-aware assistant (docs/memory.md).
 
 One server, one worker, both `--config runner/assistant/langgraph.json` (which serves `chat`
 and `assistant` side by side), the `fake` model with no token delay.

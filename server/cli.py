@@ -1,5 +1,5 @@
-"""The `runstream` command: serve, worker, migrate, up (`server/commands.py`); chat and
-attach; and the operator's status, runs and threads (`server/operator_cli.py`).
+"""The `runstream` command: serve, worker, migrate, up, eval (`server/commands.py`); chat
+and attach; and the operator's status, runs and threads (`server/operator_cli.py`).
 
 Each subcommand builds the one `Settings` of its process from the environment and passes it
 down; logging is configured here (and in each spawned child of `--processes N`).
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from stream_store.settings import Settings, SettingsError
 
 from . import operator_cli
-from .commands import migrate, serve, up, worker
+from .commands import evaluate, migrate, serve, up, worker
 from .logs import configure_logging
 
 __all__ = ["main", "with_project"]
@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--url", default=None, help="default RUNSTREAM_URL or http://RUNSTREAM_HOST:PORT"
         )
+    sub = commands.add_parser("eval", help="score the assistant's memory on its evaluation set")
+    sub.add_argument("--set", default=None, metavar="PATH", help="default the shipped one")
+    sub.add_argument("--json", action="store_true", help="print the figures as JSON")
     operator_cli.add_commands(commands)
     return parser
 
@@ -122,6 +125,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         return migrate(settings)
     if args.command in ("chat", "attach"):
         return terminal(settings, args)
+    if args.command == "eval":
+        return evaluate(settings, args.set, as_json=args.json)
     if args.command in operator_cli.COMMANDS:
         return operator_cli.run_command(settings, args)
     processes = args.processes or os.cpu_count() or 1

@@ -1,5 +1,6 @@
-"""What `runstream serve|worker|migrate|up` run: the server and worker processes (one, or N on
-one port), the migrations, and both together with embedded Redis and Postgres.
+"""What `runstream serve|worker|migrate|up|eval` run: the server and worker processes (one, or N
+on one port), the migrations, both together with embedded Redis and Postgres, and the
+assistant's evaluation set.
 
 Each takes the one `Settings` of its process, built by `cli.py` from the environment; a
 spawned child of `--processes N` configures its logging anew.
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
     from .embedded import EmbeddedServices
 
-__all__ = ["migrate", "serve", "up", "worker"]
+__all__ = ["evaluate", "migrate", "serve", "up", "worker"]
 
 logger = structlog.get_logger()
 
@@ -404,3 +405,24 @@ def _up(
     finally:
         stopped = supervisor.stop()
     return settings_fail or stopped
+
+
+def evaluate(settings: Settings, path: str | None, *, as_json: bool = False) -> int:
+    """`runstream eval`: the assistant's evaluation set run with the configured model (the
+    rules offline); the figures printed. 2 when the set cannot be read, else 0 whatever the
+    scores (docs/memory.md, "Evaluating the memory"). Needs no Redis or Postgres."""
+    from pathlib import Path
+
+    from runner.assistant.evalset import DEFAULT_SET, EvalSetError, load_evalset, score_evalset
+    from runner.assistant.evalset import as_json as json_of
+    from runner.models import make_chat_model
+
+    try:
+        evalset = load_evalset(Path(path) if path else DEFAULT_SET)
+    except EvalSetError as exc:
+        print(f"runstream eval: {exc}", file=sys.stderr)
+        return 2
+    model = make_chat_model(settings, {})
+    scores = asyncio.run(score_evalset(model, evalset.cases))
+    print(json_of(scores) if as_json else f"model: {settings.model}\n{scores.report()}")
+    return 0

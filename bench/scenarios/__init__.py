@@ -30,6 +30,7 @@ MODULES = {
     "cluster": "cluster",
     "user_graph": "user_graph",
     "burst": "burst",
+    "memory": "memory",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

@@ -1,0 +1,303 @@
+"""The assistant's evaluation set (`evalset.json`, written by hand) and its scores for a model:
+extraction precision and recall, and conflict-handling accuracy (`runstream eval`).
+
+Each case is one user message: the facts it states, and, when facts are already stored, what
+must happen to them (no conflict, or a conflict answered yes / no / unclearly). A case is run
+through the assistant's own steps, not copies: `extract_facts` (rules offline, structured
+output with a model), `conflict_with`, the confirmation's fast path and `classify_answer`, so
+the scores are those of the configured model as the assistant uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+from langchain_core.language_models import BaseChatModel
+from langgraph.func import entrypoint
+
+from .confirmation import answer_text, confirmation_request, fast_verdict
+from .facts import SINGLE_KINDS, Fact, conflict_with, framing
+from .graph import classify_answer, extract_facts
+
+__all__ = [
+    "DEFAULT_SET",
+    "Case",
+    "EvalSet",
+    "EvalSetError",
+    "Scores",
+    "load_evalset",
+    "score_evalset",
+]
+
+DEFAULT_SET = Path(__file__).with_name("evalset.json")
+_RUN = "eval"  # the source run the extracted facts are given
+
+Framing = Literal["stated", "likely", "uncertain"]
+Outcome = Literal["no_conflict", "applied", "kept", "asked_again"]
+_KINDS = {*SINGLE_KINDS, "likes", "dislikes", "note"}
+
+
+class ExpectedFact(msgspec.Struct, forbid_unknown_fields=True):
+    kind: str
+    value: str
+    framing: Framing = "stated"
+
+
+class StoredFact(msgspec.Struct, forbid_unknown_fields=True):
+    kind: str
+    value: str
+    confidence: float = 0.9
+
+
+class Expect(msgspec.Struct, forbid_unknown_fields=True):
+    outcome: Outcome
+    key: str | None = None
+    decided_by: Literal["fast_path", "classifier"] | None = None
+
+
+class Case(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    says: str
+    facts: list[ExpectedFact]
+    stored: list[StoredFact] = []
+    answer: Any = None  # a resume value: text, or a decision ({"decisions": [...]})
+    expect: Expect | None = None
+
+
+class EvalSet(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    cases: list[Case]
+    about: str = ""
+
+
+class EvalSetError(ValueError):
+    """The set cannot be read or does not have the documented shape."""
+
+
+def _check(evalset: EvalSet) -> None:
+    seen: set[str] = set()
+    for case in evalset.cases:
+        where = f"case {case.id!r}"
+        if case.id in seen:
+            raise EvalSetError(f"{where}: the id is used twice")
+        seen.add(case.id)
+        for kind in [f.kind for f in case.facts] + [f.kind for f in case.stored]:
+            if kind not in _KINDS:
+                raise EvalSetError(f"{where}: unknown fact kind {kind!r}")
+        if case.stored and case.expect is None:
+            raise EvalSetError(f"{where}: stored facts need an `expect`")
+        if case.expect is None:
+            continue
+        conflicting = case.expect.outcome != "no_conflict"
+        if conflicting and (case.answer is None or case.expect.key is None):
+            raise EvalSetError(f"{where}: a conflict needs an `answer` and `expect.key`")
+        if conflicting and not case.stored:
+            raise EvalSetError(f"{where}: a conflict needs stored facts")
+
+
+def load_evalset(path: Path = DEFAULT_SET) -> EvalSet:
+    """The set at `path`, checked (EvalSetError naming what is wrong otherwise)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise EvalSetError(f"{path}: {exc.strerror or exc}") from exc
+    try:
+        evalset = msgspec.json.decode(raw, type=EvalSet)
+    except msgspec.DecodeError as exc:
+        raise EvalSetError(f"{path}: {exc}") from exc
+    if evalset.version != 1:
+        raise EvalSetError(f"{path}: version {evalset.version} is not 1")
+    if not evalset.cases:
+        raise EvalSetError(f"{path}: no cases")
+    _check(evalset)
+    return evalset
+
+
+# -- running it ------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    id: str
+    missed: list[str]  # expected facts not extracted ("kind=value (framing)")
+    spurious: list[str]  # extracted facts not expected
+    outcome: str | None = None  # the conflict handling's, for a case with `expect`
+    expected: str | None = None
+    correct: bool | None = None
+    model_failed: list[str] = field(default_factory=list)  # steps whose model call failed
+
+
+@dataclass
+class Scores:
+    """The set's figures: micro precision / recall over every case's facts (a fact counts
+    when kind, value (case-insensitive) and framing all match), and the share of cases with
+    stored facts whose conflict handling came out as expected."""
+
+    results: list[CaseResult] = field(default_factory=list)
+    true_positives: int = 0
+    false_positives: int = 0
+    false_negatives: int = 0
+    model_failures: int = 0
+
+    @property
+    def precision(self) -> float:
+        found = self.true_positives + self.false_positives
+        return self.true_positives / found if found else 1.0
+
+    @property
+    def recall(self) -> float:
+        expected = self.true_positives + self.false_negatives
+        return self.true_positives / expected if expected else 1.0
+
+    @property
+    def conflict_cases(self) -> list[CaseResult]:
+        return [r for r in self.results if r.correct is not None]
+
+    @property
+    def conflict_accuracy(self) -> float:
+        cases = self.conflict_cases
+        return sum(bool(r.correct) for r in cases) / len(cases) if cases else 1.0
+
+    def report(self) -> str:
+        """The figures, then each case that was not right."""
+        cases = self.conflict_cases
+        lines = [
+            f"cases: {len(self.results)}",
+            f"extraction precision: {self.precision:.3f}"
+            f" ({self.true_positives} of {self.true_positives + self.false_positives})",
+            f"extraction recall: {self.recall:.3f}"
+            f" ({self.true_positives} of {self.true_positives + self.false_negatives})",
+            f"conflict-handling accuracy: {self.conflict_accuracy:.3f}"
+            f" ({sum(bool(r.correct) for r in cases)} of {len(cases)})",
+            f"model calls failed: {self.model_failures}",
+        ]
+        for r in self.results:
+            wrong = []
+            if r.missed:
+                wrong.append("missed " + ", ".join(r.missed))
+            if r.spurious:
+                wrong.append("extracted " + ", ".join(r.spurious))
+            if r.correct is False:
+                wrong.append(f"conflict: {r.outcome}, expected {r.expected}")
+            if r.model_failed:
+                wrong.append("model call failed: " + ", ".join(r.model_failed))
+            if wrong:
+                lines.append(f"  {r.id}: " + "; ".join(wrong))
+        return "\n".join(lines)
+
+
+def _label(kind: str, value: str, how: str) -> str:
+    return f"{kind}={value} ({how})"
+
+
+async def _conflict_outcome(model: BaseChatModel, case: Case, facts: list[Fact]) -> str:
+    """What the assistant does with `facts` against the case's stored ones: the outcome, and
+    for a conflict its key and who decided the answer ("applied name fast_path")."""
+    stored = {f.key: f for s in case.stored for f in [Fact(s.kind, s.value, s.confidence, "")]}
+    for fact in facts:
+        old = conflict_with(fact, stored)
+        if old is None:
+            continue
+        if case.answer is None:
+            return f"asked {fact.key}"  # a conflict where none was expected: unanswered
+        request = confirmation_request(old, fact)
+        answer = answer_text(request, case.answer)
+        verdict, decided_by = fast_verdict(answer), "fast_path"
+        if verdict == "unclear":
+            question = str(request["action_requests"][0]["description"])
+            verdict, decided_by = await classify_answer(model, question, answer), "classifier"
+        outcome = {"yes": "applied", "no": "kept"}.get(verdict, "asked_again")
+        return f"{outcome} {fact.key} {decided_by}"
+    return "no_conflict"
+
+
+def _expected_outcome(expect: Expect) -> str:
+    if expect.outcome == "no_conflict":
+        return "no_conflict"
+    parts = [expect.outcome, expect.key or ""]
+    return " ".join([*parts, expect.decided_by] if expect.decided_by else parts)
+
+
+async def score_case(model: BaseChatModel, case: Case) -> CaseResult:
+    facts = await extract_facts(model, case.says, _RUN)
+    got = {(f.kind, f.value.casefold(), framing(f.confidence)): f for f in facts}
+    want = {(f.kind, f.value.casefold(), f.framing): f for f in case.facts}
+    result = CaseResult(
+        case.id,
+        missed=[_label(f.kind, f.value, f.framing) for key, f in want.items() if key not in got],
+        spurious=[
+            _label(f.kind, f.value, framing(f.confidence))
+            for key, f in got.items()
+            if key not in want
+        ],
+    )
+    if case.expect is not None:
+        outcome = await _conflict_outcome(model, case, facts)
+        expected = _expected_outcome(case.expect)
+        if case.expect.decided_by is None:
+            outcome = " ".join(outcome.split()[:2])
+        result.outcome, result.expected = outcome, expected
+        result.correct = outcome == expected
+    return result
+
+
+async def score_evalset(model: BaseChatModel, cases: Sequence[Case]) -> Scores:
+    """Every case run with `model`, one after another, and the set's figures.
+
+    Each case runs as a LangGraph entrypoint, as the steps do in the graph: a model call that
+    fails is then shown as the graph shows it (`model_failed`), counted here, and the case
+    scored as the assistant would go on (no facts; the answer unclear).
+    """
+
+    @entrypoint()
+    async def run_case(index: int) -> CaseResult:
+        return await score_case(model, cases[index])
+
+    scores = Scores()
+    for index, case in enumerate(cases):
+        result: CaseResult | None = None
+        failed: list[str] = []
+        async for mode, chunk in run_case.astream(index, stream_mode=["custom", "values"]):
+            if mode == "values" and isinstance(chunk, CaseResult):
+                result = chunk
+            elif isinstance(chunk, dict) and "memory" in chunk:
+                failed.append(str(chunk["memory"].get("step", "")))
+        if result is None:
+            raise RuntimeError(f"case {case.id!r} gave no result")
+        result.model_failed = failed
+        scores.model_failures += len(failed)
+        scores.results.append(result)
+        matched = len(case.facts) - len(result.missed)
+        scores.true_positives += matched
+        scores.false_negatives += len(result.missed)
+        scores.false_positives += len(result.spurious)
+    return scores
+
+
+def as_json(scores: Scores) -> str:
+    """The figures and the cases that were not right, as JSON (`runstream eval --json`)."""
+    return json.dumps(
+        {
+            "precision": scores.precision,
+            "recall": scores.recall,
+            "conflict_accuracy": scores.conflict_accuracy,
+            "cases": len(scores.results),
+            "model_failures": scores.model_failures,
+            "wrong": [
+                {
+                    "id": r.id,
+                    "missed": r.missed,
+                    "extracted": r.spurious,
+                    "conflict": r.outcome,
+                    "expected": r.expected,
+                }
+                for r in scores.results
+                if r.missed or r.spurious or r.correct is False
+            ],
+        }
+    )

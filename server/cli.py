@@ -12,6 +12,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from importlib.resources import files
 
 from stream_store.settings import Settings, SettingsError
 
@@ -19,9 +20,13 @@ from . import operator_cli
 from .commands import evaluate, migrate, serve, up, worker
 from .logs import configure_logging
 
-__all__ = ["main", "with_project"]
+__all__ = ["BUNDLED_PROJECT", "NO_PROJECT", "main", "with_project"]
 
 DEFAULT_PROJECT = "langgraph.json"
+# The memory-aware assistant (docs/memory.md), served when no project is named: its
+# langgraph.json ships in the package beside its code.
+BUNDLED_PROJECT = str(files("runner.assistant") / "langgraph.json")
+NO_PROJECT = "none"  # `--config none` / RUNSTREAM_CONFIG=none: the built-in graphs only
 
 
 def _positive(text: str) -> int:
@@ -96,20 +101,27 @@ def _config_option(sub: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="a LangGraph project's langgraph.json to serve (default RUNSTREAM_CONFIG, else"
-        " ./langgraph.json when there is one)",
+        " ./langgraph.json when there is one, else the bundled memory assistant; 'none': only"
+        " the built-in graphs)",
     )
 
 
 def with_project(settings: Settings, config: str | None) -> Settings:
     """`settings` with the project to serve: `--config`, else RUNSTREAM_CONFIG, else
-    ./langgraph.json if there is one (as `langgraph dev` finds it), as an absolute path (`up`
-    hands it to its children)."""
+    ./langgraph.json if there is one (as `langgraph dev` finds it), else the bundled memory
+    assistant (`runner/assistant/langgraph.json`), as an absolute path (`up` hands it to its
+    children); `none` names no project (the built-in `chat` and `approval` only).
+
+    This is the one place the default lives: a process given its `Settings` directly (the
+    tests' in-process servers and workers) serves what those settings name, nothing more."""
     from dataclasses import replace
 
     path = config or settings.config_path
-    if path is None and os.path.isfile(DEFAULT_PROJECT):
-        path = DEFAULT_PROJECT
-    return replace(settings, config_path=os.path.abspath(path) if path else None)
+    if path == NO_PROJECT:
+        return replace(settings, config_path=None)
+    if path is None:
+        path = DEFAULT_PROJECT if os.path.isfile(DEFAULT_PROJECT) else BUNDLED_PROJECT
+    return replace(settings, config_path=os.path.abspath(path))
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:

@@ -241,11 +241,15 @@ def migrate(settings: Settings) -> int:
     store = StoreOptions()
     if settings.config_path is not None:  # its embeddings are imported, its graphs are not
         from runner.project import load_project
-        from runner.store_index import store_options
 
         project = load_project(settings.config_path)
-        project.prepare()
-        store = store_options(project)
+        # A project without `store` (the bundled assistant, served by default) needs nothing
+        # imported here: `up` migrates before it starts anything, so this is start-up time.
+        if project.store_index is not None or project.store_ttl is not None:
+            from runner.store_index import store_options
+
+            project.prepare()
+            store = store_options(project)
     applied = asyncio.run(_apply_migrations(settings, store))
     logger.info("migrated", applied=applied, schema=settings.database_schema)
     return 0
@@ -357,8 +361,9 @@ def _up(
     migrate(settings)
     exe = [sys.executable, "-m", "server.cli"]
     each = ["--processes", str(processes)]
-    if settings.config_path is not None:
-        each += ["--config", settings.config_path]
+    # the project `up` resolved (server/cli.py `with_project`), or none: the children do not
+    # look for a default of their own
+    each += ["--config", settings.config_path or "none"]
 
     def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
         stop_with_up = signal_when_parent_dies(signal.SIGTERM)

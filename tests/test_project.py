@@ -247,7 +247,26 @@ def test_langgraph_json_in_the_working_folder_is_served_when_nothing_is_named(
         assert with_project(Settings(), "other.json").config_path == str(tmp_path / "other.json")
     finally:
         os.chdir(here)
-    assert with_project(Settings(), None).config_path is None  # none in the repository's
+
+
+def test_with_no_project_named_the_commands_serve_the_bundled_assistant(tmp_path: Path) -> None:
+    from server.cli import BUNDLED_PROJECT, with_project
+
+    here = os.getcwd()
+    os.chdir(tmp_path)  # no langgraph.json here
+    try:
+        resolved = with_project(Settings(), None).config_path
+        assert resolved == BUNDLED_PROJECT == str(ROOT / "runner" / "assistant" / "langgraph.json")
+        assert "assistant" in load_project(resolved).graphs  # a project runstream can serve
+        # what is named still wins; `none` serves only the built-in graphs
+        named = with_project(Settings(config_path="mine.json"), None).config_path
+        assert named == str(tmp_path / "mine.json")
+        assert with_project(Settings(), "none").config_path is None
+        assert with_project(Settings(config_path="none"), None).config_path is None
+        # a process given its Settings directly (the tests' servers and workers) is not changed
+        assert Settings().config_path is None
+    finally:
+        os.chdir(here)
 
 
 async def _last_reply(sdk: LangGraphClient, graph: str, text: str) -> tuple[str, str]:

@@ -723,3 +723,152 @@ async def test_a_runs_evaluations_show_as_badges_under_its_answer(
         assert await shown.evaluate(f"{above}.textContent") == "you said 12 words"
     await tabs.screenshot(page, "evaluations")
     tabs.assert_no_errors()
+
+
+# ---- the memory assistant: its panel and its question ---------------------------------------
+
+ASSISTANT_PROJECT = str(WEB_DIR.parent.parent / "runner" / "assistant" / "langgraph.json")
+MEMORY_KEYS = {"key-a": "alice", "key-b": "bob"}
+
+
+@pytest.fixture
+async def assistant_url(start_server: StartServer, start_worker: StartWorker, tabs: Tabs) -> str:
+    """A server and worker serving the memory assistant (as `runstream up` does by default),
+    with API keys; the tabs are signed in as alice."""
+    server = await start_server(api_keys=MEMORY_KEYS, config_path=ASSISTANT_PROJECT)
+    await start_worker(api_keys=MEMORY_KEYS, config_path=ASSISTANT_PROJECT)
+    await tabs.context.add_init_script("localStorage.setItem('runstream.apiKey', 'key-a')")
+    return server.url
+
+
+async def facts(page: Page) -> list[list[str]]:
+    """The memory panel's facts: kind, value, framing."""
+    return await page.eval_on_selector_all(
+        "#facts li",
+        "els => els.map(e => [...e.querySelectorAll('.fact-kind, .fact-value, .fact-confidence')]"
+        ".map(c => c.textContent))",
+    )
+
+
+async def say(page: Page, text: str) -> None:
+    """Send `text` on the page's default graph (which must be the assistant)."""
+    await expect(page.locator("#graph")).to_have_value("assistant")
+    await page.fill("#input", text)
+    await page.click("#send")
+
+
+async def expect_facts(page: Page, expected: list[list[str]]) -> None:
+    rows = page.locator("#facts li")
+    await expect(rows).to_have_count(len(expected))
+    for _ in range(100):  # the panel is read again when the run ends: wait for that read
+        if await facts(page) == expected:
+            return
+        await page.wait_for_timeout(100)
+    assert await facts(page) == expected
+
+
+async def memory_question(page: Page) -> Locator:
+    """The pending memory question's card, with exactly its Yes and No buttons."""
+    await expect(page.locator("#approval")).to_be_visible()
+    await expect(page.locator("#approval-title")).to_have_text("A question.")
+    card = page.locator("#approval .review[data-question=memory]")
+    await expect(card).to_have_count(1)
+    await expect(card.locator(".review-description")).to_have_text(
+        "Earlier I noted that your name is Ann. Update it: your name is Bob?"
+    )
+    assert await card.locator(".review-buttons button").all_text_contents() == ["Yes", "No"]
+    return card
+
+
+async def test_memory_panel_lists_what_is_remembered_and_forgets_on_delete(
+    assistant_url: str, tabs: Tabs
+) -> None:
+    page = await tabs.open(assistant_url)
+    await expect(page.locator("#memory")).to_be_visible()
+    await expect(page.locator("#facts-empty")).to_be_visible()
+    await say(page, "My name is Ann. I think I like green tea.")
+    await status(page, "succeeded")
+    await expect_facts(page, [["likes:", "green tea", "likely"], ["name:", "Ann", "stated"]])
+    await tabs.screenshot(page, "panel")
+
+    await page.locator("#facts li[data-key=name] .forget").click()
+    await expect_facts(page, [["likes:", "green tea", "likely"]])
+    async with httpx.AsyncClient(base_url=assistant_url) as http:  # gone from the store itself
+        found = await http.post(
+            "/store/items/search",
+            json={"namespace_prefix": ["memory", "facts"]},
+            headers={"Authorization": "Bearer key-a"},
+        )
+        assert [item["key"] for item in found.json()["items"]] == ["likes:green tea"]
+        theirs = await http.post(  # bob's store has none of alice's facts
+            "/store/items/search",
+            json={"namespace_prefix": ["memory", "facts"]},
+            headers={"Authorization": "Bearer key-b"},
+        )
+        assert theirs.json()["items"] == []
+    again = await tabs.open(assistant_url)  # a new tab reads the same
+    await expect_facts(again, [["likes:", "green tea", "likely"]])
+    tabs.assert_no_errors()
+
+
+async def test_a_contradiction_asks_yes_or_no_and_yes_updates_the_panel(
+    assistant_url: str, tabs: Tabs
+) -> None:
+    page = await tabs.open(assistant_url)
+    await say(page, "My name is Ann")
+    await status(page, "succeeded")
+    await expect_facts(page, [["name:", "Ann", "stated"]])
+
+    await say(page, "My name is Bob")
+    card = await memory_question(page)
+    await status(page, "interrupted")
+    await expect_facts(page, [["name:", "Ann", "stated"]])  # the old value stays in force
+    await tabs.screenshot(page, "question")
+
+    await card.locator("[data-decision=approve]").click()
+    await status(page, "succeeded")
+    await expect(page.locator("#approval")).to_be_hidden()
+    await expect_facts(page, [["name:", "Bob", "stated"]])
+    await expect(page.locator("#messages .message").last).to_have_text("Updated: your name is Bob.")
+    tabs.assert_no_errors()
+
+
+async def test_two_tabs_on_a_thread_show_one_question_and_one_answer_clears_both(
+    assistant_url: str, tabs: Tabs
+) -> None:
+    one = await tabs.open(assistant_url)
+    await say(one, "My name is Ann")
+    await status(one, "succeeded")
+    two = await tabs.open(one.url)  # the same thread, idle
+    await expect(two.locator("#messages .message")).to_have_count(2)
+    await expect_facts(two, [["name:", "Ann", "stated"]])
+
+    await say(one, "My name is Bob")  # tab two learns of this run from the thread stream
+    cards = [await memory_question(page) for page in (one, two)]
+    for page in (one, two):
+        await status(page, "interrupted")
+    await tabs.screenshot(two, "question-tab2")
+
+    await cards[1].locator("[data-decision=reject]").click()  # "No" in tab two
+    for page in (one, two):
+        await status(page, "succeeded")
+        await expect(page.locator("#approval")).to_be_hidden()
+        await expect_facts(page, [["name:", "Ann", "stated"]])
+        await expect(page.locator("#messages .message").last).to_have_text(
+            "Kept: your name is Ann."
+        )
+    tabs.assert_no_errors()
+
+
+async def test_the_page_uses_chat_when_the_assistant_is_not_served(
+    server: ServerHandle, worker: Worker, tabs: Tabs
+) -> None:
+    page = await tabs.open(server.url)
+    await send(page, "plain echo")  # selects chat, the only graph besides approval
+    await assert_whole_answer_once(page, "plain echo")
+    assert await page.eval_on_selector_all("#graph option", "os => os.map(o => o.value)") == [
+        "chat",
+        "approval",
+    ]
+    await expect(page.locator("#memory")).to_be_hidden()
+    tabs.assert_no_errors()

@@ -11,6 +11,12 @@
 // loaded from this server), so nothing in a message runs or loads. While tokens stream in, a
 // message is re-rendered at most once per animation frame. User and tool messages stay plain
 // text.
+//
+// The graph a new conversation uses is `assistant`, the memory-aware assistant (docs/memory.md),
+// when the server serves it (`runstream up` does by default), else `chat`. With it, the sidebar
+// lists what is remembered about the signed-in user (the LangGraph store routes), and a tab
+// open on a thread follows the thread (`GET /threads/{id}/stream`, lifecycle mode), so a run
+// started or answered in another tab shows here too.
 
 import { Marked } from "./vendor/marked/marked.esm.js";
 import DOMPurify from "./vendor/dompurify/purify.es.mjs";
@@ -136,6 +142,9 @@ const view = {
   nextRender: 0, // no render before this time (performance.now()): 3x the last one's cost
   armedDelete: null, // thread id whose delete button was clicked once
   transientNotice: false, // the notice is about a failed refresh: the next success clears it
+  memory: false, // the server serves the memory assistant: the memory panel is shown
+  watch: null, // {threadId, abort}: the thread stream this tab reads for runs of other tabs
+  sending: null, // the submit in flight (its promise), so the thread stream waits for it
 };
 
 function notice(text, { transient = false } = {}) {
@@ -307,6 +316,155 @@ async function loadEvaluations(path) {
   }
 }
 
+// ---- the memory panel ----------------------------------------------------------------------
+//
+// What the memory assistant remembers about the signed-in user: its store items under
+// ["memory", "facts"] (docs/memory.md), each with its value, how sure it is (the framing the
+// prompt uses: stated, likely, uncertain) and a button that deletes it. Read again whenever a
+// run ends or stops at a question, and when the tab gets focus.
+
+const MEMORY_NAMESPACE = ["memory", "facts"];
+
+function framing(confidence) {
+  if (confidence >= 0.8) return "stated";
+  if (confidence >= 0.5) return "likely";
+  return "uncertain";
+}
+
+function factItem(item) {
+  const fact = item.value || {};
+  const confidence = typeof fact.confidence === "number" ? fact.confidence : 0;
+  const label = framing(confidence);
+  const badge = element("span", {
+    className: "fact-confidence",
+    textContent: label,
+    title: `confidence ${confidence.toFixed(2)}${fact.written_at ? `, noted ${fact.written_at}` : ""}`,
+  });
+  badge.dataset.framing = label;
+  const forget = element("button", {
+    type: "button", className: "forget", textContent: "✕", title: "Forget this",
+    onclick: () => forgetFact(item),
+  });
+  const li = element("li", { title: fact.text || "" }, [
+    element("span", { className: "fact-kind", textContent: `${fact.kind || item.key}:` }),
+    element("span", { className: "fact-value", textContent: String(fact.value ?? "") }),
+    badge, forget,
+  ]);
+  li.dataset.key = item.key;
+  return li;
+}
+
+async function loadMemory() {
+  if (!view.memory) return;
+  let page;
+  try {
+    page = await api("POST", "/store/items/search", { namespace_prefix: MEMORY_NAMESPACE, limit: 100 });
+  } catch {
+    return; // the panel keeps what it showed
+  }
+  const items = page.items.filter((item) => item.namespace.join("/") === MEMORY_NAMESPACE.join("/"))
+    .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  $("facts").replaceChildren(...items.map(factItem));
+  $("facts-empty").hidden = items.length > 0;
+}
+
+async function forgetFact(item) {
+  try {
+    await api("DELETE", "/store/items", { namespace: item.namespace, key: item.key });
+  } catch (error) {
+    notice(`Could not forget ${item.key}: ${error.message}`);
+    return;
+  }
+  loadMemory();
+}
+
+// The memory assistant is the page's graph when the server serves it.
+async function chooseGraph() {
+  let found;
+  try {
+    found = await api("POST", "/assistants/search", { graph_id: "assistant", limit: 1 });
+  } catch {
+    return; // `chat` stays the choice
+  }
+  if (!Array.isArray(found) || !found.length) return;
+  const option = new Option("assistant (remembers you)", "assistant", true, true);
+  $("graph").prepend(option);
+  $("graph").value = "assistant";
+  view.memory = true;
+  $("memory").hidden = false;
+  loadMemory();
+}
+
+// ---- following the thread -------------------------------------------------------------------
+//
+// The run stream follows one run; the thread stream (lifecycle mode: a `metadata` event as each
+// run of the thread starts and ends) says when another tab starts a run here. The tab then opens
+// the thread again at that run: its messages, its tokens, its question. Read with fetch (an
+// EventSource cannot send the API key), from the last event read when it reconnects.
+
+async function readThreadStream(threadId, signal) {
+  let lastId = null;
+  let delay = 500;
+  while (!signal.aborted) {
+    try {
+      const headers = { Accept: "text/event-stream" };
+      const key = localStorage.getItem(KEY_STORAGE);
+      if (key) headers.Authorization = `Bearer ${key}`;
+      if (lastId) headers["Last-Event-ID"] = lastId;
+      const response = await fetch(`/threads/${threadId}/stream?stream_mode=lifecycle`, { headers, signal });
+      if (response.status === 404 || response.status === 401 || response.status === 403) return;
+      if (!response.ok || !response.body) throw new Error(`thread stream ${response.status}`);
+      delay = 500;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value.replace(/\r\n?/g, "\n");
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const fields = { event: "message", data: [] };
+          for (const line of block.split("\n")) {
+            const colon = line.indexOf(":");
+            if (colon <= 0) continue;
+            const name = line.slice(0, colon);
+            const text = line.slice(colon + 1).replace(/^ /, "");
+            if (name === "data") fields.data.push(text);
+            else fields[name] = text;
+          }
+          if (fields.id) lastId = fields.id;
+          if (fields.event === "metadata" && fields.data.length) {
+            threadRunSeen(threadId, JSON.parse(fields.data.join("\n")));
+          }
+        }
+      }
+    } catch {
+      if (signal.aborted) return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(10000, delay * 2);
+  }
+}
+
+async function threadRunSeen(threadId, data) {
+  if (!data || !data.run_id || data.status === "run_done") return;
+  await view.sending; // a run this tab is submitting is followed by this tab already
+  if (view.threadId !== threadId || (view.run && view.run.run_id === data.run_id)) return;
+  openThread(threadId, data.run_id);
+}
+
+function watchThread(threadId) {
+  if (view.watch && view.watch.threadId === threadId) return;
+  if (view.watch) view.watch.abort.abort();
+  view.watch = null;
+  if (!threadId || !view.memory) return; // the thread stream is a LangGraph-dialect route
+  const abort = new AbortController();
+  view.watch = { threadId, abort };
+  readThreadStream(threadId, abort.signal);
+}
+
 // ---- the approval card ----------------------------------------------------------------------
 //
 // An interrupt in LangChain's human-in-the-loop shape (`action_requests`, `review_configs`, as
@@ -343,7 +501,15 @@ function argValue(text, original) {
 
 const DECIDED = { approve: "approved", edit: "edited", reject: "rejected" };
 
+// The memory assistant's question (runner/assistant/confirmation.py): Yes applies the new
+// value, No keeps the stored one.
+const MEMORY_QUESTION = "update_memory";
+const LABELS = { approve: "Approve", edit: "Edit", reject: "Reject" };
+const MEMORY_LABELS = { approve: "Yes", reject: "No" };
+
 function reviewCard(action, allowed, decide) {
+  const question = action.name === MEMORY_QUESTION;
+  const labels = question ? MEMORY_LABELS : LABELS;
   const card = element("div", { className: "review" });
   const buttons = element("div", { className: "review-buttons" });
   const editor = element("div", { className: "review-edit", hidden: true });
@@ -353,7 +519,7 @@ function reviewCard(action, allowed, decide) {
     for (const b of card.querySelectorAll("button")) b.disabled = true;
     editor.hidden = rejecter.hidden = true;
     decided.hidden = false;
-    decided.textContent = `→ ${DECIDED[decision.type]}`;
+    decided.textContent = `→ ${question ? labels[decision.type].toLowerCase() : DECIDED[decision.type]}`;
     decide(decision);
   };
   const button = (decision, label, secondary, onClick) => {
@@ -388,7 +554,16 @@ function reviewCard(action, allowed, decide) {
       onclick: () => settle(reason.value.trim() ? { type: "reject", message: reason.value.trim() } : { type: "reject" }),
     }),
   );
-  button("approve", "Approve", false, () => settle({ type: "approve" }));
+  button("approve", labels.approve, false, () => settle({ type: "approve" }));
+  if (question) {
+    button("reject", labels.reject, true, () => settle({ type: "reject" }));
+    card.append(
+      element("p", { className: "review-description", textContent: action.description || "Update what I remember?" }),
+      buttons, decided,
+    );
+    card.dataset.question = "memory";
+    return card;
+  }
   button("edit", "Edit", true, () => {
     editor.hidden = !editor.hidden;
     rejecter.hidden = true;
@@ -412,6 +587,8 @@ function showApproval(interrupt) {
   $("approval-other").hidden = review;
   if (review) {
     const actions = interrupt.action_requests;
+    const questions = actions.every((a) => a.name === MEMORY_QUESTION);
+    $("approval-title").textContent = questions ? "A question." : "Approval needed.";
     const decisions = new Array(actions.length);
     let left = actions.length;
     $("approval-question").textContent = actions.length > 1
@@ -428,6 +605,7 @@ function showApproval(interrupt) {
       }));
     });
   } else {
+    $("approval-title").textContent = "Approval needed.";
     $("approval-question").textContent = "The run is waiting for an answer.";
     $("approval-detail").textContent = JSON.stringify(interrupt, null, 2);
     $("resume-value").value = "null";
@@ -542,6 +720,7 @@ function finish(status) {
   for (const entry of view.messages.values()) entry.el.classList.remove("streaming");
   writeLocation();
   loadThreads();
+  loadMemory();
 }
 
 function apply(type, event) {
@@ -564,6 +743,7 @@ function apply(type, event) {
     case "pending":
       setStatus("interrupted");
       showApproval(data.interrupt);
+      loadMemory(); // facts that contradicted nothing are written before the question
       break;
     case "retry":
       for (const id of data.discard) discardPartial(id);
@@ -659,6 +839,7 @@ async function deleteThread(threadId, button) {
 function newChat() {
   clearConversation();
   view.threadId = null;
+  watchThread(null);
   $("thread-title").textContent = "New chat";
   writeLocation();
   loadThreads();
@@ -684,6 +865,7 @@ async function openThread(threadId, runId = null) {
     return;
   }
   if (view.threadId !== threadId) return; // another thread was picked meanwhile
+  watchThread(threadId);
   $("thread-title").textContent = thread.title || "New chat";
   for (const message of thread.messages) showMessage(message);
   loadEvaluations(`/v1/threads/${threadId}/evaluations`);
@@ -710,12 +892,15 @@ async function send(event) {
   const path = view.threadId ? `/v1/threads/${view.threadId}/runs` : "/v1/runs";
   $("send").disabled = true;
   let run;
+  let sent;
+  view.sending = new Promise((resolve) => { sent = resolve; });
   try {
     run = await api("POST", path, body, { "Idempotency-Key": id });
   } catch (error) {
     $("send").disabled = false;
     notice(error.status === 409 ? "This conversation already has a run in progress."
       : `Could not send: ${error.message}`);
+    sent();
     return;
   }
   notice("");
@@ -726,6 +911,8 @@ async function send(event) {
   }
   showMessage({ id, role: "user", content: text });
   follow(run);
+  sent();
+  watchThread(view.threadId);
   loadThreads();
 }
 
@@ -753,10 +940,16 @@ function start() {
     await askForKey();
     loadThreads();
   });
-  window.addEventListener("focus", loadThreads);
+  window.addEventListener("focus", () => {
+    loadThreads();
+    loadMemory();
+  });
 
   const params = new URLSearchParams(location.search);
-  loadThreads();
+  // The graph is chosen once the key is known (the thread list asks for it when needed).
+  loadThreads().then(chooseGraph).then(() => {
+    if (view.threadId) watchThread(view.threadId);
+  });
   if (params.get("thread")) openThread(params.get("thread"), params.get("run"));
   else $("input").focus();
 }

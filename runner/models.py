@@ -168,9 +168,11 @@ def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseCha
 
     from langchain_openai import ChatOpenAI
 
+    # An endpoint of your own may take no key; the OpenAI client insists on one
+    key = settings.openai_api_key or ("no-key" if settings.openai_base_url else None)
     return ChatOpenAI(
         model=settings.model,
-        api_key=settings.openai_api_key,  # type: ignore[arg-type]
+        api_key=key,  # type: ignore[arg-type]
         base_url=settings.openai_base_url,
         streaming=True,
     )

@@ -237,7 +237,9 @@ class Settings:
                 " migrations hold a session-level lock, which a transaction pooler cannot keep"
             )
         openai_key = env.get("OPENAI_API_KEY") or None
-        model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if openai_key else "fake")
+        # A key, or an OpenAI-compatible endpoint of your own (a local server needs no key)
+        endpoint = openai_key or env.get("OPENAI_BASE_URL")
+        model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if endpoint else "fake")
         api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
         signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
         signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")

@@ -24,6 +24,13 @@ def _eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str
     return code, json.loads(out) if code == 0 else {}
 
 
+@pytest.fixture(autouse=True)
+def logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main` in this process would point the process's logging at the captured stdout, which
+    later tests' event loops would then write to after it closed."""
+    monkeypatch.setattr("server.cli.configure_logging", lambda *args, **kwargs: None)
+
+
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNSTREAM_MODEL"):

@@ -60,6 +60,9 @@ class TestSettings:
         assert settings.api_keys == {"k1": "alice", "k2": "bob"}
         assert settings.graphs == {"mine": "pkg.mod:graph"}
         assert settings.model != "fake"
+        local = Settings.from_env({"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"}, env_file="")
+        assert local.model == "gpt-4o-mini"  # an endpoint of one's own is a model, key or not
+        assert Settings.from_env({}, env_file="").model == "fake"
 
     @pytest.mark.parametrize(
         ("name", "value"),

@@ -168,6 +168,11 @@ async def test_a_contradiction_is_asked_and_yes_applies_it(
     assert (await facts_of(alice))["name"]["value"] == "Bob"
     assert (await alice.threads.get(thread_id))["status"] == "idle"
     assert done.values.get("pending") == []
+    graded = (await alice.http.get(f"/v1/threads/{thread_id}/evaluations"))["evaluations"]
+    confirmations = [e for e in graded if e["kind"] == "confirmation"]
+    assert [(e["score"], e["passed"], e["detail"]["by"]) for e in confirmations] == [
+        (1.0, True, "fast_path")
+    ]
 
 
 async def test_no_keeps_the_old_value_and_a_button_answers_too(

@@ -32,7 +32,7 @@ from runner.assistant.facts import (
     model_facts,
     rule_facts,
 )
-from runner.assistant.grading import grade_extraction, grade_reply
+from runner.assistant.grading import grade_confirmation, grade_extraction, grade_reply
 from runner.assistant.graph import (
     AssistantContext,
     classify_answer,
@@ -231,6 +231,19 @@ class TestGraders:
             ],
             "2": ["not an object"],
         }
+
+    def test_a_confirmation_is_graded_against_the_rules_reading_of_the_answer(self) -> None:
+        def graded(answer: str, verdict: str, by: str) -> tuple[float, bool | None, str]:
+            found = grade_confirmation(
+                2, {"key": "name", "answer": answer, "verdict": verdict, "by": by}
+            )
+            assert found.kind == "confirmation" and found.key == "confirmation:2"
+            return found.score, found.passed, found.detail["rules"]
+
+        assert graded("Yes!", "yes", "fast_path") == (1.0, True, "yes")
+        assert graded("I moved there last month", "yes", "classifier") == (1.0, True, "yes")
+        assert graded("No, I still live in Paris", "yes", "classifier") == (0.0, False, "no")
+        assert graded("hmm, let me think", "no", "classifier") == (0.5, None, "unclear")
 
     def test_a_turn_is_graded_on_what_it_did(self) -> None:
         grades = turn_grades({"prompt": "hi", "reply": "hi", "extracted": []})

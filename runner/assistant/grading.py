@@ -5,6 +5,10 @@ grades the same way, and the result is recorded once per run and key
 - `grade_reply`: the reply is not empty and does not merely repeat the user's message.
 - `grade_extraction`: every extracted fact is well-formed (a known kind, a non-empty value of
   bounded length, a confidence in [0, 1], its source run named).
+- `grade_confirmation`: each answer to a conflict question read the way the offline rules
+  read it (`confirmation.rule_verdict`): the fast path's yes/no is the rules' own; a
+  classifier's verdict agrees with them (1.0), contradicts them (0.0), or is beyond them (0.5,
+  neither passed nor failed).
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .confirmation import rule_verdict
 from .facts import MULTI_KINDS, SINGLE_KINDS
 
-__all__ = ["Grade", "grade_extraction", "grade_reply"]
+__all__ = ["Grade", "grade_confirmation", "grade_extraction", "grade_reply"]
 
 _KINDS = SINGLE_KINDS | MULTI_KINDS | {"note"}
 _MAX_VALUE = 120
@@ -28,7 +33,7 @@ class Grade:
     kind: str
     key: str
     score: float
-    passed: bool
+    passed: bool | None  # None: a score, not a pass/fail check
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -79,3 +84,17 @@ def grade_extraction(facts: Sequence[Any]) -> Grade:
     score = 1.0 if not facts else (len(facts) - len(problems)) / len(facts)
     detail: dict[str, Any] = {"facts": len(facts), "problems": problems}
     return Grade("extraction", "extraction", round(score, 3), not problems, detail)
+
+
+def grade_confirmation(index: int, confirmation: dict[str, Any]) -> Grade:
+    """One answer to a conflict question (`{"key", "answer", "verdict", "by"}`, as `confirm`
+    records it), graded against the offline rules' reading of the same answer."""
+    verdict, by = confirmation.get("verdict"), confirmation.get("by")
+    reference = rule_verdict(str(confirmation.get("answer", "")))
+    detail: dict[str, Any] = {"key": confirmation.get("key"), "verdict": verdict, "by": by}
+    key = f"confirmation:{index}"
+    if by == "fast_path" or reference == verdict:
+        return Grade("confirmation", key, 1.0, True, {**detail, "rules": reference})
+    if reference == "unclear":
+        return Grade("confirmation", key, 0.5, None, {**detail, "rules": reference})
+    return Grade("confirmation", key, 0.0, False, {**detail, "rules": reference})

@@ -69,7 +69,7 @@ from .facts import (
     model_facts,
     rule_facts,
 )
-from .grading import Grade, grade_extraction, grade_reply
+from .grading import Grade, grade_confirmation, grade_extraction, grade_reply
 from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
 
 __all__ = ["NAMESPACE", "AssistantContext", "AssistantState", "assistant_builder", "graph"]
@@ -418,12 +418,15 @@ async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -
 
 
 def turn_grades(turn: dict[str, Any]) -> list[Grade]:
-    """The grades of one turn: its reply and its extraction, when it had them."""
+    """The grades of one turn: its reply, its extraction and each answer to a conflict
+    question, when it had them."""
     grades = []
     if "reply" in turn:
         grades.append(grade_reply(str(turn.get("prompt", "")), str(turn["reply"])))
     if "extracted" in turn:
         grades.append(grade_extraction(turn["extracted"]))
+    for index, confirmation in enumerate(turn.get("confirmations", [])):
+        grades.append(grade_confirmation(index, confirmation))
     return grades
 
 

@@ -1199,7 +1199,8 @@ async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient)
         tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
     )
     await started_answering(sdk, tid, run["run_id"])
-    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    # LangGraph's answer: what the run streamed after the cancel, nothing (`{}`), once it ended
+    assert await sdk.runs.cancel(tid, run["run_id"], wait=True) == {}
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
     with pytest.raises(NotFoundError):  # it is over: nothing left to cancel
         await sdk.runs.cancel(tid, run["run_id"])

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs i
 JS = Path(__file__).parent / "js"
 SCRIPT = JS / "stream_run.mjs"
 USE_STREAM = JS / "use_stream.mjs"
+CANCEL_RUN = JS / "cancel_run.mjs"
 
 # The fake model echoes the last user message, one whitespace-split word per `messages` part,
 # `TOKEN_DELAY_MS` apart: about 8 s of run and some 90 KB of stream. Numbered words make any
@@ -255,3 +256,25 @@ async def test_use_stream_shows_an_interrupt_and_resumes_it(
     # the approved call ran, and the graph answered after it
     assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
     assert done["messages"][2]["content"].startswith("saved note")
+
+
+async def test_runs_cancel_with_wait_resolves_once_the_run_is_cancelled(
+    node: str, server: ServerHandle, worker: Worker
+) -> None:
+    """`runs.cancel(thread, run, true)` resolves when the answer's body has come, and LangGraph
+    answers 200 with the outcome once the run is cancelled: a `runs.get` right after sees the
+    run `interrupted`. (A 202 is read as "accepted": the SDK would go on at once.)"""
+    code, lines, err = await run_node(
+        node,
+        server.url,
+        "chat",
+        json.dumps({"messages": [{"type": "human", "content": TEXT}]}),
+        json.dumps({"configurable": {"fake_token_delay_ms": TOKEN_DELAY_MS}}),
+        "1500",
+        script=CANCEL_RUN,
+    )
+    assert code == 0, f"node exited with {code}\nstderr: {err}\nlines: {lines}"
+    [seen] = lines
+    assert seen["before"] == "running", seen
+    assert seen["cancelled"] == {}, seen  # LangGraph's body: no values after the cancel
+    assert seen["status"] == "interrupted", seen

@@ -232,13 +232,15 @@ async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
             logger.info("run cancelled: its client went away (on_disconnect=cancel)")
 
 
-async def _outcome(resources: Resources, run: RunRecord) -> dict[str, Any]:
-    """What `/wait` and `/join` answer: the thread's values, or the run's error."""
+async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> dict[str, Any]:
+    """What `/wait` and `/join` answer: the thread's values (`with_values`), or the run's error."""
     run = await resources.run_records.get_run(run.run_id, run.owner) or run
     if run.status == "failed":
         error = run.error or {}
         kind, _, text = str(error.get("message", "")).partition(": ")
         return {"__error__": {"error": kind or error.get("code", "error"), "message": text}}
+    if not with_values:
+        return {}
     thread = await resources.thread_records.get_thread(run.thread_id, run.owner)
     if thread is None:
         return {}
@@ -267,8 +269,11 @@ async def wait_response(
     cancel_on_disconnect: bool,
     *,
     rollback: bool = False,
+    values: bool = True,
 ) -> EventStream:
-    """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON."""
+    """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON: 200 with
+    the headers, as LangGraph's. A waiting cancel asks for no `values`: LangGraph's answer to
+    it holds only what the run streamed after the cancel, which is nothing (`{}`)."""
     attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
 
     async def body() -> AsyncIterator[bytes]:
@@ -279,11 +284,12 @@ async def wait_response(
                 yield chunk
         if rollback:
             await _rolled_back(resources, run)
-        yield msgspec.json.encode(await _outcome(resources, run))
+        yield msgspec.json.encode(await _outcome(resources, run, values))
 
     paths = run_paths(run)
     return EventStream(
         body(),
+        status_code=200,  # also from `cancel?wait=1`, whose route answers 202 without `wait`
         media_type="application/json",
         headers={
             "Location": f"{paths['Content-Location']}/join",

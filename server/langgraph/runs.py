@@ -220,7 +220,10 @@ class RunsController(Controller):
         except Conflict:
             raise NotFound(f"No matching runs to cancel: run {run_id} already ended") from None
         if _flag(wait):
-            return await wait_response(resources, run, False, rollback=action == "rollback")
+            # 200 and `{}` once the run is over, as LangGraph: the JS SDK resolves on the body
+            return await wait_response(
+                resources, run, False, rollback=action == "rollback", values=False
+            )
         return Response(None, status_code=202)
 
     @delete("/{run_id:str}", status_code=204, summary="Delete a finished run", dependencies=WRITE)

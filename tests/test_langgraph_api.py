@@ -137,9 +137,9 @@ def position(event_id: str) -> tuple[int, ...]:
 
 
 def assert_resumable(parts: list[StreamPart]) -> None:
-    """Every part after the opening `metadata` (but a closing `error`) carries an id, in
+    """Every part, the opening `metadata` too (but a closing `error`), carries an id, in
     increasing order: each is a resume point, none sent twice."""
-    ids = [p.id for p in parts[1:] if not (p.event == "error" and p is parts[-1])]
+    ids = [p.id for p in parts if not (p.event == "error" and p is parts[-1])]
     assert all(ids), ids
     places = [position(i) for i in ids if i]
     assert places == sorted(places) and len(set(places)) == len(places), ids
@@ -286,7 +286,8 @@ async def test_join_stream_cut_and_rejoined_by_last_id_equals_a_replay_from_the_
     assert any(p.event == "messages" for p in rest), "cut after the answer streamed"
     assert wire(first + rest) == wire(everything)
     assert everything[0].event == "metadata" and everything[-1].event == "end"
-    ids = [p.id for p in everything if p.id is not None]
+    ids = [p.id for p in everything]
+    assert None not in ids and len(set(ids)) == len(ids)
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
     final = [p.data for p in everything if p.event == "values"][-1]
     assert chunks_text(everything) == text == final["messages"][-1]["content"]
@@ -313,8 +314,10 @@ async def test_rejoining_after_any_part_gives_exactly_the_parts_after_it(
     run = await sdk.runs.create(tid, "chat", input=human(text), stream_mode=modes, config=slow())
     everything = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
     assert everything[-1].event == "end"
-    assert all(p.id is not None for p in everything[1:])
-    for cut in range(2, len(everything)):
+    # every part has an id, the opening `metadata` `0-0`: a rejoin after it has no second one
+    assert everything[0].event == "metadata" and everything[0].id == "0-0"
+    assert all(p.id is not None for p in everything)
+    for cut in range(1, len(everything)):
         rest = await collect(
             sdk.runs.join_stream(tid, run["run_id"], last_event_id=everything[cut - 1].id)
         )

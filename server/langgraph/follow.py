@@ -161,9 +161,11 @@ async def stream_response(
     after: str,
     cancel_on_disconnect: bool,
     partly_sent: tuple[str, int] | None = None,
+    opening: bool = True,
 ) -> EventStream:
     """The run's events after `after` (and the rest of `partly_sent`, an event the client has
-    some frames of) as LangGraph's SSE frames, in the caller's stream slot.
+    some frames of) as LangGraph's SSE frames, in the caller's stream slot; from the start,
+    after the opening `metadata` unless the client had it (`opening`, `rejoin.opens`).
 
     The slot is taken first: a request refused for want of one reads nothing of the stream
     (a catch-up into a long run reads all of it); one refused after it gives it back."""
@@ -178,8 +180,8 @@ async def stream_response(
     except BaseException:
         quotas.give_back(slot)
         raise
-    opening = translator.opening() if after == "0-0" else b""
-    frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
+    first = translator.opening() if opening and after == "0-0" else b""
+    frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=first)
     return EventStream(
         quotas.hold(slot, frames),
         media_type="text/event-stream",  # Litestar adds "; charset=utf-8"

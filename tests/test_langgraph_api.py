@@ -1195,6 +1195,43 @@ async def started_answering(sdk: LangGraphClient, tid: str, rid: str) -> None:
     raise AssertionError("the run ended before it streamed")
 
 
+TUPLES: dict[str, Any] = {"stream_mode": "messages-tuple"}  # `started_answering` reads it
+
+
+async def test_a_busy_thread_shows_the_values_its_last_run_left_and_its_state_the_running_one(
+    sdk: LangGraphClient,
+) -> None:
+    """As on LangGraph's server: while a run goes on, `threads.get` (and `threads.search`)
+    hold the values as the thread's last run left them (none on a first run), where its state
+    and history show the running run's checkpoints (agent-chat-ui reads those)."""
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "chat", input=human(words(30)), config=slow(), **TUPLES)
+    await started_answering(sdk, tid, first["run_id"])
+    busy = await sdk.threads.get(tid)
+    assert busy["status"] == "busy" and busy["values"] is None, busy
+    state = await sdk.threads.get_state(tid)
+    assert [m["type"] for m in state["values"]["messages"]] == ["human"]
+    assert state["next"] and not state["interrupts"]
+    await sdk.runs.join(tid, first["run_id"])
+    done = (await sdk.threads.get(tid))["values"]
+    assert [m["type"] for m in done["messages"]] == ["human", "ai"]
+
+    second = await sdk.runs.create(
+        tid, "chat", input=human(words(30, "x")), config=slow(), **TUPLES
+    )
+    await started_answering(sdk, tid, second["run_id"])
+    busy = await sdk.threads.get(tid)
+    assert busy["status"] == "busy" and busy["values"] == done, busy
+    [found] = await sdk.threads.search(ids=[tid])
+    assert found["values"] == done
+    history = await sdk.threads.get_history(tid, limit=1)
+    assert [m["type"] for m in history[0]["values"]["messages"]] == ["human", "ai", "human"]
+    assert history[0]["next"]
+    await sdk.runs.join(tid, second["run_id"])
+    after = (await sdk.threads.get(tid))["values"]
+    assert [m["type"] for m in after["messages"]] == ["human", "ai", "human", "ai"]
+
+
 async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient) -> None:
     thread = await sdk.threads.create()
     tid = thread["thread_id"]

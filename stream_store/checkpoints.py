@@ -54,6 +54,7 @@ __all__ = [
     "FencedPostgresSaver",
     "FreshThread",
     "attempt_fence",
+    "checkpoint_before_runs",
     "checkpointer_on",
     "copy_thread_checkpoints",
     "delete_run_checkpoints",
@@ -187,6 +188,21 @@ async def delete_run_checkpoints(
         " AND w.checkpoint_ns = gone.checkpoint_ns AND w.checkpoint_id = gone.checkpoint_id",
         (thread_id, run_id, thread_id),
     )
+
+
+async def checkpoint_before_runs(
+    conn: AsyncConnection[DictRow], thread_id: str, run_ids: Sequence[str]
+) -> str | None:
+    """The id of the thread's latest root checkpoint that none of `run_ids` wrote: its state
+    before those runs (None: they wrote all of them, or there are none)."""
+    cursor = await conn.execute(
+        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''"
+        " AND NOT (COALESCE(metadata->>'run_id', '') = ANY(%s))"
+        " ORDER BY checkpoint_id DESC LIMIT 1",
+        (thread_id, list(run_ids)),
+    )
+    row = await cursor.fetchone()
+    return None if row is None else str(row["checkpoint_id"])
 
 
 async def copy_thread_checkpoints(

@@ -137,9 +137,9 @@ def position(event_id: str) -> tuple[int, ...]:
 
 
 def assert_resumable(parts: list[StreamPart]) -> None:
-    """Every part after the opening `metadata` (but a closing `error`) carries an id, in
+    """Every part, the opening `metadata` too (but a closing `error`), carries an id, in
     increasing order: each is a resume point, none sent twice."""
-    ids = [p.id for p in parts[1:] if not (p.event == "error" and p is parts[-1])]
+    ids = [p.id for p in parts if not (p.event == "error" and p is parts[-1])]
     assert all(ids), ids
     places = [position(i) for i in ids if i]
     assert places == sorted(places) and len(set(places)) == len(places), ids
@@ -286,7 +286,8 @@ async def test_join_stream_cut_and_rejoined_by_last_id_equals_a_replay_from_the_
     assert any(p.event == "messages" for p in rest), "cut after the answer streamed"
     assert wire(first + rest) == wire(everything)
     assert everything[0].event == "metadata" and everything[-1].event == "end"
-    ids = [p.id for p in everything if p.id is not None]
+    ids = [p.id for p in everything]
+    assert None not in ids and len(set(ids)) == len(ids)
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
     final = [p.data for p in everything if p.event == "values"][-1]
     assert chunks_text(everything) == text == final["messages"][-1]["content"]
@@ -313,8 +314,10 @@ async def test_rejoining_after_any_part_gives_exactly_the_parts_after_it(
     run = await sdk.runs.create(tid, "chat", input=human(text), stream_mode=modes, config=slow())
     everything = await collect(sdk.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
     assert everything[-1].event == "end"
-    assert all(p.id is not None for p in everything[1:])
-    for cut in range(2, len(everything)):
+    # every part has an id, the opening `metadata` `0-0`: a rejoin after it has no second one
+    assert everything[0].event == "metadata" and everything[0].id == "0-0"
+    assert all(p.id is not None for p in everything)
+    for cut in range(1, len(everything)):
         rest = await collect(
             sdk.runs.join_stream(tid, run["run_id"], last_event_id=everything[cut - 1].id)
         )
@@ -1192,6 +1195,43 @@ async def started_answering(sdk: LangGraphClient, tid: str, rid: str) -> None:
     raise AssertionError("the run ended before it streamed")
 
 
+TUPLES: dict[str, Any] = {"stream_mode": "messages-tuple"}  # `started_answering` reads it
+
+
+async def test_a_busy_thread_shows_the_values_its_last_run_left_and_its_state_the_running_one(
+    sdk: LangGraphClient,
+) -> None:
+    """As on LangGraph's server: while a run goes on, `threads.get` (and `threads.search`)
+    hold the values as the thread's last run left them (none on a first run), where its state
+    and history show the running run's checkpoints (agent-chat-ui reads those)."""
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "chat", input=human(words(30)), config=slow(), **TUPLES)
+    await started_answering(sdk, tid, first["run_id"])
+    busy = await sdk.threads.get(tid)
+    assert busy["status"] == "busy" and busy["values"] is None, busy
+    state = await sdk.threads.get_state(tid)
+    assert [m["type"] for m in state["values"]["messages"]] == ["human"]
+    assert state["next"] and not state["interrupts"]
+    await sdk.runs.join(tid, first["run_id"])
+    done = (await sdk.threads.get(tid))["values"]
+    assert [m["type"] for m in done["messages"]] == ["human", "ai"]
+
+    second = await sdk.runs.create(
+        tid, "chat", input=human(words(30, "x")), config=slow(), **TUPLES
+    )
+    await started_answering(sdk, tid, second["run_id"])
+    busy = await sdk.threads.get(tid)
+    assert busy["status"] == "busy" and busy["values"] == done, busy
+    [found] = await sdk.threads.search(ids=[tid])
+    assert found["values"] == done
+    history = await sdk.threads.get_history(tid, limit=1)
+    assert [m["type"] for m in history[0]["values"]["messages"]] == ["human", "ai", "human"]
+    assert history[0]["next"]
+    await sdk.runs.join(tid, second["run_id"])
+    after = (await sdk.threads.get(tid))["values"]
+    assert [m["type"] for m in after["messages"]] == ["human", "ai", "human", "ai"]
+
+
 async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient) -> None:
     thread = await sdk.threads.create()
     tid = thread["thread_id"]
@@ -1199,7 +1239,8 @@ async def test_cancel_with_wait_leaves_the_run_interrupted(sdk: LangGraphClient)
         tid, "chat", input=human(words(200)), stream_mode="messages-tuple", config=slow()
     )
     await started_answering(sdk, tid, run["run_id"])
-    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    # LangGraph's answer: what the run streamed after the cancel, nothing (`{}`), once it ended
+    assert await sdk.runs.cancel(tid, run["run_id"], wait=True) == {}
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
     with pytest.raises(NotFoundError):  # it is over: nothing left to cancel
         await sdk.runs.cancel(tid, run["run_id"])

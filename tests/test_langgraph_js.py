@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs i
 JS = Path(__file__).parent / "js"
 SCRIPT = JS / "stream_run.mjs"
 USE_STREAM = JS / "use_stream.mjs"
+CANCEL_RUN = JS / "cancel_run.mjs"
 
 # The fake model echoes the last user message, one whitespace-split word per `messages` part,
 # `TOKEN_DELAY_MS` apart: about 8 s of run and some 90 KB of stream. Numbered words make any
@@ -186,10 +187,13 @@ async def test_runs_stream_reconnects_through_a_proxy_cutting_every_few_kilobyte
     body = [p for p in parts if p["event"] != "end"]
     assert body[-1]["event"] == "values", events[-5:]
 
-    # No part twice: the parts carry ids (a reconnect resumes after the last one) that only go up.
-    ids = [tuple(int(n) for n in p["id"].split("-")) for p in parts if p["id"] is not None]
-    assert len(ids) >= len(parts) - 1, "parts without an id: the SDK cannot resume after them"
+    # No part twice: every part carries an id (a reconnect resumes after the last one), the
+    # opening `metadata` too, as in LangGraph's resumable streams, and the ids only go up; a
+    # resumed stream opens with no second `metadata`.
+    assert all(p["id"] is not None for p in parts), [p for p in parts if p["id"] is None][:3]
+    ids = [tuple(int(n) for n in p["id"].split("-")) for p in parts]
     assert ids == sorted(set(ids)), "a part arrived twice, or out of order"
+    assert len(ids) == len(parts)
 
     # The final values hold the answer; its chunks, concatenated, give it exactly once.
     final = body[-1]["data"]["messages"]
@@ -255,3 +259,25 @@ async def test_use_stream_shows_an_interrupt_and_resumes_it(
     # the approved call ran, and the graph answered after it
     assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
     assert done["messages"][2]["content"].startswith("saved note")
+
+
+async def test_runs_cancel_with_wait_resolves_once_the_run_is_cancelled(
+    node: str, server: ServerHandle, worker: Worker
+) -> None:
+    """`runs.cancel(thread, run, true)` resolves when the answer's body has come, and LangGraph
+    answers 200 with the outcome once the run is cancelled: a `runs.get` right after sees the
+    run `interrupted`. (A 202 is read as "accepted": the SDK would go on at once.)"""
+    code, lines, err = await run_node(
+        node,
+        server.url,
+        "chat",
+        json.dumps({"messages": [{"type": "human", "content": TEXT}]}),
+        json.dumps({"configurable": {"fake_token_delay_ms": TOKEN_DELAY_MS}}),
+        "1500",
+        script=CANCEL_RUN,
+    )
+    assert code == 0, f"node exited with {code}\nstderr: {err}\nlines: {lines}"
+    [seen] = lines
+    assert seen["before"] == "running", seen
+    assert seen["cancelled"] == {}, seen  # LangGraph's body: no values after the cancel
+    assert seen["status"] == "interrupted", seen

@@ -71,9 +71,9 @@ async def two_runs(client: LangGraphClient, tid: str, **kwargs: Any) -> list[str
 
 def own_ids(run_id: str, parts: list[StreamPart]) -> list[tuple[str, Any, str | None]]:
     """A run's join stream as the thread stream gives it: each id after `<run_id>:`, the
-    opening `metadata` (no id in the run's stream) with `<run_id>:0-0`, and after the `end`
+    opening `metadata` (`0-0` in the run's stream too) as `<run_id>:0-0`, and after the `end`
     LangGraph's run_done, which takes the end's id (the end then has its frame id `<id>.0`)."""
-    *body, end = [(p.event, p.data, f"{run_id}:{p.id or '0-0'}") for p in parts]
+    *body, end = [(p.event, p.data, f"{run_id}:{p.id}") for p in parts]
     run_done = {"status": "run_done", "run_id": run_id}
     return [*body, (end[0], end[1], f"{end[2]}.0"), ("metadata", run_done, end[2])]
 

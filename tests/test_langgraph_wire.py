@@ -404,10 +404,9 @@ class TestFraming:
         raw = viewer("custom").render(event)
         assert raw == (b'event: custom\r\ndata: {"progress":1}\r\nid: 1700000000000-0\r\n\r\n')
 
-    def test_the_opening_metadata_names_the_run_and_moves_no_cursor(self) -> None:
+    def test_the_opening_metadata_names_the_run_and_has_the_id_before_its_events(self) -> None:
         raw = viewer("values").opening()
-        assert b"id:" not in raw
-        assert frames(raw) == [("metadata", {"run_id": RUN, "attempt": 1}, None)]
+        assert frames(raw) == [("metadata", {"run_id": RUN, "attempt": 1}, "0-0")]
 
     def test_heartbeats_are_comments_the_sdk_skips(self) -> None:
         assert LangGraphStream.heartbeat == b": heartbeat\r\n\r\n"
@@ -478,7 +477,7 @@ class TestFraming:
         for size in (1, 5, 64, len(raw)):
             parts = parse(raw, chunk_size=size)
             assert [(p.event, p.id) for p in parts] == [
-                ("metadata", None),
+                ("metadata", "0-0"),
                 ("values", events[3].id),
                 ("messages", events[4].id),
                 ("messages", events[5].id),

@@ -161,9 +161,11 @@ async def stream_response(
     after: str,
     cancel_on_disconnect: bool,
     partly_sent: tuple[str, int] | None = None,
+    opening: bool = True,
 ) -> EventStream:
     """The run's events after `after` (and the rest of `partly_sent`, an event the client has
-    some frames of) as LangGraph's SSE frames, in the caller's stream slot.
+    some frames of) as LangGraph's SSE frames, in the caller's stream slot; from the start,
+    after the opening `metadata` unless the client had it (`opening`, `rejoin.opens`).
 
     The slot is taken first: a request refused for want of one reads nothing of the stream
     (a catch-up into a long run reads all of it); one refused after it gives it back."""
@@ -178,8 +180,8 @@ async def stream_response(
     except BaseException:
         quotas.give_back(slot)
         raise
-    opening = translator.opening() if after == "0-0" else b""
-    frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=opening)
+    first = translator.opening() if opening and after == "0-0" else b""
+    frames = _to_the_end(resources, run, attachment, cancel_on_disconnect, opening=first)
     return EventStream(
         quotas.hold(slot, frames),
         media_type="text/event-stream",  # Litestar adds "; charset=utf-8"
@@ -232,13 +234,15 @@ async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
             logger.info("run cancelled: its client went away (on_disconnect=cancel)")
 
 
-async def _outcome(resources: Resources, run: RunRecord) -> dict[str, Any]:
-    """What `/wait` and `/join` answer: the thread's values, or the run's error."""
+async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> dict[str, Any]:
+    """What `/wait` and `/join` answer: the thread's values (`with_values`), or the run's error."""
     run = await resources.run_records.get_run(run.run_id, run.owner) or run
     if run.status == "failed":
         error = run.error or {}
         kind, _, text = str(error.get("message", "")).partition(": ")
         return {"__error__": {"error": kind or error.get("code", "error"), "message": text}}
+    if not with_values:
+        return {}
     thread = await resources.thread_records.get_thread(run.thread_id, run.owner)
     if thread is None:
         return {}
@@ -267,8 +271,11 @@ async def wait_response(
     cancel_on_disconnect: bool,
     *,
     rollback: bool = False,
+    values: bool = True,
 ) -> EventStream:
-    """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON."""
+    """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON: 200 with
+    the headers, as LangGraph's. A waiting cancel asks for no `values`: LangGraph's answer to
+    it holds only what the run streamed after the cancel, which is nothing (`{}`)."""
     attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
 
     async def body() -> AsyncIterator[bytes]:
@@ -279,11 +286,12 @@ async def wait_response(
                 yield chunk
         if rollback:
             await _rolled_back(resources, run)
-        yield msgspec.json.encode(await _outcome(resources, run))
+        yield msgspec.json.encode(await _outcome(resources, run, values))
 
     paths = run_paths(run)
     return EventStream(
         body(),
+        status_code=200,  # also from `cancel?wait=1`, whose route answers 202 without `wait`
         media_type="application/json",
         headers={
             "Location": f"{paths['Content-Location']}/join",

@@ -14,9 +14,10 @@ from ..attach import REPLAY_PAGE
 from ..resources import Resources
 from .stream import LangGraphStream, split_frame_id
 
-__all__ = ["catch_up", "resume_point"]
+__all__ = ["catch_up", "opens", "resume_point"]
 
 _U64 = 2**64 - 1
+_FROM_THE_START = ("", "-1", "-", "0")  # the `Last-Event-ID`s that hold no id
 RECENT_EVENTS = 64  # how far back a resumed viewer looks first (`take_recent`)
 
 
@@ -26,11 +27,18 @@ def _id_before(event_id: str) -> str:
     return f"{ms}-{seq - 1}" if seq else f"{ms - 1}-{_U64}"
 
 
+def opens(last_event_id: str | None) -> bool:
+    """True when a join with this `Last-Event-ID` starts with the opening `metadata`: the
+    client holds no id (absent, `-1`, `-`, empty or `0`). One that holds an id, the opening's
+    `0-0` among them, has had it; LangGraph's resumed join sends none either."""
+    return last_event_id is None or last_event_id.strip() in _FROM_THE_START
+
+
 def resume_point(last_event_id: str | None) -> tuple[str, tuple[str, int] | None]:
     """Where to resume for LangGraph's `Last-Event-ID` (absent, `-1`, `-` or `0`: from the
     start), and for a frame id the event the client has part of, with how many of its
     frames."""
-    if last_event_id is None or last_event_id.strip() in ("", "-1", "-", "0"):
+    if last_event_id is None or opens(last_event_id):
         return "0-0", None
     try:
         event_id, frames_sent = split_frame_id(last_event_id.strip())

@@ -28,7 +28,7 @@ from ..resources import Resources
 from ..runs import owned_run
 from .conversions import run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
-from .rejoin import resume_point
+from .rejoin import opens, resume_point
 from .submit import submit, submit_batch
 from .views import run_view
 from .wire import MAX_PAGE, Run, RunCreate
@@ -186,7 +186,8 @@ class RunsController(Controller):
     ) -> Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
         header = request.headers.get("last-event-id")
-        after, partly_sent = resume_point(header if header is not None else last_event_id)
+        resume_from = header if header is not None else last_event_id
+        after, partly_sent = resume_point(resume_from)
         asked = [m for m in (stream_mode or []) if m]
         return await stream_response(
             resources,
@@ -197,6 +198,7 @@ class RunsController(Controller):
             after=after,
             cancel_on_disconnect=_flag(cancel_on_disconnect),
             partly_sent=partly_sent,
+            opening=opens(resume_from),
         )
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Cancel a run", dependencies=WRITE)
@@ -220,7 +222,10 @@ class RunsController(Controller):
         except Conflict:
             raise NotFound(f"No matching runs to cancel: run {run_id} already ended") from None
         if _flag(wait):
-            return await wait_response(resources, run, False, rollback=action == "rollback")
+            # 200 and `{}` once the run is over, as LangGraph: the JS SDK resolves on the body
+            return await wait_response(
+                resources, run, False, rollback=action == "rollback", values=False
+            )
         return Response(None, status_code=202)
 
     @delete("/{run_id:str}", status_code=204, summary="Delete a finished run", dependencies=WRITE)

@@ -204,10 +204,11 @@ class LangGraphStream:
         self._partly_sent = (event_id, frames_sent)
 
     def opening(self, attempt: int = 1) -> bytes:
-        """The `metadata` frame LangGraph sends first. In a run's stream it moves no client's
-        cursor; in the thread stream (ids with a prefix) its id is `<prefix>0-0`, the point
-        after it and before the run's first event."""
-        opening_id = f"{self._id_prefix}0-0" if self._id_prefix else None
+        """The `metadata` frame LangGraph sends first. Its id is `0-0` (in the thread stream
+        `<prefix>0-0`), the point after it and before the run's first event: every part has
+        an id, as in LangGraph's resumable streams, and a client that resumes after it gets
+        the run's events without a second `metadata`."""
+        opening_id = f"{self._id_prefix}0-0"
         return _frame("metadata", _encode({"run_id": self.run_id, "attempt": attempt}), opening_id)
 
     def render(self, event: StoredEvent, shared: dict[str, bytes] | None = None) -> bytes:

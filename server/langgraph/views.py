@@ -15,7 +15,9 @@ from langgraph.types import PregelTask, StateSnapshot
 
 from stream_store.assistant_records import AssistantRecord
 from stream_store.assistant_records import AssistantVersion as StoredVersion
+from stream_store.checkpoints import checkpoint_before_runs
 from stream_store.errors import NotFound
+from stream_store.events import RunStatus
 from stream_store.messages import state_to_json
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
@@ -343,8 +345,19 @@ async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
     """`thread` as LangGraph's API shows it (read with `langgraph=True`, for its status)."""
     if thread.langgraph_status is None:
         raise RuntimeError("thread_view needs the thread's LangGraph status (langgraph=True)")
-    latest = await _latest_run(resources, thread)
-    state = await _current_state(thread, await _graph_of(resources, thread, latest))
+    runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
+    graph = await _graph_of(resources, thread, runs[-1] if runs else None)
+    running = [r.run_id for r in runs if r.status == RunStatus.RUNNING]
+    if running and graph is not None:
+        # LangGraph's thread holds its values as its last run left them: a running run's
+        # checkpoints show in its state and history, not here
+        async with resources.pool.connection() as conn:
+            before = await checkpoint_before_runs(conn, thread.thread_id, running)
+        config = _config(thread.thread_id, before)
+        snapshot = await graph.aget_state(config) if before else None  # type: ignore[arg-type]
+        state = _state(snapshot, thread.thread_id) if snapshot else _empty_state()
+    else:
+        state = await _current_state(thread, graph)
     interrupts: dict[str, list[dict[str, Any]]] = {}
     for task in state.tasks:
         if task["interrupts"]:

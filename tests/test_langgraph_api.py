@@ -1198,6 +1198,17 @@ async def started_answering(sdk: LangGraphClient, tid: str, rid: str) -> None:
 TUPLES: dict[str, Any] = {"stream_mode": "messages-tuple"}  # `started_answering` reads it
 
 
+async def state_at_work(sdk: LangGraphClient, tid: str) -> Any:
+    """The thread's state once its running run's checkpoint names the node at work: with
+    async durability that checkpoint is written while the node runs, so the first token can
+    come before it."""
+    deadline = time.monotonic() + 10
+    while not (state := await sdk.threads.get_state(tid))["next"]:
+        assert time.monotonic() < deadline, state
+        await asyncio.sleep(0.05)
+    return state
+
+
 async def test_a_busy_thread_shows_the_values_its_last_run_left_and_its_state_the_running_one(
     sdk: LangGraphClient,
 ) -> None:
@@ -1209,7 +1220,7 @@ async def test_a_busy_thread_shows_the_values_its_last_run_left_and_its_state_th
     await started_answering(sdk, tid, first["run_id"])
     busy = await sdk.threads.get(tid)
     assert busy["status"] == "busy" and busy["values"] is None, busy
-    state = await sdk.threads.get_state(tid)
+    state = await state_at_work(sdk, tid)
     assert [m["type"] for m in state["values"]["messages"]] == ["human"]
     assert state["next"] and not state["interrupts"]
     await sdk.runs.join(tid, first["run_id"])
@@ -1224,6 +1235,7 @@ async def test_a_busy_thread_shows_the_values_its_last_run_left_and_its_state_th
     assert busy["status"] == "busy" and busy["values"] == done, busy
     [found] = await sdk.threads.search(ids=[tid])
     assert found["values"] == done
+    await state_at_work(sdk, tid)
     history = await sdk.threads.get_history(tid, limit=1)
     assert [m["type"] for m in history[0]["values"]["messages"]] == ["human", "ai", "human"]
     assert history[0]["next"]

@@ -619,10 +619,12 @@ async def test_reconnecting_then_live_again_when_the_server_returns(
 
 async def test_a_worker_crash_shows_the_next_attempt(cluster: Cluster, tabs: Tabs) -> None:
     fast_recovery = {"RUNSTREAM_LEASE_MS": "1000", "RUNSTREAM_REAPER_INTERVAL_MS": "200"}
-    slow_tokens = {"RUNSTREAM_FAKE_TOKEN_DELAY_MS": "60", **fast_recovery}
+    slow_tokens = {"RUNSTREAM_FAKE_TOKEN_DELAY_MS": "100", **fast_recovery}
     _, url = await cluster.server()
     first = await cluster.ready_worker(**slow_tokens)
-    text = words(200, "step")  # about 12 s of tokens
+    # about 30 s of tokens: the standby worker is ready long before the end, even when it
+    # takes 15 s to start on a busy machine (CI at load 4 saw 17 s)
+    text = words(300, "step")
     page = await tabs.open(url)
     await send(page, text)
     await wait_for_words(page, 5)

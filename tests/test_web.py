@@ -619,12 +619,12 @@ async def test_reconnecting_then_live_again_when_the_server_returns(
 
 async def test_a_worker_crash_shows_the_next_attempt(cluster: Cluster, tabs: Tabs) -> None:
     fast_recovery = {"RUNSTREAM_LEASE_MS": "1000", "RUNSTREAM_REAPER_INTERVAL_MS": "200"}
-    slow_tokens = {"RUNSTREAM_FAKE_TOKEN_DELAY_MS": "100", **fast_recovery}
+    slow_tokens = {"RUNSTREAM_FAKE_TOKEN_DELAY_MS": "90", **fast_recovery}
     _, url = await cluster.server()
     first = await cluster.ready_worker(**slow_tokens)
-    # about 30 s of tokens: the standby worker is ready long before the end, even when it
-    # takes 15 s to start on a busy machine (CI at load 4 saw 17 s)
-    text = words(300, "step")
+    # about 22 s of tokens: longer than the standby worker takes to start on a busy machine
+    # (CI at load 4 saw 17 s), shorter than the 30 s the second attempt's whole answer has
+    text = words(240, "step")
     page = await tabs.open(url)
     await send(page, text)
     await wait_for_words(page, 5)

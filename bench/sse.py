@@ -16,7 +16,10 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 __all__ = [
     "LANGGRAPH_TERMINAL",
@@ -28,6 +31,7 @@ __all__ = [
     "ViewerResult",
     "event_position",
     "follow",
+    "run_stream_events",
 ]
 
 READ_SIZE = 256 * 1024
@@ -258,3 +262,19 @@ async def follow(
         if result.terminal or result.reconnects >= max_reconnects:
             return result
         result.reconnects += 1
+
+
+async def run_stream_events(
+    http: httpx.AsyncClient, thread_id: str, body: dict[str, Any]
+) -> AsyncIterator[SseEvent]:
+    """The events of `POST /threads/{thread_id}/runs/stream` (LangGraph API), as they come;
+    a status other than 200 is an error naming it."""
+    path = f"/threads/{thread_id}/runs/stream"
+    async with http.stream("POST", path, json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            raise RuntimeError(f"runs/stream answered {response.status_code}: {response.text}")
+        parser = SseParser()
+        async for data in response.aiter_raw():
+            for event in parser.feed(data):
+                yield event

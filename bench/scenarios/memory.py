@@ -33,7 +33,7 @@ import httpx
 from bench.context import BenchContext
 from bench.launcher import ROOT
 from bench.report import Target, summary
-from bench.sse import LANGGRAPH_TERMINAL, SseParser
+from bench.sse import LANGGRAPH_TERMINAL, run_stream_events
 
 NAME = "memory"
 NEEDS: tuple[str, ...] = ()
@@ -55,18 +55,12 @@ async def first_token(http: httpx.AsyncClient, graph: str) -> float:
     }
     first, done = 0.0, False
     start = time.perf_counter()
-    async with http.stream("POST", f"/threads/{uuid.uuid4()}/runs/stream", json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"runs/stream answered {response.status_code}: {response.text}")
-        parser = SseParser()
-        async for data in response.aiter_raw():
-            for event in parser.feed(data):
-                if event.event == b"messages" and b'"AIMessageChunk"' in event.data:
-                    if not first and b'"content":""' not in event.data:
-                        first = time.perf_counter() - start
-                elif event.event in LANGGRAPH_TERMINAL:
-                    done = event.event == b"end"
+    async for event in run_stream_events(http, str(uuid.uuid4()), body):
+        if event.event == b"messages" and b'"AIMessageChunk"' in event.data:
+            if not first and b'"content":""' not in event.data:
+                first = time.perf_counter() - start
+        elif event.event in LANGGRAPH_TERMINAL:
+            done = event.event == b"end"
     if not (first and done):
         raise AssertionError(f"{graph}: no token or no clean end")
     return first
@@ -82,19 +76,13 @@ async def prompt_of_turn(http: httpx.AsyncClient, thread_id: str, turn: int) -> 
         "if_not_exists": "create",
     }
     prompt: dict[str, Any] = {}
-    async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"runs/stream answered {response.status_code}: {response.text}")
-        parser = SseParser()
-        async for data in response.aiter_raw():
-            for event in parser.feed(data):
-                if event.event == b"custom":
-                    memory = json.loads(event.data).get("memory") or {}
-                    if memory.get("event") == "prompt":
-                        prompt = memory
-                elif event.event == b"error":
-                    raise RuntimeError(f"turn {turn}: {event.data!r}")
+    async for event in run_stream_events(http, thread_id, body):
+        if event.event == b"custom":
+            memory = json.loads(event.data).get("memory") or {}
+            if memory.get("event") == "prompt":
+                prompt = memory
+        elif event.event == b"error":
+            raise RuntimeError(f"turn {turn}: {event.data!r}")
     if not prompt:
         raise AssertionError(f"turn {turn}: no prompt event")
     return prompt

@@ -38,7 +38,7 @@ import httpx
 from bench.context import BenchContext
 from bench.launcher import ROOT, Process, free_port
 from bench.report import Target, summary
-from bench.sse import LANGGRAPH_TERMINAL, SseParser
+from bench.sse import LANGGRAPH_TERMINAL, run_stream_events
 
 NAME = "user_graph"
 NEEDS: tuple[str, ...] = ()
@@ -131,22 +131,15 @@ async def served(http: httpx.AsyncClient) -> tuple[int, float, float]:
     }
     tokens, first, done = 0, 0.0, 0.0
     start = time.perf_counter()
-    path = f"/threads/{uuid.uuid4()}/runs/stream"
-    async with http.stream("POST", path, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"runs/stream answered {response.status_code}: {response.text}")
-        parser = SseParser()
-        async for data in response.aiter_raw():
-            for event in parser.feed(data):
-                if event.event == b"messages" and b'"AIMessageChunk"' in event.data:
-                    if b'"content":""' in event.data:
-                        continue
-                    tokens += 1
-                    if not first:
-                        first = time.perf_counter() - start
-                elif event.event in LANGGRAPH_TERMINAL:
-                    done = time.perf_counter() - start
+    async for event in run_stream_events(http, str(uuid.uuid4()), body):
+        if event.event == b"messages" and b'"AIMessageChunk"' in event.data:
+            if b'"content":""' in event.data:
+                continue
+            tokens += 1
+            if not first:
+                first = time.perf_counter() - start
+        elif event.event in LANGGRAPH_TERMINAL:
+            done = time.perf_counter() - start
     if not (first and done):
         raise AssertionError("the served run had no token or no end")
     return tokens, first, done

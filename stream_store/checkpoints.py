@@ -48,6 +48,7 @@ from psycopg import AsyncConnection, AsyncCursor, OperationalError
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from .connections import plain_index_builds, table_missing
 from .errors import Fenced
 
 __all__ = [
@@ -164,8 +165,12 @@ def checkpointer_on(conn: AsyncConnection[DictRow]) -> AsyncPostgresSaver:
 
 
 async def setup_checkpoints(conn: AsyncConnection[DictRow]) -> None:
-    """Create or upgrade the checkpointer's tables (`conn` must be in autocommit)."""
-    await AsyncPostgresSaver(conn).setup()
+    """Create or upgrade the checkpointer's tables (`conn` must be in autocommit); on a schema
+    without them, with plain index builds (`plain_index_builds`)."""
+    saver = AsyncPostgresSaver(conn)
+    if await table_missing(conn, "checkpoint_migrations"):
+        saver.MIGRATIONS = [plain_index_builds(step) for step in saver.MIGRATIONS]
+    await saver.setup()
 
 
 async def delete_thread_checkpoints(conn: AsyncConnection[DictRow], thread_id: str) -> None:

@@ -326,6 +326,20 @@ async def session_pool(settings: Settings, pool: PgPool) -> AsyncIterator[PgPool
         await direct.close()
 
 
+async def table_missing(conn: AsyncConnection[DictRow], table: str) -> bool:
+    """`table` is not on `conn`'s search path (a schema's first start-up)."""
+    cur = await conn.execute("SELECT to_regclass(%s) IS NULL AS missing", (table,))
+    row = await cur.fetchone()
+    return row is not None and bool(row["missing"])
+
+
+def plain_index_builds(statement: str) -> str:
+    """`statement` with its index builds made plain, for tables that are new and empty: a
+    `CONCURRENTLY` build waits for every transaction running in the database at its start, in
+    any schema, so one long transaction elsewhere held a first start-up for as long as it ran."""
+    return statement.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX")
+
+
 async def check_search_path(settings: Settings, pool: PgPool) -> None:
     """Through a transaction pooler runstream sets no search_path, so the schema must be the
     connections' own default; say so at start-up rather than fail on a missing table later."""

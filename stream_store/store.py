@@ -42,7 +42,7 @@ from langgraph.store.postgres.base import ANNIndexConfig, PostgresIndexConfig
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from .connections import PgPool
+from .connections import PgPool, plain_index_builds, table_missing
 from .errors import QuotaExceeded, StoreUnavailable
 from .owner_caps import count_locked
 from .settings import SettingsError
@@ -167,6 +167,12 @@ async def setup_store(conn: AsyncConnection[DictRow], options: StoreOptions) -> 
     if options.index is not None:
         await _check_vectors(conn, options.index["dims"])
     store = AsyncPostgresStore(conn, index=options.index)
+    if await table_missing(conn, "store_migrations"):
+        store.MIGRATIONS = [plain_index_builds(step) for step in store.MIGRATIONS]
+    if await table_missing(conn, "vector_migrations"):
+        store.VECTOR_MIGRATIONS = [
+            step._replace(sql=plain_index_builds(step.sql)) for step in store.VECTOR_MIGRATIONS
+        ]
     try:
         await store.setup()
     except psycopg.errors.InsufficientPrivilege as exc:

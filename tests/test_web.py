@@ -587,7 +587,8 @@ async def test_reconnecting_then_live_again_when_the_server_returns(
     await start_worker(fake_token_delay_ms=100)
     port = free_port()
     first, url = await cluster.server(port=port)
-    text = words(150, "bit")  # about 15 s of tokens: the run outlasts the restart
+    # about 30 s of tokens: the run outlasts the restart (CI, busy, once took over 12 s)
+    text = words(300, "bit")
     page = await tabs.open(url)
     await record_connection_states(page)
     await send(page, text)

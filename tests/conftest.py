@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 import pytest
+import pytest_asyncio
 import uvicorn
 from arq.worker import Worker
 from hypothesis import settings as hypothesis_settings
@@ -36,6 +38,7 @@ from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
 from tests.redis_cluster import LocalRedisCluster
+from tests.schemas import SchemaPool, drop_schema
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -117,9 +120,43 @@ def redis_cluster_url() -> Iterator[str]:
         local.stop()
 
 
+@pytest.fixture(scope="session")
+def schema_pool(service_urls: tuple[str, str]) -> Iterator[SchemaPool]:
+    """This test process's migrated schemas, one test at a time (tests/schemas.py)."""
+    pool = SchemaPool(service_urls[1])
+    yield pool
+    pool.drop_all()
+
+
 @pytest.fixture
-async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator[Settings]:
-    """Settings on a private schema and prefix; both are dropped after the test."""
+async def settings(
+    request: pytest.FixtureRequest,
+    test_id: str,
+    service_urls: tuple[str, str],
+    schema_pool: SchemaPool,
+) -> AsyncIterator[Settings]:
+    """Settings on a schema and a key prefix of the test's own: the prefix's keys are deleted
+    after the test, the schema is emptied for a later test (or dropped, see tests/schemas.py).
+    A test marked `fresh_schema` gets a new schema, not yet migrated, dropped after it."""
+    fresh = request.node.get_closest_marker("fresh_schema") is not None
+    async with private_settings(test_id, service_urls, schema_pool, fresh=fresh) as private:
+        yield private
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_settings(
+    service_urls: tuple[str, str], schema_pool: SchemaPool
+) -> AsyncIterator[Settings]:
+    """`settings` shared by a module's tests (in the module's event loop), for modules whose
+    tests each leave the state as they found it, such as refused requests."""
+    async with private_settings(uuid.uuid4().hex[:10], service_urls, schema_pool) as private:
+        yield private
+
+
+@asynccontextmanager
+async def private_settings(
+    test_id: str, service_urls: tuple[str, str], schema_pool: SchemaPool, *, fresh: bool = False
+) -> AsyncIterator[Settings]:
     schema = f"t_{test_id}"
     prefix = f"rs-test-{test_id}"
     redis_url, database_url = service_urls
@@ -150,10 +187,14 @@ async def settings(test_id: str, service_urls: tuple[str, str]) -> AsyncIterator
         )
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await conn.execute(f'DROP DATABASE IF EXISTS "{schema}" WITH (FORCE)')
-    else:
+    elif fresh:
         yield base
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            await drop_schema(conn, schema)
+    else:
+        pooled = await schema_pool.take(base)
+        yield replace(base, database_schema=pooled)
+        await schema_pool.give_back(pooled)
     await _drop_keys(redis_url, prefix)
 
 

@@ -4,12 +4,12 @@
 Every request here is refused. Each test records the test's whole state (the rows of
 `runstream_runs` and `runstream_threads` in its schema, every Redis key under its prefix)
 before the request and checks it is identical afterwards. No worker runs, so nothing else
-can change that state while a test looks.
+can change that state while a test looks. The module's tests share one server and schema: each
+has a thread and a queued run of its own, and compares the state before and after its request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import uuid
@@ -20,12 +20,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+import pytest_asyncio
 from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
+from server.app import create_app, serving
 from stream_store.limits import JSON_MAX_DEPTH
 from stream_store.settings import Settings
-from tests.conftest import ServerHandle, StartServer, schema_connection
+from tests.conftest import ServerHandle, schema_connection, serve_in_loop
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MAX_BODY = 2048
 RANDOM_ID = "5f0c2a7e-9d1b-4c3e-8a6f-2b7d9e1c4a50"
@@ -136,36 +140,37 @@ class Api:
         return error
 
 
-async def started(server: ServerHandle) -> ServerHandle:
-    """Wait for a server whose start-up outlasted `start_server`'s own wait.
-
-    Its migrations' concurrent index builds wait for every open transaction in the database,
-    so start-up can queue behind other test processes sharing the Postgres server.
-    """
-    async with asyncio.timeout(60):
-        while not server.server.started:
-            if server.task.done():
-                server.task.result()
-                raise AssertionError("the server stopped before it started")
-            await asyncio.sleep(0.05)
-    return server
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_server(module_settings: Settings) -> AsyncIterator[ServerHandle]:
+    """One server for the module's tests: each leaves the state as it found it (or adds to it,
+    for the few accepted requests), and every check compares the state before and after."""
+    handle = await serve_in_loop(serving(create_app(limited(module_settings))))
+    yield handle
+    await handle.stop()
 
 
-@pytest.fixture
-async def api(settings: Settings, start_server: StartServer) -> AsyncIterator[Api]:
-    server = await started(await start_server(max_body_bytes=MAX_BODY))
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+@pytest_asyncio.fixture(loop_scope="module")
+async def api(module_settings: Settings, module_server: ServerHandle) -> AsyncIterator[Api]:
+    async with httpx.AsyncClient(base_url=module_server.url, timeout=30) as client:
         thread = await client.post("/v1/threads", json={})
         assert thread.status_code == 201, thread.text
         thread_id = thread.json()["thread_id"]
         run = await client.post("/v1/runs", json=run_body(thread_id=thread_id))
         assert run.status_code == 202, run.text
-        yield Api(
-            client,
-            replace(settings, max_body_bytes=MAX_BODY),
-            thread_id,
-            run.json()["run_id"],
-        )
+        yield Api(client, limited(module_settings), thread_id, run.json()["run_id"])
+
+
+def limited(settings: Settings) -> Settings:
+    """A small body limit; room for each test's thread and queued run (the per-caller rates
+    and counts are off, as for a single developer without API keys)."""
+    return replace(
+        settings,
+        max_body_bytes=MAX_BODY,
+        max_active_runs=0,
+        max_submits_per_minute=0,
+        max_writes_per_minute=0,
+        max_queries_per_minute=0,
+    )
 
 
 def run_routes(run_id: str, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:

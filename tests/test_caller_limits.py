@@ -29,7 +29,7 @@ from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
 from tests.processes import ROOT, Cluster
 from tests.sse import iter_events
-from tests.test_bad_input import assert_error, started, state_of
+from tests.test_bad_input import assert_error, state_of
 
 API_KEYS = {"key-a": "alice", "key-b": "bob"}
 ALICE, BOB = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
@@ -55,7 +55,7 @@ def assert_too_many(response: httpx.Response, code: str) -> dict[str, str]:
 
 
 async def start(start_server: StartServer, **limits: Any) -> ServerHandle:
-    return await started(await start_server(**{**NO_LIMITS, **limits}))
+    return await start_server(**{**NO_LIMITS, **limits})
 
 
 async def counts(settings: Settings) -> tuple[int, int]:
@@ -307,7 +307,7 @@ class TestSseConnections:
         self, start_server: StartServer
     ) -> None:
         """The finding: 500 concurrent attaches with one API key all used to stay open."""
-        server = await started(await start_server())  # the default limits
+        server = await start_server()  # the default limits
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
         async with (
             httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client,

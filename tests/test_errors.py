@@ -25,7 +25,7 @@ from stream_store.errors import Fenced, StoreUnavailable
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
-from tests.test_bad_input import assert_error, run_body, started
+from tests.test_bad_input import assert_error, run_body
 
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -179,9 +179,7 @@ class TestServerErrorBodies:
         await proxy.start()
         try:
             netloc = real.netloc.replace(f"{real.hostname}:{real.port}", f"127.0.0.1:{proxy.port}")
-            server = await started(
-                await start_server(redis_url=real._replace(netloc=netloc).geturl())
-            )
+            server = await start_server(redis_url=real._replace(netloc=netloc).geturl())
             async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
                 run = await http.post("/v1/runs", json=run_body())
                 assert run.status_code == 202, run.text

@@ -16,7 +16,6 @@ import httpx
 from runner.scheduling import WINDOW_MIN, ReadyJob, fair_order, window_size
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
-from tests.test_bad_input import started
 from tests.test_caller_limits import ALICE, API_KEYS, BOB, NO_LIMITS
 
 SLOTS = 2
@@ -86,7 +85,7 @@ async def submit(client: httpx.AsyncClient, headers: dict[str, str]) -> str:
 async def test_another_callers_run_takes_the_next_free_slot_not_the_end_of_a_backlog(
     settings: Settings, start_server: StartServer, start_worker: StartWorker
 ) -> None:
-    server = await started(await start_server(api_keys=API_KEYS, **NO_LIMITS))
+    server = await start_server(api_keys=API_KEYS, **NO_LIMITS)
     await start_worker(worker_concurrency=SLOTS, fake_token_delay_ms=TOKEN_DELAY_MS)
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         for _ in range(BACKLOG):

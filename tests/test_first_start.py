@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import pytest
 
 from stream_store.services import open_services
 from stream_store.settings import Settings
 
 
+@pytest.mark.fresh_schema
 async def test_a_first_start_does_not_wait_for_a_long_statement_elsewhere(
     settings: Settings,
 ) -> None:

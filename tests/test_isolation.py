@@ -22,7 +22,7 @@ from server.auth import StreamTokens
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import iter_events, read_events
-from tests.test_bad_input import assert_error, send, started, state_of
+from tests.test_bad_input import assert_error, send, state_of
 
 API_KEYS = {"key-a": "alice", "key-b": "bob"}
 
@@ -46,7 +46,7 @@ class Callers:
 
 @pytest.fixture
 async def callers(settings: Settings, start_server: StartServer) -> AsyncIterator[Callers]:
-    server = await started(await start_server(api_keys=API_KEYS))
+    server = await start_server(api_keys=API_KEYS)
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-a")) as alice,
         httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-b")) as bob,

@@ -17,7 +17,6 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
 from tests.conftest import ServerHandle, StartServer, StartWorker
-from tests.test_bad_input import started
 from tests.test_langgraph_api import (
     assert_resumable,
     client_for,
@@ -141,8 +140,8 @@ async def test_a_replay_past_its_bound_ends_with_an_error_and_resumes_from_its_l
     (`ReplayTooLarge`, no id) ends the stream; rejoining with the last id goes on from there,
     and the pieces make up exactly the stream an unbounded replay gives."""
     bound = 8192
-    server = await started(await start_server(max_replay_bytes=bound))
-    unbounded = await started(await start_server())
+    server = await start_server(max_replay_bytes=bound)
+    unbounded = await start_server()
     await start_worker()
     sdk = client_for(server.url)
     text = words(300)
@@ -178,7 +177,7 @@ async def test_a_thread_stream_whose_replay_passes_the_bound_ends_there(
     """In the thread stream the bound ends the whole stream, not only the run's part: the
     client rejoins after its last frame (`<run id>:<event id>`) and goes on from there."""
     bound = 8192
-    server = await started(await start_server(max_replay_bytes=bound))
+    server = await start_server(max_replay_bytes=bound)
     await start_worker()
     sdk = client_for(server.url)
     tid, rid = await finished_run(sdk, words(300), ["values", "messages-tuple"])

@@ -17,7 +17,6 @@ import pytest
 from stream_store import limits
 from stream_store.settings import Settings
 from tests.conftest import StartServer, schema_connection
-from tests.test_bad_input import started
 from tests.test_caller_limits import ALICE, API_KEYS, BOB
 from tests.test_langgraph_store import store_rows
 
@@ -35,7 +34,7 @@ def assert_error(response: httpx.Response, status: int) -> dict[str, str]:
 
 
 async def start(start_server: StartServer, **changes: Any) -> str:
-    return (await started(await start_server(api_keys=API_KEYS, **changes))).url
+    return (await start_server(api_keys=API_KEYS, **changes)).url
 
 
 async def put(client: httpx.AsyncClient, key: str, value: dict[str, Any], **headers: str) -> Any:

@@ -16,7 +16,7 @@ import pytest
 from server.auth import StreamTokens, Unauthorized
 from stream_store.settings import Settings
 from tests.conftest import StartServer
-from tests.test_bad_input import assert_error, run_body, send, started
+from tests.test_bad_input import assert_error, run_body, send
 
 RUN = "5f0c2a7e-9d1b-4c3e-8a6f-2b7d9e1c4a50"
 OLD_SECRET = "old-secret-0123456789abcdef"
@@ -92,11 +92,11 @@ class TestRotationAcrossServers:
         self, settings: Settings, start_server: StartServer
     ) -> None:
         keyed = {"api_keys": {"key-a": "alice"}, "signing_key": ""}
-        old_only = await started(await start_server(signing_keys=(("k1", OLD_SECRET),), **keyed))
-        rotating = await started(
-            await start_server(signing_keys=(("k2", NEW_SECRET), ("k1", OLD_SECRET)), **keyed)
+        old_only = await start_server(signing_keys=(("k1", OLD_SECRET),), **keyed)
+        rotating = await start_server(
+            signing_keys=(("k2", NEW_SECRET), ("k1", OLD_SECRET)), **keyed
         )
-        new_only = await started(await start_server(signing_keys=(("k2", NEW_SECRET),), **keyed))
+        new_only = await start_server(signing_keys=(("k2", NEW_SECRET),), **keyed)
         alice = {"Authorization": "Bearer key-a"}
         async with httpx.AsyncClient(timeout=30) as http:
             run = await http.post(f"{old_only.url}/v1/runs", json=run_body(), headers=alice)

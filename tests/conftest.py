@@ -38,7 +38,7 @@ from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
 from tests.redis_cluster import LocalRedisCluster
-from tests.schemas import SchemaPool, drop_schema
+from tests.schemas import DatabasePool, SchemaPool, drop_schema
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -121,9 +121,17 @@ def redis_cluster_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def schema_pool(service_urls: tuple[str, str]) -> Iterator[SchemaPool]:
+def schema_pool() -> Iterator[SchemaPool]:
     """This test process's migrated schemas, one test at a time (tests/schemas.py)."""
-    pool = SchemaPool(service_urls[1])
+    pool = SchemaPool(os.environ["RUNSTREAM_TEST_DATABASE_URL"])
+    yield pool
+    pool.drop_all()
+
+
+@pytest.fixture(scope="session")
+def database_pool() -> Iterator[DatabasePool]:
+    """The same, a database each, for the runs through PgBouncer."""
+    pool = DatabasePool(os.environ["RUNSTREAM_TEST_DATABASE_URL"])
     yield pool
     pool.drop_all()
 
@@ -134,29 +142,38 @@ async def settings(
     test_id: str,
     service_urls: tuple[str, str],
     schema_pool: SchemaPool,
+    database_pool: DatabasePool,
 ) -> AsyncIterator[Settings]:
     """Settings on a schema and a key prefix of the test's own: the prefix's keys are deleted
     after the test, the schema is emptied for a later test (or dropped, see tests/schemas.py).
     A test marked `fresh_schema` gets a new schema, not yet migrated, dropped after it."""
     fresh = request.node.get_closest_marker("fresh_schema") is not None
-    async with private_settings(test_id, service_urls, schema_pool, fresh=fresh) as private:
+    async with private_settings(
+        test_id, service_urls, (schema_pool, database_pool), fresh=fresh
+    ) as private:
         yield private
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def module_settings(
-    service_urls: tuple[str, str], schema_pool: SchemaPool
+    service_urls: tuple[str, str], schema_pool: SchemaPool, database_pool: DatabasePool
 ) -> AsyncIterator[Settings]:
     """`settings` shared by a module's tests (in the module's event loop), for modules whose
     tests each leave the state as they found it, such as refused requests."""
-    async with private_settings(uuid.uuid4().hex[:10], service_urls, schema_pool) as private:
+    pools = (schema_pool, database_pool)
+    async with private_settings(uuid.uuid4().hex[:10], service_urls, pools) as private:
         yield private
 
 
 @asynccontextmanager
 async def private_settings(
-    test_id: str, service_urls: tuple[str, str], schema_pool: SchemaPool, *, fresh: bool = False
+    test_id: str,
+    service_urls: tuple[str, str],
+    pools: tuple[SchemaPool, DatabasePool],
+    *,
+    fresh: bool = False,
 ) -> AsyncIterator[Settings]:
+    schema_pool, databases = pools
     schema = f"t_{test_id}"
     prefix = f"rs-test-{test_id}"
     redis_url, database_url = service_urls
@@ -175,18 +192,15 @@ async def private_settings(
     if bouncer_port:
         # Through PgBouncer no session setting survives, so the test's schema is `public` of a
         # database of its own, as a deployment behind a transaction pooler would have it.
-        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await conn.execute(f'CREATE DATABASE "{schema}"')
-        direct = urlunsplit(urlsplit(database_url)._replace(path=f"/{schema}"))
+        name = await databases.take(base)
         yield replace(
             base,
-            database_url=f"postgresql://postgres@127.0.0.1:{bouncer_port}/{schema}",
-            direct_database_url=direct,
+            database_url=f"postgresql://postgres@127.0.0.1:{bouncer_port}/{name}",
+            direct_database_url=databases.direct_url(name),
             database_pool_mode="transaction",
             database_schema="public",
         )
-        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{schema}" WITH (FORCE)')
+        await databases.give_back(name)
     elif fresh:
         yield base
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -20,7 +21,7 @@ from stream_store.connections import open_pg_pool
 from stream_store.migrations import migrate
 from stream_store.settings import Settings
 
-__all__ = ["SchemaPool"]
+__all__ = ["DatabasePool", "SchemaPool", "drop_database", "drop_schema"]
 
 # Their rows say which migrations ran: kept, so a reused schema migrates as one already done.
 _MIGRATION_TABLES = frozenset(
@@ -68,21 +69,10 @@ class SchemaPool:
         async with await psycopg.AsyncConnection.connect(
             self.database_url, autocommit=True
         ) as conn:
-            shape = await _shape(conn, schema)
-            if shape == self.fresh_shape:
-                try:
-                    async with conn.transaction():
-                        await conn.execute("SET LOCAL lock_timeout = '2s'")
-                        for table in _tables(shape):
-                            await conn.execute(
-                                sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, table))
-                            )
-                except psycopg.errors.LockNotAvailable:
-                    pass
-                else:
-                    self.free.append(schema)
-                    return
-            await drop_schema(conn, schema)
+            if await emptied(conn, schema, self.fresh_shape):
+                self.free.append(schema)
+            else:
+                await drop_schema(conn, schema)
 
     def drop_all(self) -> None:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
@@ -91,6 +81,79 @@ class SchemaPool:
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
                 )
         self.free.clear()
+
+
+@dataclass
+class DatabasePool:
+    """The same through PgBouncer, where no session setting survives: a database per test, its
+    tables in `public`, reached through the pooler (`url`) or directly (`direct_url`)."""
+
+    server_url: str
+    free: list[str] = field(default_factory=list)
+    fresh_shape: list[str] | None = None
+
+    def direct_url(self, name: str) -> str:
+        return urlunsplit(urlsplit(self.server_url)._replace(path=f"/{name}"))
+
+    async def take(self, base: Settings) -> str:
+        """A migrated, empty database for one test."""
+        if self.free:
+            return self.free.pop()
+        name = f"t_{uuid.uuid4().hex[:10]}"
+        async with await psycopg.AsyncConnection.connect(self.server_url, autocommit=True) as c:
+            await c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        direct = replace(base, database_url=self.direct_url(name), database_schema="public")
+        pool = await open_pg_pool(direct, max_size=1)
+        try:
+            await migrate(pool, "public")
+        finally:
+            await pool.close()
+        if self.fresh_shape is None:
+            async with await psycopg.AsyncConnection.connect(self.direct_url(name)) as conn:
+                self.fresh_shape = await _shape(conn, "public")
+        return name
+
+    async def give_back(self, name: str) -> None:
+        async with await psycopg.AsyncConnection.connect(
+            self.direct_url(name), autocommit=True
+        ) as conn:
+            if await emptied(conn, "public", self.fresh_shape):
+                self.free.append(name)
+                return
+        async with await psycopg.AsyncConnection.connect(self.server_url, autocommit=True) as c:
+            await drop_database(c, name)
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            for name in self.free:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+        self.free.clear()
+
+
+async def emptied(
+    conn: psycopg.AsyncConnection[object], schema: str, fresh_shape: list[str] | None
+) -> bool:
+    """Delete the rows of `schema`'s tables, if it has a fresh migration's shape and no
+    connection still holds them."""
+    shape = await _shape(conn, schema)
+    if shape != fresh_shape:
+        return False
+    try:
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '2s'")
+            for table in _tables(shape):
+                await conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, table)))
+    except psycopg.errors.LockNotAvailable:
+        return False
+    return True
+
+
+async def drop_database(conn: psycopg.AsyncConnection[object], name: str) -> None:
+    await conn.execute(
+        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    )
 
 
 async def drop_schema(conn: psycopg.AsyncConnection[object], schema: str) -> None:

@@ -14,11 +14,18 @@ differs between the two ways is what runstream adds.
   thread each run); from before the POST to the first `messages` event with text, and tokens
   over the time from before the POST to `end`.
 
-The two take turns run by run, so other work on the machine falls on both alike. Figures:
+- built-in `chat`: the same request to runstream's own `chat` graph on the same server and
+  worker, the `fake` model with no delay (`fake_token_delay_ms: 0`), first_token's message:
+  runstream's fixed path (submit, queue, claim, checkpoint, event hop) in this run, on this
+  machine's load, with next to no model in it. The user graph's added first token minus this
+  is what is specific to a user's graph (its loading, its context, its model's client).
+
+The ways take turns run by run, so other work on the machine falls on all alike. Figures:
 runstream's added first-token latency (served median minus in-process median; issue 21's
-aim ≤ 10 ms) and its token rate against the in-process rate (aim ≥ 0.8x), both medians;
-and each process's CPU per token both ways (server, worker, model server, this process), as
-on a machine with few cores the rate follows the CPU spent per token more than the path.
+aim ≤ 10 ms) and its token rate against the in-process rate (aim ≥ 0.8x), both medians; the
+built-in `chat` graph's first token in the same run, for reference; and each process's CPU per
+token both ways (server, worker, model server, this process), as on a machine with few cores
+the rate follows the CPU spent per token more than the path.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from bench.context import BenchContext
 from bench.launcher import ROOT, Process, free_port
 from bench.report import Target, summary
 from bench.sse import LANGGRAPH_TERMINAL, run_stream_events
+
+from .sizes import TTFT_TEXT
 
 NAME = "user_graph"
 NEEDS: tuple[str, ...] = ()
@@ -121,14 +130,21 @@ async def in_process(graph: Any) -> tuple[int, float, float]:
     return tokens, first, time.perf_counter() - start
 
 
-async def served(http: httpx.AsyncClient) -> tuple[int, float, float]:
-    """(tokens, seconds to the first, seconds to `end`) of one run streamed by the server."""
-    body = {
+async def served(
+    http: httpx.AsyncClient, *, builtin_chat: bool = False
+) -> tuple[int, float, float]:
+    """(tokens, seconds to the first, seconds to `end`) of one run streamed by the server: of
+    the project's agent, or of the built-in `chat` graph (fake model, no delay)."""
+    body: dict[str, Any] = {
         "assistant_id": "agent",
         "input": {"messages": [{"role": "user", "content": TEXT}]},
         "stream_mode": ["messages-tuple"],
         "if_not_exists": "create",
     }
+    if builtin_chat:
+        body["assistant_id"] = "chat"
+        body["input"] = {"messages": [{"role": "user", "content": TTFT_TEXT}]}
+        body["config"] = {"configurable": {"fake_token_delay_ms": 0}}
     tokens, first, done = 0, 0.0, 0.0
     start = time.perf_counter()
     async for event in run_stream_events(http, str(uuid.uuid4()), body):
@@ -148,7 +164,7 @@ async def served(http: httpx.AsyncClient) -> tuple[int, float, float]:
 async def run(ctx: BenchContext) -> None:
     n = ctx.size(20, 6)
     words = ctx.size(1000, 300)
-    firsts: dict[str, list[float]] = {"served": [], "in_process": []}
+    firsts: dict[str, list[float]] = {"served": [], "in_process": [], "builtin_chat": []}
     rates: dict[str, list[float]] = {"served": [], "in_process": []}
     cpu: dict[str, dict[str, float]] = {"served": {}, "in_process": {}}
     async with openai_compat(words) as (base_url, model):
@@ -165,6 +181,9 @@ async def run(ctx: BenchContext) -> None:
                 graph = project_graph()
                 async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
                     for i in range(WARMUP + n):
+                        _, first, _ = await served(http, builtin_chat=True)
+                        if i >= WARMUP:
+                            firsts["builtin_chat"].append(first * 1000)
                         order = ("served", "in_process") if i % 2 else ("in_process", "served")
                         for way in order:
                             before = {name: p.cpu() for name, p in tiers.items()}
@@ -185,6 +204,7 @@ async def run(ctx: BenchContext) -> None:
                                 firsts[way].append(first * 1000)
                                 rates[way].append(tokens / done)
     first_served, first_local = summary(firsts["served"]), summary(firsts["in_process"])
+    first_chat = summary(firsts["builtin_chat"])
     rate_served, rate_local = summary(rates["served"]), summary(rates["in_process"])
     added = first_served["median"] - first_local["median"]
     ctx.figure(
@@ -194,6 +214,15 @@ async def run(ctx: BenchContext) -> None:
         "ms",
         targets=[Target("<=", 10)],
         notes=f"served {first_served['median']:.1f} ms, in-process {first_local['median']:.1f} ms",
+    )
+    ctx.figure(
+        NAME,
+        "built-in chat's first token, same run, median",
+        first_chat["median"],
+        "ms",
+        stats=first_chat,
+        notes="runstream's fixed path on this machine now; the agent's added first token"
+        f" is {added - first_chat['median']:+.1f} ms beyond it",
     )
     ctx.figure(
         NAME,
@@ -219,6 +248,10 @@ async def run(ctx: BenchContext) -> None:
         runs=n,
         warmup_runs=WARMUP,
         reply_tokens=words,
-        first_token_ms={"served": first_served, "in_process": first_local},
+        first_token_ms={
+            "served": first_served,
+            "in_process": first_local,
+            "builtin_chat_served": first_chat,
+        },
         tokens_per_s={"served": rate_served, "in_process": rate_local},
     )

@@ -378,8 +378,11 @@ async function forgetFact(item) {
   loadMemory();
 }
 
-// The memory assistant is the page's graph when the server serves it.
+// The memory assistant is the page's graph when the server serves it, unless the user chose
+// another graph while the page was asking.
 async function chooseGraph() {
+  let chosen = false;
+  $("graph").addEventListener("change", () => (chosen = true), { once: true });
   let found;
   try {
     found = await api("POST", "/assistants/search", { graph_id: "assistant", limit: 1 });
@@ -387,9 +390,9 @@ async function chooseGraph() {
     return; // `chat` stays the choice
   }
   if (!Array.isArray(found) || !found.length) return;
-  const option = new Option("assistant (remembers you)", "assistant", true, true);
-  $("graph").prepend(option);
-  $("graph").value = "assistant";
+  const choice = $("graph").value;
+  $("graph").prepend(new Option("assistant (remembers you)", "assistant"));
+  $("graph").value = chosen ? choice : "assistant";
   view.memory = true;
   $("memory").hidden = false;
   loadMemory();

@@ -1,9 +1,12 @@
-"""A worker SIGKILLed during the assistant's extraction, after its facts were written and
-before the step's checkpoint: the next attempt runs the extraction again and writes each fact
-once (`runner.effects.once` and the store's stamp), the answer is in the thread once."""
+"""A worker SIGKILLed during the assistant's memory steps, after their writes and before the
+step's checkpoint: the next attempt runs the step again and writes nothing twice
+(`runner.effects.once` and the store's stamp), and the thread shows each answer once.
+Extraction and confirmation here; grading in tests/test_evaluations.py
+(`test_grading_recorded_once_across_a_worker_kill`)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -84,3 +87,70 @@ async def test_a_worker_killed_mid_extraction_writes_each_fact_once(
     assert all(updated_at < killed_at for _, _, updated_at in rows)  # not written again
     answers = [m for m in thread["messages"] if m["role"] == "assistant"]
     assert len(answers) == 1
+
+
+async def test_a_worker_killed_after_a_confirmed_answer_applies_it_once(
+    cluster: Cluster, cluster_settings: Settings
+) -> None:
+    """Killed after "yes" replaced the stored name and before the confirmation's checkpoint:
+    the next attempt answers the same question again from the checkpoint, finds the write in
+    the ledger and writes nothing; the thread says "Updated" once, the answer is graded once."""
+    _, url = await cluster.server(**PROJECT)
+    lingering = {"RUNSTREAM_TEST_LINGER_S": "0", "RUNSTREAM_TEST_CONFIRM_LINGER_S": "5"}
+    first = await cluster.ready_worker(**PROJECT, **lingering)
+    schema = cluster_settings.database_schema
+
+    async def stored_name() -> dict[str, object] | None:
+        async with await psycopg.AsyncConnection.connect(str(cluster_settings.database_url)) as c:
+            row = await (
+                await c.execute(f"SELECT value FROM \"{schema}\".store WHERE key = 'name'")
+            ).fetchone()
+        return row[0] if row else None
+
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        ann = await WatchedRun.submit(http, url, body("My name is Ann.", graph="assistant"))
+        assert (await ann.end())[-1].event == "done"
+        bob = await WatchedRun.submit(
+            http, url, body("Actually my name is Bob.", graph="assistant")
+        )
+        run_id = bob.run["run_id"]
+        await wait_for(
+            lambda: any(
+                e.event == "run" and e.data.get("status") == "interrupted" for e in bob.events
+            ),
+            what="the question",
+        )
+        answered = await http.post(f"/v1/runs/{run_id}/resume", json={"resume": "yes"})
+        assert answered.status_code == 202, answered.text
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while (applied := await stored_name()) is None or applied["value"] != "Bob":
+            assert asyncio.get_running_loop().time() < deadline, "the answer was not applied"
+            await asyncio.sleep(0.05)
+        killed_at = datetime.now(UTC)
+        first.kill()
+        await cluster.ready_worker(**PROJECT, RUNSTREAM_TEST_LINGER_S="0")
+        events = await bob.end()
+        thread = (await http.get(f"/v1/threads/{bob.run['thread_id']}")).json()
+        graded = (await http.get(f"/v1/runs/{run_id}/evaluations")).json()["evaluations"]
+
+    assert events[-1].event == "done", events[-1]
+    assert "retry" in [e.event for e in events]
+    assert await stored_name() == applied  # the same value and stamp: not written again
+    async with await psycopg.AsyncConnection.connect(str(cluster_settings.database_url)) as conn:
+        updated_at, ledger = await (
+            await conn.execute(
+                f"SELECT (SELECT updated_at FROM \"{schema}\".store WHERE key = 'name'),"
+                f' (SELECT array_agg(tool_call_id) FROM "{schema}".runstream_tool_executions'
+                " WHERE run_id = %s)",
+                (run_id,),
+            )
+        ).fetchone() or (None, None)
+    assert updated_at is not None and updated_at < killed_at
+    assert ledger is not None and len(ledger) == 1 and ledger[0].startswith("confirm:")
+    said = [m["content"] for m in thread["messages"] if m["role"] == "assistant"]
+    assert said.count("Updated: your name is Bob.") == 1, said
+    assert len(said) == 2, said  # the turn's answer and the update, each once
+    kinds = sorted(e["kind"] for e in graded)
+    assert kinds.count("confirmation") == 1, kinds
+    assert len({e["key"] for e in graded}) == len(graded)

@@ -449,14 +449,15 @@ async def grade(state: AssistantState) -> dict[str, Any]:
 
 def assistant_builder(
     extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
+    confirm_node: Callable[..., Awaitable[dict[str, Any]]] = confirm,
 ) -> StateGraph[AssistantState, AssistantContext, AssistantState, AssistantState]:
-    """The assistant's graph, uncompiled; `extract_node` replaces extraction (the fault tests
-    wrap it to be killed mid-way)."""
+    """The assistant's graph, uncompiled; `extract_node` and `confirm_node` replace those steps
+    (the fault tests wrap them to be killed mid-way)."""
     return (
         StateGraph(AssistantState, context_schema=AssistantContext)
         .add_node("respond", respond)
         .add_node("extract", extract_node)
-        .add_node("confirm", confirm)
+        .add_node("confirm", confirm_node)
         .add_node("summarize", summarize)
         .add_node("grade", grade)
         .add_edge(START, "respond")

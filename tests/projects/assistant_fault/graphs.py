@@ -1,6 +1,10 @@
-"""The memory-aware assistant with an extraction that lingers after its writes, before the
-node returns (and so before its checkpoint): a worker killed then hands the extraction to an
-attempt that must not write the facts again (tests/test_assistant_faults.py)."""
+"""The memory-aware assistant with steps that linger after their writes, before the node
+returns (and so before its checkpoint): a worker killed then hands the step to an attempt that
+must not write again (tests/test_assistant_faults.py).
+
+`RUNSTREAM_TEST_LINGER_S` (3 s) is the extraction's linger; `RUNSTREAM_TEST_CONFIRM_LINGER_S`
+(none) the confirmation's, after an answer to a conflict question was applied.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from runner.assistant.graph import AssistantContext, AssistantState, assistant_builder, extract
+from runner.assistant.graph import (
+    AssistantContext,
+    AssistantState,
+    assistant_builder,
+    confirm,
+    extract,
+)
 
 
 async def extract_then_linger(
@@ -21,4 +31,13 @@ async def extract_then_linger(
     return update
 
 
-graph = assistant_builder(extract_then_linger).compile()
+async def confirm_then_linger(
+    state: AssistantState, runtime: Runtime[AssistantContext]
+) -> dict[str, Any]:
+    update = await confirm(state, runtime)  # raises the interrupt until the question is answered
+    if update.get("messages"):  # an answer was applied (or the old value kept)
+        await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_CONFIRM_LINGER_S", "0")))
+    return update
+
+
+graph = assistant_builder(extract_then_linger, confirm_then_linger).compile()

@@ -1,8 +1,8 @@
 """A worker SIGKILLed during the assistant's memory steps, after their writes and before the
 step's checkpoint: the next attempt runs the step again and writes nothing twice
 (`runner.effects.once` and the store's stamp), and the thread shows each answer once.
-Extraction and confirmation here; grading in tests/test_evaluations.py
-(`test_grading_recorded_once_across_a_worker_kill`)."""
+Extraction, confirmation and grading, each on the assistant itself
+(tests/projects/assistant_fault lingers after each step's writes)."""
 
 from __future__ import annotations
 
@@ -154,3 +154,41 @@ async def test_a_worker_killed_after_a_confirmed_answer_applies_it_once(
     kinds = sorted(e["kind"] for e in graded)
     assert kinds.count("confirmation") == 1, kinds
     assert len({e["key"] for e in graded}) == len(graded)
+
+
+async def test_a_worker_killed_after_grading_records_each_grade_once(
+    cluster: Cluster, cluster_settings: Settings
+) -> None:
+    """Killed after the turn's grades were recorded and before the grading's checkpoint: the
+    next attempt grades again and records nothing twice (each grade's key, once per run)."""
+    _, url = await cluster.server(**PROJECT)
+    lingering = {"RUNSTREAM_TEST_LINGER_S": "0", "RUNSTREAM_TEST_GRADE_LINGER_S": "5"}
+    first = await cluster.ready_worker(**PROJECT, **lingering)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        watched = await WatchedRun.submit(http, url, body("I like tea.", graph="assistant"))
+        run_id = watched.run["run_id"]
+
+        async def recorded() -> list[dict[str, object]]:
+            found = (await http.get(f"/v1/runs/{run_id}/evaluations")).json()["evaluations"]
+            return list(found)
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(before := await recorded()) < 2:  # the reply's grade and the extraction's
+            assert asyncio.get_running_loop().time() < deadline, "no grades recorded"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the grading has recorded all it will, and lingers
+        before = await recorded()
+        first.kill()
+        await cluster.ready_worker(**PROJECT, RUNSTREAM_TEST_LINGER_S="0")
+        events = await watched.end()
+        after = await recorded()
+        thread = (await http.get(f"/v1/threads/{watched.run['thread_id']}")).json()
+
+    assert events[-1].event == "done", events[-1]
+    assert "retry" in [e.event for e in events]
+    assert sorted(e["kind"] for e in before) == ["extraction", "reply"]
+    # the same rows (attempt 1, recorded once); the answer's message id is joined in at the end
+    assert [{**e, "message_id": None} for e in after] == [{**e, "message_id": None} for e in before]
+    assert all(e["attempt"] == 1 for e in after)
+    said = [m for m in thread["messages"] if m["role"] == "assistant"]
+    assert len(said) == 1

@@ -450,16 +450,17 @@ async def grade(state: AssistantState) -> dict[str, Any]:
 def assistant_builder(
     extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
     confirm_node: Callable[..., Awaitable[dict[str, Any]]] = confirm,
+    grade_node: Callable[..., Awaitable[dict[str, Any]]] = grade,
 ) -> StateGraph[AssistantState, AssistantContext, AssistantState, AssistantState]:
-    """The assistant's graph, uncompiled; `extract_node` and `confirm_node` replace those steps
-    (the fault tests wrap them to be killed mid-way)."""
+    """The assistant's graph, uncompiled; `extract_node`, `confirm_node` and `grade_node`
+    replace those steps (the fault tests wrap them to be killed mid-way)."""
     return (
         StateGraph(AssistantState, context_schema=AssistantContext)
         .add_node("respond", respond)
         .add_node("extract", extract_node)
         .add_node("confirm", confirm_node)
         .add_node("summarize", summarize)
-        .add_node("grade", grade)
+        .add_node("grade", grade_node)
         .add_edge(START, "respond")
         .add_edge(START, "extract")
         .add_edge(["respond", "extract"], "confirm")

@@ -3,7 +3,8 @@ returns (and so before its checkpoint): a worker killed then hands the step to a
 must not write again (tests/test_assistant_faults.py).
 
 `RUNSTREAM_TEST_LINGER_S` (3 s) is the extraction's linger; `RUNSTREAM_TEST_CONFIRM_LINGER_S`
-(none) the confirmation's, after an answer to a conflict question was applied.
+(none) the confirmation's, after an answer to a conflict question was applied;
+`RUNSTREAM_TEST_GRADE_LINGER_S` (none) the grading's, after the turn's grades were recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from runner.assistant.graph import (
     assistant_builder,
     confirm,
     extract,
+    grade,
 )
 
 
@@ -40,4 +42,10 @@ async def confirm_then_linger(
     return update
 
 
-graph = assistant_builder(extract_then_linger, confirm_then_linger).compile()
+async def grade_then_linger(state: AssistantState) -> dict[str, Any]:
+    update = await grade(state)
+    await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_GRADE_LINGER_S", "0")))
+    return update
+
+
+graph = assistant_builder(extract_then_linger, confirm_then_linger, grade_then_linger).compile()

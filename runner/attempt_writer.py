@@ -30,9 +30,9 @@ class AttemptWriter:
 
     Plain events (tokens, messages, custom) are batched without waiting: the first goes out at
     once, and those the graph produces while a batch is in flight, or within `BATCH_INTERVAL_S`
-    of the last batch, go together in the next one. A fast model then costs one Redis round
-    trip per batch rather than per token, and a slow one no added delay. Before a status change
-    the attempt waits for every earlier event (`drain`),
+    of the last batch of tokens, go together in the next one. A fast model then costs one Redis
+    round trip per batch rather than per token, and a slow one no added delay. Before a status
+    change the attempt waits for every earlier event (`drain`),
     and a write's failure (`Fenced`, `StreamGone`, `StreamTooLarge`, a Redis error) is raised
     once, by the next `emit` or `drain`; nothing emitted after it is written.
     """
@@ -81,9 +81,12 @@ class AttemptWriter:
         while self._pending:
             if (wait_s := self._sent_at + BATCH_INTERVAL_S - loop.time()) > 0:
                 await asyncio.sleep(wait_s)
-            self._sent_at = loop.time()
             batch = self._pending[:MAX_BATCH_EVENTS]
             del self._pending[:MAX_BATCH_EVENTS]
+            if any(event == "token" for event, _ in batch):
+                # Only token batches pace the next: the run's opening events (its input
+                # message, a custom event) must not hold back the first token.
+                self._sent_at = loop.time()
             with self.appends.batch(len(batch)):
                 await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
             self.metrics.appended(batch)

@@ -207,6 +207,24 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (graph, kind)
     );
     """,
+    # The checkpoint fence as one statement that fails, rather than a row to read back: a
+    # fenced checkpoint write is then BEGIN, this, the writes and COMMIT in one pipeline, one
+    # round trip instead of four (stream_store/checkpoints.py). The share lock on the run's row
+    # is held to the commit, so a take-over waits for the write or refuses it.
+    """
+    CREATE FUNCTION runstream_fence(fenced_run uuid, fenced_attempt integer) RETURNS void
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM runstream_runs
+            WHERE run_id = fenced_run AND attempt = fenced_attempt AND status = 'running'
+            FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'run %: attempt % no longer owns the run', fenced_run, fenced_attempt
+                USING ERRCODE = 'RSF01';
+        END IF;
+    END
+    $$;
+    """,
 ]
 
 

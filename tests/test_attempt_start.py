@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from runner.graphs import chat
 from stream_store import log
-from stream_store.checkpoints import FencedPostgresSaver, FreshThread, fresh_thread
+from stream_store.checkpoints import FencedPostgresSaver, FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced
 from stream_store.events import RunStatus
 from stream_store.keys import KeySpace
@@ -212,3 +212,44 @@ async def test_nothing_is_read_after_the_last_position(events: EventLog) -> None
     last = f"{2**64 - 1}-{2**64 - 1}"
     assert await events.read_range(run_id, last) == []
     assert len(await events.read_range(run_id, "0-0")) == 1
+
+
+async def test_a_checkpoint_write_of_an_attempt_that_lost_its_run_is_refused_in_one_trip(
+    settings: Settings,
+) -> None:
+    """The fence and the writes go to Postgres in one pipeline (`runstream_fence`): the owner's
+    write lands; a stale attempt's raises `Fenced` and leaves nothing, and the connection it
+    used is clean for the next caller."""
+    async with open_services(settings) as services:
+        lifecycle = services.lifecycle
+        saver = FencedPostgresSaver(services.pool)  # type: ignore[arg-type]
+        graph = chat.compile(checkpointer=saver)
+        new = NewRun(owner="o", graph="chat", input={"messages": []})
+        run = await lifecycle.claim((await lifecycle.submit(new)).run.run_id)
+        assert run is not None and run.attempt == 1
+        config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
+
+        async def history() -> int:
+            return len([state async for state in graph.aget_state_history(config)])
+
+        stale = attempt_fence.set((run.run_id, 2))
+        try:
+            with pytest.raises(Fenced, match="no longer owns"):
+                await graph.aupdate_state(config, {"messages": [HumanMessage("x", id="x")]})
+        finally:
+            attempt_fence.reset(stale)
+        assert await history() == 0
+        owner = attempt_fence.set((run.run_id, 1))
+        try:
+            await graph.aupdate_state(config, {"messages": [HumanMessage("hi", id="h")]})
+        finally:
+            attempt_fence.reset(owner)
+        assert await history() == 1
+        await services.run_records.finish_run(run.run_id, 1, RunStatus.SUCCEEDED)
+        finished = attempt_fence.set((run.run_id, 1))  # the run is over: no attempt owns it
+        try:
+            with pytest.raises(Fenced):
+                await graph.aupdate_state(config, {"messages": [HumanMessage("y", id="y")]})
+        finally:
+            attempt_fence.reset(finished)
+        assert await history() == 1

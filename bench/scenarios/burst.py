@@ -1,7 +1,9 @@
 """`burst`: N runs submitted at the same moment; how soon is each one streaming?
 
 A class of students pressing "send" together, a batch job, a morning rush: N POSTs leave at
-once (N warm connections, one per client, as N browsers would have), each a run of the `chat`
+once (N warm connections, one per client, as N browsers would have; sent by
+`bench/lean_client.py`, so that the clients, which are elsewhere in real life, take little of
+the machine's CPU), each a run of the `chat`
 graph with the fake model streaming 200 tokens 10 ms apart (model time 1.99 s). One worker
 with concurrency N takes them all. For N = 10, 50 and 200 (`--quick`: 10 and 50), through
 `/v1/runs`, and for 50 also through the LangGraph API (`POST /threads/{t}/runs`, what
@@ -32,6 +34,7 @@ import psycopg
 from bench.api import TERMINAL_STATUSES, Api, words
 from bench.context import BenchContext
 from bench.launcher import Process
+from bench.lean_client import LeanClient
 from bench.processes import Namespace
 from bench.report import Target, summary
 from bench.scenarios.concurrent_runs import wait_settled
@@ -69,21 +72,31 @@ class Moments:
     finished: float
 
 
-async def submit_v1(api: Api) -> str:
-    return str((await api.submit(TEXT, delay_ms=DELAY_MS))["run_id"])
+async def submit_v1(client: LeanClient) -> str:
+    """What `Api.submit` sends."""
+    body = {
+        "input": {"messages": [{"role": "user", "content": TEXT}]},
+        "graph": "chat",
+        "config": {"configurable": {"fake_token_delay_ms": DELAY_MS}},
+    }
+    status, answer = await client.post("/v1/runs", body)
+    if status != 202:
+        raise RuntimeError(f"submit answered {status}: {str(answer)[:300]}")
+    return str(answer["run_id"])
 
 
-async def submit_langgraph(api: Api) -> str:
+async def submit_langgraph(client: LeanClient) -> str:
+    """What `runs.create` sends."""
     body = {
         "assistant_id": "chat",
         "input": {"messages": [{"role": "user", "content": TEXT}]},
         "config": {"configurable": {"fake_token_delay_ms": DELAY_MS}},
         "if_not_exists": "create",
     }
-    response = await api.http.post(f"/threads/{uuid.uuid4()}/runs", json=body)
-    if response.status_code != 200:
-        raise RuntimeError(f"runs.create answered {response.status_code}: {response.text[:300]}")
-    return str(response.json()["run_id"])
+    status, answer = await client.post(f"/threads/{uuid.uuid4()}/runs", body)
+    if status != 200:
+        raise RuntimeError(f"runs.create answered {status}: {str(answer)[:300]}")
+    return str(answer["run_id"])
 
 
 async def first_token_ms(namespace: Namespace, run_ids: list[str]) -> dict[str, int]:
@@ -105,7 +118,7 @@ async def first_token_ms(namespace: Namespace, run_ids: list[str]) -> dict[str, 
 
 
 async def burst(
-    api: Api, namespace: Namespace, worker: Process, n: int, dialect: str
+    client: LeanClient, namespace: Namespace, worker: Process, n: int, dialect: str
 ) -> tuple[list[Moments], float, float]:
     """Submit `n` runs together; their moments, the worker's and Postgres's CPU seconds."""
     submit = submit_v1 if dialect == "v1" else submit_langgraph
@@ -113,7 +126,7 @@ async def burst(
 
     async def one() -> str:
         at = time.time()
-        run_id = await submit(api)
+        run_id = await submit(client)
         submitted[run_id] = at
         return run_id
 
@@ -199,12 +212,12 @@ async def run(ctx: BenchContext) -> None:
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
         worker = await cluster.ready_worker(concurrency=max(sizes))
-        async with Api(server.url, connections=max(sizes)) as api:
+        async with Api(server.url) as api:
             warm = await api.submit("warm up", delay_ms=0)
             await api.wait_status(warm["run_id"], TERMINAL_STATUSES)
-            for n, dialect in rounds:
-                # n warm connections, as n clients would each have one open
-                await asyncio.gather(*(api.http.get("/healthz") for _ in range(n)))
-                moments, worker_cpu, pg_cpu = await burst(api, namespace, worker, n, dialect)
+        for n, dialect in rounds:
+            # n warm connections, as n clients would each have one open
+            async with LeanClient(server.url, connections=n) as client:
+                moments, worker_cpu, pg_cpu = await burst(client, namespace, worker, n, dialect)
                 report(ctx, n, dialect, moments, worker_cpu, pg_cpu)
                 await asyncio.sleep(1.0)  # the last round's viewers and writes settle

@@ -79,7 +79,7 @@ class LeanClient:
             elif isinstance(event, h11.EndOfMessage):
                 break
             elif isinstance(event, h11.ConnectionClosed):
-                raise ConnectionError(f"the server closed the connection after POST {path}")
+                raise ConnectionError(f"the server closed the connection after {method} {path}")
         conn.http.start_next_cycle()
         self._free.put_nowait(conn)
         return status, json.loads(b"".join(chunks))

@@ -5,8 +5,8 @@ calls had (issue 12). A repair waits for the attempt that holds the lease."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -26,7 +26,7 @@ from stream_store.live_record import Claimed, TakeOver
 from stream_store.log import EventLog
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun
-from stream_store.services import open_services
+from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 
 RUNNING = b'{"status":"running","attempt":1}'
@@ -164,6 +164,14 @@ class CountedSaver(FencedPostgresSaver):
             yield cur
 
 
+async def _claimed_chat_run(services: Services) -> RunRecord:
+    """A new `chat` run on a new thread, submitted and claimed: attempt 1 owns it."""
+    new = NewRun(owner="o", graph="chat", input={"messages": []})
+    run = await services.lifecycle.claim((await services.lifecycle.submit(new)).run.run_id)
+    assert run is not None
+    return run
+
+
 async def test_a_first_message_starts_its_graph_without_reading_the_thread_again(
     settings: Settings,
 ) -> None:
@@ -173,9 +181,8 @@ async def test_a_first_message_starts_its_graph_without_reading_the_thread_again
         lifecycle = services.lifecycle
         saver = CountedSaver(services.pool)  # type: ignore[arg-type]
         graph = chat.compile(checkpointer=saver)
-        new = NewRun(owner="o", graph="chat", input={"messages": []})
-        run = await lifecycle.claim((await lifecycle.submit(new)).run.run_id)
-        assert run is not None and run.thread_has_checkpoints is False
+        run = await _claimed_chat_run(services)
+        assert run.thread_has_checkpoints is False
         config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
         token = fresh_thread.set(FreshThread(run.thread_id))
         try:
@@ -214,42 +221,38 @@ async def test_nothing_is_read_after_the_last_position(events: EventLog) -> None
     assert len(await events.read_range(run_id, "0-0")) == 1
 
 
+@contextmanager
+def acting_as(run: RunRecord, attempt: int) -> Iterator[None]:
+    """Checkpoint writes in this block are fenced as `attempt` of `run`, as a worker's are."""
+    token = attempt_fence.set((run.run_id, attempt))
+    try:
+        yield
+    finally:
+        attempt_fence.reset(token)
+
+
 async def test_a_checkpoint_write_of_an_attempt_that_lost_its_run_is_refused_in_one_trip(
     settings: Settings,
 ) -> None:
     """The fence and the writes go to Postgres in one pipeline (`runstream_fence`): the owner's
-    write lands; a stale attempt's raises `Fenced` and leaves nothing, and the connection it
-    used is clean for the next caller."""
-    async with open_services(settings) as services:
-        lifecycle = services.lifecycle
-        saver = FencedPostgresSaver(services.pool)  # type: ignore[arg-type]
-        graph = chat.compile(checkpointer=saver)
-        new = NewRun(owner="o", graph="chat", input={"messages": []})
-        run = await lifecycle.claim((await lifecycle.submit(new)).run.run_id)
-        assert run is not None and run.attempt == 1
+    write lands; a stale attempt's raises `Fenced` and leaves nothing, and the pool's one
+    connection is clean for the write after it."""
+    async with open_services(settings, pool_size=1) as services:
+        graph = chat.compile(checkpointer=FencedPostgresSaver(services.pool))  # type: ignore[arg-type]
+        run = await _claimed_chat_run(services)
+        assert run.attempt == 1
         config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
 
         async def history() -> int:
             return len([state async for state in graph.aget_state_history(config)])
 
-        stale = attempt_fence.set((run.run_id, 2))
-        try:
-            with pytest.raises(Fenced, match="no longer owns"):
-                await graph.aupdate_state(config, {"messages": [HumanMessage("x", id="x")]})
-        finally:
-            attempt_fence.reset(stale)
+        with acting_as(run, 2), pytest.raises(Fenced, match="no longer owns"):
+            await graph.aupdate_state(config, {"messages": [HumanMessage("x", id="x")]})
         assert await history() == 0
-        owner = attempt_fence.set((run.run_id, 1))
-        try:
+        with acting_as(run, 1):
             await graph.aupdate_state(config, {"messages": [HumanMessage("hi", id="h")]})
-        finally:
-            attempt_fence.reset(owner)
         assert await history() == 1
         await services.run_records.finish_run(run.run_id, 1, RunStatus.SUCCEEDED)
-        finished = attempt_fence.set((run.run_id, 1))  # the run is over: no attempt owns it
-        try:
-            with pytest.raises(Fenced):
-                await graph.aupdate_state(config, {"messages": [HumanMessage("y", id="y")]})
-        finally:
-            attempt_fence.reset(finished)
+        with acting_as(run, 1), pytest.raises(Fenced):  # the run is over: no attempt owns it
+            await graph.aupdate_state(config, {"messages": [HumanMessage("y", id="y")]})
         assert await history() == 1

@@ -3,8 +3,8 @@
 A class of students pressing "send" together, a batch job, a morning rush: N POSTs leave at
 once (N warm connections, one per client, as N browsers would have; sent by
 `bench/lean_client.py`, so that the clients, which are elsewhere in real life, take little of
-the machine's CPU), each a run of the `chat`
-graph with the fake model streaming 200 tokens 10 ms apart (model time 1.99 s). One worker
+the machine's CPU), each a run of the `chat` graph with the fake model streaming 200 tokens
+10 ms apart (model time 1.99 s). One worker
 with concurrency N takes them all. For N = 10, 50 and 200 (`--quick`: 10 and 50), through
 `/v1/runs`, and for 50 also through the LangGraph API (`POST /threads/{t}/runs`, what
 `runs.create` sends).

@@ -19,6 +19,7 @@ in a stream must pass them on unchanged.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -56,10 +57,19 @@ class _StreamUntilDisconnect(ASGIStreamingResponse):
             await self.send_body(send=body_send, receive=receive)
         await self.after_response()
 
-    async def _stream(self, send: Send) -> None:
+    async def _stream(self, send: Send, client_gone: Callable[[], bool] = lambda: False) -> None:
         body_send = BODY_SEND.set(send)
         try:
             async for chunk in self.iterator:
+                if client_gone():
+                    # The disconnect's cancel was lost: on Python 3.11 an `asyncio.timeout`
+                    # expiring in the stream as it arrives (a heartbeat's wait) can take it for
+                    # its own. End at this write instead of writing to a closed connection
+                    # forever; `aclose` runs the frames' `finally` blocks (their slot, say).
+                    aclose = getattr(self.iterator, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                    return
                 event: HTTPResponseBodyEvent = {
                     "type": "http.response.body",
                     "body": chunk if isinstance(chunk, bytes) else chunk.encode(self.encoding),
@@ -86,7 +96,7 @@ class _StreamUntilDisconnect(ASGIStreamingResponse):
         # of this task's suspensions in between are inside `_stream`.
         watcher = asyncio.create_task(watch())
         try:
-            await self._stream(send)
+            await self._stream(send, lambda: disconnected)
         except asyncio.CancelledError:
             # The client left: the stream ends quietly, as Litestar's does. A cancel from
             # elsewhere as well (server shutdown) still propagates.

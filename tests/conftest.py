@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -29,7 +30,7 @@ from arq.worker import Worker
 from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis, RedisCluster
 
-from bench.launcher import free_port
+from bench.launcher import free_port as free_port  # re-exported: tests import it from here
 from runner.worker import build_worker
 from server.app import create_app, serving
 from server.embedded import EmbeddedServices
@@ -295,8 +296,14 @@ class ServerHandle:
 
 
 async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
-    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop."""
-    port = free_port()
+    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop.
+
+    The socket is bound here, on port 0, and handed to uvicorn: a port picked first and bound
+    later can be taken in between by another test process (CI: "address already in use")."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -308,7 +315,7 @@ async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     deadline = asyncio.get_running_loop().time() + 60  # start-up may queue on the migration lock
     while not server.started:
         if task.done():

@@ -31,19 +31,18 @@ from .errors import Conflict, postgres_errors
 from .metadata_filters import sql_condition
 from .owner_caps import make_room
 from .pg import fetch_all
+from .record_columns import column_names, parameters, placeholders, select_list
 from .thread_records import DeletedThreads, delete_langgraph_threads
 
 __all__ = [
     "ASSISTANT_SORT_COLUMNS",
-    "AssistantChange",
+    "ActiveVersion",
+    "AssistantFields",
     "AssistantRecord",
     "AssistantRecords",
     "AssistantVersion",
-    "NewAssistant",
 ]
 
-_VERSION_FIELDS = "graph, name, description, config, context, metadata"
-_COLUMNS = f"assistant_id::text, owner, {_VERSION_FIELDS}, version, created_at, updated_at"
 # What a search may sort by (LangGraph's `AssistantSortBy`): its expression here. Names sort
 # without case, as LangGraph's do.
 ASSISTANT_SORT_COLUMNS = {
@@ -55,57 +54,48 @@ ASSISTANT_SORT_COLUMNS = {
 }
 
 
-class AssistantRecord(msgspec.Struct, kw_only=True):
-    """An assistant at its active version. `owner` is None for a graph's own assistant."""
+class AssistantFields(msgspec.Struct, kw_only=True):
+    """An assistant's id and what each of its versions holds: the one declaration of an
+    assistant's fields. The Structs below add what storage keeps, the SQL column lists come
+    from them (`record_columns`), and LangGraph's `Assistant` and `AssistantVersion`
+    (server/langgraph/wire.py) derive from them: a new field is one line here and a column
+    in a migration."""
 
     assistant_id: str
+    graph: str
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+class AssistantVersion(AssistantFields, kw_only=True):
+    """One version of an assistant, as it was saved (a row of `runstream_assistant_versions`)."""
+
+    version: int
+    created_at: datetime
+
+
+class ActiveVersion(AssistantVersion, kw_only=True):
+    """An assistant at its active version, as anyone who may read it sees it."""
+
+    updated_at: datetime  # when that version became the active one
+
+
+class AssistantRecord(ActiveVersion, kw_only=True):
+    """A row of `runstream_assistants`: the assistant and whose it is (None: a graph's own)."""
+
     owner: str | None
-    graph: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-    version: int
-    created_at: datetime
-    updated_at: datetime
 
 
-class AssistantVersion(msgspec.Struct, kw_only=True):
-    """One version of an assistant, as it was saved."""
-
-    assistant_id: str
-    version: int
-    graph: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-    created_at: datetime
-
-
-class NewAssistant(msgspec.Struct, kw_only=True):
-    assistant_id: str
-    owner: str
-    graph: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-
-
-class AssistantChange(msgspec.Struct, kw_only=True):
-    """The fields of an assistant's next version (`update_assistant` works them out from the
-    active version, with its row locked)."""
-
-    graph: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
+_ID_AS_TEXT = ("assistant_id",)  # a uuid column, held as a str
+_COLUMNS = select_list(AssistantRecord, as_text=_ID_AS_TEXT)
+# What each version holds (the id is the assistant's): what an update or `set_latest` sets.
+_FIELDS = column_names(AssistantFields)
+_VERSION_FIELDS = tuple(name for name in _FIELDS if name != "assistant_id")
+_CREATED = (*_FIELDS, "owner")
+_SAVED = column_names(AssistantVersion)
 
 
 async def _refuse_past_versions(
@@ -157,13 +147,8 @@ def _shared_rows(shared: Sequence[AssistantRecord]) -> Jsonb:
     return Jsonb([msgspec.to_builtins(a) for a in shared])
 
 
-# The graph assistants as rows, beside the owner's stored ones.
-_SHARED = (
-    "SELECT assistant_id::text, owner, graph, name, description, config, context, metadata,"
-    " version, created_at, updated_at FROM jsonb_to_recordset(%s) AS g(assistant_id uuid,"
-    " owner text, graph text, name text, description text, config jsonb, context jsonb,"
-    " metadata jsonb, version integer, created_at timestamptz, updated_at timestamptz)"
-)
+# The graph assistants as rows, beside the owner's stored ones: typed by the table's own row.
+_SHARED = f"SELECT {_COLUMNS} FROM jsonb_populate_recordset(NULL::runstream_assistants, %s)"
 
 
 class AssistantRecords:
@@ -173,29 +158,20 @@ class AssistantRecords:
         self.pool = pool
 
     async def create_assistant(
-        self, new: NewAssistant, *, limit: int = 0
+        self, new: AssistantFields, *, owner: str, limit: int = 0
     ) -> AssistantRecord | None:
-        """A new assistant at version 1; None when its id is taken (by anyone).
+        """A new assistant of `owner`'s at version 1; None when its id is taken (by anyone).
 
         Raises:
             Conflict: the owner already has `limit` assistants (`owner_caps`).
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            await make_room(conn, new.owner, "assistants", limit)
+            await make_room(conn, owner, "assistants", limit)
             cur = await conn.execute(
-                f"INSERT INTO runstream_assistants (assistant_id, owner, {_VERSION_FIELDS})"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                f"INSERT INTO runstream_assistants ({', '.join(_CREATED)})"
+                f" VALUES ({placeholders(_CREATED)})"
                 f" ON CONFLICT (assistant_id) DO NOTHING RETURNING {_COLUMNS}",
-                (
-                    new.assistant_id,
-                    new.owner,
-                    new.graph,
-                    new.name,
-                    new.description,
-                    Jsonb(new.config),
-                    Jsonb(new.context),
-                    Jsonb(new.metadata),
-                ),
+                (*parameters(new, _FIELDS), owner),
             )
             row = await cur.fetchone()
             if row is None:
@@ -207,20 +183,13 @@ class AssistantRecords:
     async def _add_version(
         self, conn: psycopg.AsyncConnection[DictRow], assistant: AssistantRecord
     ) -> None:
+        """Save the active version of `assistant`, made at its `updated_at`."""
+        saved = msgspec.convert(assistant, AssistantVersion, from_attributes=True)
+        saved = msgspec.structs.replace(saved, created_at=assistant.updated_at)
         await conn.execute(
-            f"INSERT INTO runstream_assistant_versions (assistant_id, version, {_VERSION_FIELDS},"
-            " created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                assistant.assistant_id,
-                assistant.version,
-                assistant.graph,
-                assistant.name,
-                assistant.description,
-                Jsonb(assistant.config),
-                Jsonb(assistant.context),
-                Jsonb(assistant.metadata),
-                assistant.updated_at,
-            ),
+            f"INSERT INTO runstream_assistant_versions ({', '.join(_SAVED)})"
+            f" VALUES ({placeholders(_SAVED)})",
+            parameters(saved, _SAVED),
         )
 
     async def get_assistant(self, assistant_id: str, owner: str) -> AssistantRecord | None:
@@ -235,13 +204,13 @@ class AssistantRecords:
         self,
         assistant_id: str,
         owner: str,
-        change: Callable[[AssistantRecord], AssistantChange],
+        change: Callable[[AssistantRecord], AssistantFields],
         *,
         max_versions: int = 0,
     ) -> AssistantRecord | None:
-        """A new version from `change(active version)`, made the active one; None: not the
-        owner's. The row is locked meanwhile, so two updates make two versions, one after the
-        other. `change` may raise to change nothing.
+        """A new version from `change(active version)` (its fields but the id), made the active
+        one; None: not the owner's. The row is locked meanwhile, so two updates make two
+        versions, one after the other. `change` may raise to change nothing.
 
         Raises:
             Conflict: 409 `too_many_versions`, the assistant has `max_versions` (0: no limit).
@@ -253,20 +222,15 @@ class AssistantRecords:
             if max_versions:
                 await _refuse_past_versions(conn, assistant_id, max_versions)
             fields = change(active)
+            assignments = ", ".join(f"{name} = %s" for name in _VERSION_FIELDS)
             cur = await conn.execute(
-                "UPDATE runstream_assistants SET graph = %s, name = %s, description = %s,"
-                " config = %s, context = %s, metadata = %s,"
+                f"UPDATE runstream_assistants SET {assignments},"
                 " version = (SELECT max(version) + 1 FROM runstream_assistant_versions"
                 "   WHERE assistant_id = %s),"
                 " updated_at = clock_timestamp()"
                 f" WHERE assistant_id = %s RETURNING {_COLUMNS}",
                 (
-                    fields.graph,
-                    fields.name,
-                    fields.description,
-                    Jsonb(fields.config),
-                    Jsonb(fields.context),
-                    Jsonb(fields.metadata),
+                    *parameters(fields, _VERSION_FIELDS),
                     assistant_id,
                     assistant_id,
                 ),
@@ -286,15 +250,15 @@ class AssistantRecords:
             active = await _locked(conn, assistant_id, owner)
             if active is None:
                 return None, False
+            restored = ("version", *_VERSION_FIELDS)
             cur = await conn.execute(
-                f"UPDATE runstream_assistants a SET (version, {_VERSION_FIELDS}) ="
-                f" (v.version, v.graph, v.name, v.description, v.config, v.context, v.metadata),"
+                f"UPDATE runstream_assistants a SET ({', '.join(restored)}) ="
+                f" ({', '.join(f'v.{name}' for name in restored)}),"
                 " updated_at = clock_timestamp()"
                 " FROM runstream_assistant_versions v"
                 " WHERE a.assistant_id = %s AND v.assistant_id = a.assistant_id"
                 " AND v.version = %s"
-                " RETURNING a.assistant_id::text, a.owner, a.graph, a.name, a.description,"
-                " a.config, a.context, a.metadata, a.version, a.created_at, a.updated_at",
+                f" RETURNING {select_list(AssistantRecord, as_text=_ID_AS_TEXT, table='a')}",
                 (assistant_id, version),
             )
             updated = await cur.fetchone()
@@ -317,7 +281,7 @@ class AssistantRecords:
             return None
         found = await fetch_all(
             self.pool,
-            f"SELECT assistant_id::text, version, {_VERSION_FIELDS}, created_at"
+            f"SELECT {select_list(AssistantVersion, as_text=_ID_AS_TEXT)}"
             " FROM runstream_assistant_versions WHERE assistant_id = %s AND metadata @> %s"
             " ORDER BY version DESC LIMIT %s OFFSET %s",
             (assistant_id, Jsonb(metadata), limit, offset),

@@ -29,13 +29,10 @@ from .errors import NotFound, postgres_errors
 from .metadata_filters import sql_condition
 from .owner_caps import make_room
 from .pg import execute, fetch_all
+from .record_columns import column_names, parameters, placeholders, select_list
 
-__all__ = ["CRON_SORT_COLUMNS", "CronRecord", "CronRecords", "NewCron"]
+__all__ = ["CRON_SORT_COLUMNS", "CronFields", "CronRecord", "CronRecords", "SavedCron"]
 
-_COLUMNS = (
-    "cron_id::text, owner, graph, assistant_id::text, thread_id::text, schedule, timezone,"
-    " payload, metadata, on_run_completed, enabled, end_time, next_run_date, created_at, updated_at"
-)
 # What a search may sort by (LangGraph's `CronSortBy`): its column here.
 CRON_SORT_COLUMNS = {
     "cron_id": "cron_id",
@@ -46,55 +43,49 @@ CRON_SORT_COLUMNS = {
     "next_run_date": "next_run_date",
     "end_time": "end_time",
 }
-# The columns an update may set (`update_cron`'s change).
-_UPDATABLE = frozenset(
-    {
-        "schedule",
-        "timezone",
-        "payload",
-        "metadata",
-        "on_run_completed",
-        "enabled",
-        "end_time",
-        "next_run_date",
-    }
-)
 
 
-class CronRecord(msgspec.Struct, kw_only=True):
-    """One row of `runstream_crons`. `payload` is the LangGraph run request each firing
-    submits; `next_run_date` is null once the schedule has no slot left before `end_time`."""
+class CronFields(msgspec.Struct, kw_only=True):
+    """What a cron is made of: the one declaration of a cron's fields. The Structs below add
+    what storage keeps, the SQL column lists come from them (`record_columns`), and LangGraph's
+    `Cron` (server/langgraph/wire.py) derives from them: a new field is one line here and a
+    column in a migration. `payload` is the LangGraph run request each firing submits;
+    `next_run_date` is null once the schedule has no slot left before `end_time`."""
 
-    cron_id: str
-    owner: str
-    graph: str
     assistant_id: str | None  # a created assistant's; None: the graph's own
     thread_id: str | None
+    on_run_completed: str | None
+    end_time: datetime | None
     schedule: str
     timezone: str | None
     payload: dict[str, Any]
-    metadata: dict[str, Any]
-    on_run_completed: str | None
-    enabled: bool
-    end_time: datetime | None
     next_run_date: datetime | None
+    metadata: dict[str, Any]
+    enabled: bool
+
+
+class SavedCron(CronFields, kw_only=True):
+    """A cron as saved, as its owner sees it."""
+
+    cron_id: str
     created_at: datetime
     updated_at: datetime
 
 
-class NewCron(msgspec.Struct, kw_only=True):
+class CronRecord(SavedCron, kw_only=True):
+    """A row of `runstream_crons`: the cron, whose it is and the graph its runs run."""
+
     owner: str
     graph: str
-    assistant_id: str | None
-    thread_id: str | None
-    schedule: str
-    timezone: str | None
-    payload: dict[str, Any]
-    metadata: dict[str, Any]
-    on_run_completed: str | None
-    enabled: bool
-    end_time: datetime | None
-    next_run_date: datetime | None
+
+
+_IDS_AS_TEXT = ("cron_id", "assistant_id", "thread_id")  # uuid columns, held as a str
+_COLUMNS = select_list(CronRecord, as_text=_IDS_AS_TEXT)
+_FIELDS = column_names(CronFields)
+_CREATED = ("cron_id", "owner", "graph", *_FIELDS)
+# The columns an update may set (`update_cron`'s change): a cron's assistant and thread are
+# its own from its creation.
+_UPDATABLE = frozenset(_FIELDS) - {"assistant_id", "thread_id"}
 
 
 def _record(row: DictRow) -> CronRecord:
@@ -107,8 +98,10 @@ class CronRecords:
     def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
-    async def create_cron(self, new: NewCron, *, limit: int = 0) -> CronRecord:
-        """A new cron.
+    async def create_cron(
+        self, new: CronFields, *, owner: str, graph: str, limit: int = 0
+    ) -> CronRecord:
+        """A new cron of `owner`'s, whose runs run `graph`.
 
         A created assistant's row is held (`FOR KEY SHARE`) until the insert commits: an
         assistant's delete locks it first (`AssistantRecords.delete_assistant`), so either
@@ -121,41 +114,30 @@ class CronRecords:
             Conflict: the owner already has `limit` crons (`owner_caps`).
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            await make_room(conn, new.owner, "crons", limit)
+            await make_room(conn, owner, "crons", limit)
             if new.assistant_id is not None:
                 cur = await conn.execute(
                     "SELECT 1 FROM runstream_assistants WHERE assistant_id = %s AND owner = %s"
                     " FOR KEY SHARE",
-                    (new.assistant_id, new.owner),
+                    (new.assistant_id, owner),
                 )
                 if await cur.fetchone() is None:
                     raise NotFound(f"assistant {new.assistant_id} not found")
             try:
                 cur = await conn.execute(
-                    "INSERT INTO runstream_crons (cron_id, owner, graph, assistant_id, thread_id,"
-                    " schedule, timezone, payload, metadata, on_run_completed, enabled, end_time,"
-                    " next_run_date)"
-                    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                    f"INSERT INTO runstream_crons ({', '.join(_CREATED)})"
+                    f" SELECT {placeholders(_CREATED)}"
                     " WHERE %s::uuid IS NULL OR EXISTS (SELECT 1 FROM runstream_threads"
                     "   WHERE thread_id = %s AND owner = %s)"
                     f" RETURNING {_COLUMNS}",
                     (
                         str(uuid.uuid4()),
-                        new.owner,
-                        new.graph,
-                        new.assistant_id,
-                        new.thread_id,
-                        new.schedule,
-                        new.timezone,
-                        Jsonb(new.payload),
-                        Jsonb(new.metadata),
-                        new.on_run_completed,
-                        new.enabled,
-                        new.end_time,
-                        new.next_run_date,
+                        owner,
+                        graph,
+                        *parameters(new, _FIELDS),
                         new.thread_id,
                         new.thread_id,
-                        new.owner,
+                        owner,
                     ),
                 )
             except psycopg.errors.ForeignKeyViolation:  # the thread was deleted meanwhile

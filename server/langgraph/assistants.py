@@ -25,7 +25,7 @@ import structlog
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.params import Body, Parameter
 
-from stream_store.assistant_records import AssistantChange, AssistantRecord, NewAssistant
+from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import Conflict, NotFound
 from stream_store.events import RunStatus
 from stream_store.limits import (
@@ -159,7 +159,7 @@ def _checked_text(name: str | None, description: str | None) -> None:
 
 def _change(
     resources: Resources, body: AssistantPatch, current: AssistantRecord
-) -> AssistantChange:
+) -> AssistantFields:
     """The next version of `current` that `body` asks for, checked (LangGraph's update: what
     is left out stays; `metadata` is merged in; a `config` replaces the config, keeping the
     context unless it brings a configurable)."""
@@ -177,7 +177,8 @@ def _change(
     _checked(resources, graph, config, context)
     metadata = {**current.metadata, **(body.metadata or {})}
     inputs.metadata(metadata, resources.settings)
-    return AssistantChange(
+    return AssistantFields(
+        assistant_id=current.assistant_id,
         graph=graph,
         name=body.name if body.name is not None else current.name,
         description=body.description if body.description is not None else current.description,
@@ -255,9 +256,8 @@ class AssistantsController(Controller):
         if existing is None:
             await quotas.take_submit(caller.owner)
             created = await resources.assistant_records.create_assistant(
-                NewAssistant(
+                AssistantFields(
                     assistant_id=assistant_id,
-                    owner=caller.owner,
                     graph=graph,
                     name=data.name or "Untitled",
                     description=data.description,
@@ -265,6 +265,7 @@ class AssistantsController(Controller):
                     context=context,
                     metadata=metadata,
                 ),
+                owner=caller.owner,
                 limit=resources.settings.max_assistants,
             )
             if created is not None:

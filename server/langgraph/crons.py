@@ -18,7 +18,7 @@ from litestar import Controller, delete, patch, post
 from litestar.params import Body
 
 from stream_store.assistant_records import AssistantRecord
-from stream_store.cron_records import CronRecord, NewCron
+from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
@@ -43,22 +43,11 @@ _RUN_FIELDS = CronRun.__struct_fields__  # what a cron's `payload` keeps
 
 
 def cron_view(cron: CronRecord) -> Cron:
-    return Cron(
-        cron_id=cron.cron_id,
-        assistant_id=cron.assistant_id or assistant_id_for(cron.graph),
-        thread_id=cron.thread_id,
-        on_run_completed=cron.on_run_completed,  # type: ignore[arg-type]
-        end_time=cron.end_time,
-        schedule=cron.schedule,
-        timezone=cron.timezone,
-        created_at=cron.created_at,
-        updated_at=cron.updated_at,
-        payload=cron.payload,
-        user_id=None,
-        next_run_date=cron.next_run_date,
-        metadata=cron.metadata,
-        enabled=cron.enabled,
+    """`cron` as LangGraph shows it: a cron of a graph's own assistant names that assistant."""
+    named = msgspec.structs.replace(
+        cron, assistant_id=cron.assistant_id or assistant_id_for(cron.graph)
     )
+    return msgspec.convert(named, Cron, from_attributes=True)
 
 
 def _run_fields(body: CronCreate | CronPatch) -> dict[str, Any]:
@@ -121,9 +110,7 @@ async def _create(
     end_time = _utc(body.end_time)
     await quotas.take_submit(caller.owner)
     cron = await resources.cron_records.create_cron(
-        NewCron(
-            owner=caller.owner,
-            graph=assistant.graph,
+        CronFields(
             assistant_id=assistant.assistant_id if assistant.owner is not None else None,
             thread_id=thread_id,
             schedule=schedule,
@@ -135,6 +122,8 @@ async def _create(
             end_time=end_time,
             next_run_date=next_run(schedule, timezone, datetime.now(UTC), end_time),
         ),
+        owner=caller.owner,
+        graph=assistant.graph,
         limit=resources.settings.max_crons,
     )
     logger.info("cron created", cron_id=cron.cron_id, thread_id=thread_id)

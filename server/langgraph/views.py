@@ -10,6 +10,7 @@ import uuid
 from datetime import datetime
 from typing import Any, cast
 
+import msgspec
 from langgraph.pregel import Pregel
 from langgraph.types import PregelTask, StateSnapshot
 
@@ -115,32 +116,12 @@ def registered_graph(resources: Resources, assistant: AssistantRecord) -> str:
 
 
 def assistant_view(record: AssistantRecord) -> Assistant:
-    return Assistant(
-        assistant_id=record.assistant_id,
-        graph_id=record.graph,
-        name=record.name,
-        description=record.description,
-        config=record.config,
-        context=record.context,
-        metadata=record.metadata,
-        version=record.version,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-    )
+    return msgspec.convert(record, Assistant, from_attributes=True)
 
 
-def version_view(record: AssistantRecord | StoredVersion) -> AssistantVersion:
-    return AssistantVersion(
-        assistant_id=record.assistant_id,
-        graph_id=record.graph,
-        name=record.name,
-        description=record.description,
-        config=record.config,
-        context=record.context,
-        metadata=record.metadata,
-        version=record.version,
-        created_at=record.created_at,
-    )
+def version_view(record: StoredVersion) -> AssistantVersion:
+    """A saved version, or an assistant as its active one (`AssistantRecord` is one)."""
+    return msgspec.convert(record, AssistantVersion, from_attributes=True)
 
 
 # A run's own field (`assistant_id`) and runstream's notes on it (`RunRecords.ask_rollback`,

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from stream_store import limits
+from stream_store import assistant_records, cron_records, limits
 
 __all__ = [
     "MAX_PAGE",
@@ -432,33 +432,21 @@ class Thread(Response):
     error: Any = None
 
 
-class Assistant(Response):
+# The wire shapes of assistants and crons are their records' (stream_store/assistant_records.py,
+# cron_records.py), less what runstream keeps to itself (an owner, a cron's graph), with a field
+# redefined where LangGraph names or types it otherwise: it keeps its place.
+
+
+class Assistant(assistant_records.ActiveVersion, Response, kw_only=True):
     """An assistant: a graph's own (`metadata` `{"created_by": "system"}`), or a caller's."""
 
-    assistant_id: str
-    graph_id: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]  # {"created_by": "system"} for the graph's own assistant
-    version: int
-    created_at: datetime
-    updated_at: datetime
+    graph: str = msgspec.field(name="graph_id")
 
 
-class AssistantVersion(Response):
+class AssistantVersion(assistant_records.AssistantVersion, Response, kw_only=True):
     """One version of an assistant (`assistants.get_versions`)."""
 
-    assistant_id: str
-    graph_id: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-    version: int
-    created_at: datetime
+    graph: str = msgspec.field(name="graph_id")
 
 
 class Run(Response):
@@ -474,20 +462,9 @@ class Run(Response):
     kwargs: dict[str, Any] = {}
 
 
-class Cron(Response):
+class Cron(cron_records.SavedCron, Response, kw_only=True):
     """A cron as LangGraph shows it; `payload` is the run request each slot submits."""
 
-    cron_id: str
-    assistant_id: str
-    thread_id: str | None
+    assistant_id: str  # a cron of a graph's own assistant: that assistant's id
     on_run_completed: OnRunCompleted | None
-    end_time: datetime | None
-    schedule: str
-    timezone: str | None
-    created_at: datetime
-    updated_at: datetime
-    payload: dict[str, Any]
-    user_id: str | None
-    next_run_date: datetime | None
-    metadata: dict[str, Any]
-    enabled: bool
+    user_id: str | None = None  # LangGraph's creator; runstream's callers are owners: null

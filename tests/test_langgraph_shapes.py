@@ -114,9 +114,7 @@ def a_cron(**changes: Any) -> CronRecord:
     return CronRecord(**(fields | changes))
 
 
-def test_the_wire_assistant_is_the_record_less_its_owner_with_langgraphs_name_for_the_graph() -> (
-    None
-):
+def test_the_wire_assistant_is_the_record_less_its_owner_graph_named_graph_id() -> None:
     record_fields = field_names(AssistantRecord) - {"owner"}
     assert {"graph_id" if name == "graph" else name for name in record_fields} == ASSISTANT_KEYS
     assert set(wire_names(Assistant)) == ASSISTANT_KEYS

@@ -118,7 +118,10 @@ class RunstreamDialect:
 
 
 def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
-    """Every rule on where a viewer may resume (docs/protocol.md, "Reconnecting"), in one place.
+    """Whether a viewer may resume a run's stream after `after` (docs/protocol.md,
+    "Reconnecting"): the rule both dialects apply once they have read the client's
+    `Last-Event-ID` (`inputs.last_event_id`) as a stored event's id (`/v1`: `inputs.event_id`;
+    LangGraph's ids, frame ids among them: `langgraph.rejoin.resume_point`).
 
     Returns the stream's first id, which `attach` watches for a reset.
 

@@ -226,14 +226,10 @@ class RunsController(Controller):
         run_id: str,
         resources: Resources,
         quotas: CallerQuotas,
-        last_event_id_query: Annotated[
-            str | None, Parameter(query="last_event_id", required=False)
-        ] = None,
         token: Annotated[str | None, Parameter(query="token", required=False)] = None,
     ) -> EventStream:
         run_id = inputs.object_id(run_id, "run")
-        header = request.headers.get("last-event-id")
-        after = inputs.event_id(header if header is not None else last_event_id_query)
+        after = inputs.event_id(inputs.last_event_id(request))
         if token:
             caller = resources.tokens.verify(token, run_id)
         else:

@@ -202,15 +202,6 @@ def _xray_depth(xray: str | None) -> bool | int:
     )
 
 
-def _recurse(recurse: str | None) -> bool:
-    """`?recurse=`: true or false, in any case (the SDKs send `true` and `false`)."""
-    if recurse is None or recurse.lower() == "false":
-        return False
-    if recurse.lower() == "true":
-        return True
-    raise ApiError(422, "invalid_request", "recurse must be true or false")
-
-
 def _versions_of(assistant: AssistantRecord, body: AssistantVersions) -> list[AssistantVersion]:
     """A graph's own assistant has one version, itself."""
     if not (body.metadata or {}).items() <= assistant.metadata.items():
@@ -404,7 +395,7 @@ class AssistantsController(Controller):
         assistant_id: str,
         resources: Resources,
         caller: Caller,
-        delete_threads: Annotated[str | None, Parameter(required=False)] = None,
+        delete_threads: inputs.FlagQuery = None,
     ) -> None:
         """LangGraph's delete: the assistant's versions and crons go with it, then its queued
         and running runs are cancelled; its runs stay. `delete_threads=true`: the threads it
@@ -417,7 +408,7 @@ class AssistantsController(Controller):
             resources.lifecycle,
             assistant.assistant_id,
             caller.owner,
-            with_threads=(delete_threads or "").lower() == "true",
+            with_threads=inputs.flag(delete_threads, "delete_threads"),
         ):
             raise NotFound(f"assistant {assistant_id} not found")
         # After the delete: a run submitted meanwhile (its check saw the assistant) is
@@ -497,9 +488,9 @@ class AssistantsController(Controller):
         resources: Resources,
         caller: Caller,
         namespace: str | None = None,
-        recurse: Annotated[str | None, Parameter(required=False)] = None,
+        recurse: inputs.FlagQuery = None,
     ) -> dict[str, Any]:
-        deep = _recurse(recurse)
+        deep = inputs.flag(recurse, "recurse")
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)

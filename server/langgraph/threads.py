@@ -301,15 +301,19 @@ class ThreadsController(Controller):
             caller,
             thread,
             modes=[*(stream_mode or []), *(stream_modes or [])],
-            last_event_id=request.headers.get("last-event-id"),
+            last_event_id=inputs.last_event_id(request),
         )
 
     @get("/{thread_id:str}/state", summary="The thread's current state")
     async def state(
-        self, thread_id: str, resources: Resources, caller: Caller, subgraphs: bool = False
+        self,
+        thread_id: str,
+        resources: Resources,
+        caller: Caller,
+        subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
-        return await thread_state(resources, thread, subgraphs)
+        return await thread_state(resources, thread, inputs.flag(subgraphs, "subgraphs"))
 
     @post(
         "/{thread_id:str}/state",
@@ -341,11 +345,13 @@ class ThreadsController(Controller):
         checkpoint_id: str,
         resources: Resources,
         caller: Caller,
-        subgraphs: bool = False,
+        subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
         checked = checked_checkpoint_id(checkpoint_id)
-        return await state_at(resources, thread, checked, subgraphs=subgraphs)
+        return await state_at(
+            resources, thread, checked, subgraphs=inputs.flag(subgraphs, "subgraphs")
+        )
 
     @post(
         "/{thread_id:str}/state/checkpoint",

@@ -63,7 +63,7 @@ from .wire import (
     AssistantVersions,
 )
 
-__all__ = ["AssistantsController", "info", "ok"]
+__all__ = ["AssistantsController", "info", "ok", "owned_assistant"]
 
 logger = structlog.get_logger()
 
@@ -83,15 +83,16 @@ def _read_only(assistant: AssistantRecord) -> Conflict:
     )
 
 
-async def _own(
+async def owned_assistant(
     resources: Resources,
     caller: Caller,
     assistant_id: str,
     action: str,
     value: dict[str, Any] | None = None,
 ) -> AssistantRecord:
-    """The caller's created assistant `assistant_id` names (404 as for any unknown one; 409
-    for a graph's own), as the project's handler allows `action` on it."""
+    """The caller's created assistant `assistant_id` names, to change or delete (404 as for
+    any unknown one; 409 for a graph's own, which is everyone's), as the project's handler
+    allows `action` on it. Reading one, a graph's own included, is `allowed_assistant`'s."""
     assistant = await allowed_assistant(resources, caller, assistant_id, action, value)
     if assistant.owner is None:
         raise _read_only(assistant)
@@ -372,7 +373,7 @@ class AssistantsController(Controller):
             "metadata": dict(data.metadata) if data.metadata is not None else None,
             "name": data.name,
         }
-        current = await _own(resources, caller, assistant_id, "update", value)
+        current = await owned_assistant(resources, caller, assistant_id, "update", value)
         if value.get("metadata") != data.metadata:  # stamped by the project's handler
             data = msgspec.structs.replace(data, metadata=value["metadata"])
         _checked_text(data.name, data.description)
@@ -402,7 +403,7 @@ class AssistantsController(Controller):
         ran on go too, with their runs and state, in the same transaction (409 with nothing
         changed while one of them has a queued or running run; an interrupted run is over, and
         goes with its thread)."""
-        assistant = await _own(resources, caller, assistant_id, "delete")
+        assistant = await owned_assistant(resources, caller, assistant_id, "delete")
         if not await delete_assistant(
             resources.assistant_records,
             resources.lifecycle,
@@ -459,7 +460,9 @@ class AssistantsController(Controller):
     async def set_latest(
         self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller
     ) -> Assistant:
-        assistant = await _own(resources, caller, assistant_id, "update", {"version": data.version})
+        assistant = await owned_assistant(
+            resources, caller, assistant_id, "update", {"version": data.version}
+        )
         updated, has_version = await resources.assistant_records.set_latest(
             assistant.assistant_id, caller.owner, data.version
         )

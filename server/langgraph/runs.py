@@ -26,6 +26,7 @@ from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
 from ..runs import owned_run
+from ..threads import owned_thread
 from .conversions import run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
@@ -137,13 +138,12 @@ class RunsController(Controller):
         offset: Annotated[int, Parameter(ge=0)] = 0,
         status: Annotated[str | None, Parameter(query="status", required=False)] = None,
     ) -> list[Run]:
-        thread_id = inputs.object_id(thread_id, "thread")
-        await check_thread_access(resources, caller, thread_id, "read")
-        if await resources.thread_records.get_thread(thread_id, caller.owner) is None:
-            raise NotFound(f"thread {thread_id} not found")
+        thread = await owned_thread(resources, thread_id, caller)
         runs = [
             run_view(r)
-            for r in reversed(await resources.run_records.thread_runs(thread_id, caller.owner))
+            for r in reversed(
+                await resources.run_records.thread_runs(thread.thread_id, caller.owner)
+            )
         ]
         if status:
             runs = [r for r in runs if r.status == status]

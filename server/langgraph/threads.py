@@ -15,6 +15,7 @@ from stream_store.quotas import CallerQuotas
 from stream_store.threads import delete_langgraph_threads
 
 from .. import inputs
+from ..access import thread_not_found
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -255,7 +256,7 @@ class ThreadsController(Controller):
             thread.thread_id, caller.owner, changes, langgraph=True
         )
         if updated is None:
-            raise NotFound(f"thread {thread_id} not found")
+            raise thread_not_found(thread_id)
         return await thread_view(resources, updated)
 
     @delete(
@@ -279,7 +280,7 @@ class ThreadsController(Controller):
             ids,
             with_active_runs=True,
         ):
-            raise NotFound(f"thread {thread_id} not found")  # deleted meanwhile
+            raise thread_not_found(thread_id)  # deleted meanwhile
 
     @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
     async def join_stream(

@@ -8,8 +8,8 @@ can be made the active one again). A run made with one takes its graph and its c
 (`submit.py`). Another caller's assistant is 404 on every route, as an unknown one.
 Stored in `stream_store/assistant_records.py`; docs/langgraph.md, "Assistants".
 
-Over 300 lines: the SDK's eleven assistant calls, each a route with its checks, and `/ok` and
-`/info`.
+One route for each of the SDK's eleven assistant calls, each with its checks; `/ok` and `/info`
+beside them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from stream_store.limits import (
 )
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_assistant
+from stream_store.thread_deletion import delete_assistant
 
 from .. import inputs
 from ..access import allowed_assistant

@@ -26,7 +26,7 @@ from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 
 from stream_store import limits
-from stream_store.store import OwnerStore, make_store_room, owner_store_on
+from stream_store.store import OwnerStore, owner_store_on, refuse_past_store_caps
 
 from .. import inputs
 from ..auth import Caller
@@ -123,7 +123,7 @@ async def _owner_store(
     async with resources.queries.connection(caller.owner) as conn:
         if put is not None:
             settings = resources.settings
-            await make_store_room(
+            await refuse_past_store_caps(
                 conn,
                 caller.owner,
                 put,

@@ -12,7 +12,7 @@ from litestar.response import Stream
 from stream_store.errors import Conflict, NotFound
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_langgraph_threads
+from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
 from ..access import thread_not_found

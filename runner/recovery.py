@@ -29,7 +29,7 @@ from stream_store.live_record import TakeOver
 from stream_store.messages import input_messages, thread_messages
 from stream_store.run_records import RunRecord
 from stream_store.services import Services
-from stream_store.threads import delete_thread
+from stream_store.thread_deletion import delete_thread
 from stream_store.tracing import context_of, run_attributes
 from stream_store.workers import WorkerRegistry
 

@@ -118,7 +118,10 @@ class RunstreamDialect:
 
 
 def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) -> str:
-    """Every rule on where a viewer may resume (docs/protocol.md, "Reconnecting"), in one place.
+    """Whether a viewer may resume a run's stream after `after` (docs/protocol.md,
+    "Reconnecting"): the rule both dialects apply once they have read the client's
+    `Last-Event-ID` (`inputs.last_event_id`) as a stored event's id (`/v1`: `inputs.event_id`;
+    LangGraph's ids, frame ids among them: `langgraph.rejoin.resume_point`).
 
     Returns the stream's first id, which `attach` watches for a reset.
 
@@ -147,7 +150,7 @@ def check_resume_point(run: RunRecord, record: LiveRecord | None, after: str) ->
     return record.first_id
 
 
-def _loaded(feed: RunFeed, loading: asyncio.Future[None] | None) -> None:
+def _end_history_loading(feed: RunFeed, loading: asyncio.Future[None] | None) -> None:
     """The replay that read the stream's start for `feed` is done with it (the history handed
     over, or not): the viewers waiting for it go on."""
     if loading is None:
@@ -277,7 +280,7 @@ class Attachment:
                         feed.add_history(history)
                         history = None
                     if history is None:
-                        _loaded(feed, loading)
+                        _end_history_loading(feed, loading)
                         loading = None
                 chunk = self._render(frames)
                 if chunk:
@@ -285,7 +288,7 @@ class Attachment:
                 if self.ended or len(page) < REPLAY_PAGE:
                     break
         finally:
-            _loaded(feed, loading)
+            _end_history_loading(feed, loading)
         if read:
             return  # had the newest event been the end, and sent, this replay would have read it
         newest = await self.events.last_event(self.run_id)

@@ -1,5 +1,6 @@
-"""Checks on input that Litestar's body validation cannot express: ids, headers, cursors, and
-the bounds of `stream_store.limits` (413 `input_too_large`), some of them set by the operator.
+"""Checks on input that Litestar's body validation cannot express: ids, headers, boolean query
+flags, cursors, and the bounds of `stream_store.limits` (413 `input_too_large`), some of them
+set by the operator. Each is read here once, for both dialects.
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ import base64
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from litestar import Request
+from litestar.params import Parameter
 
 from runner.configurable import ConfigurableRefused, check
 from runner.graphs import GraphRegistry
@@ -22,12 +25,15 @@ from stream_store.settings import Settings
 from .errors import ApiError
 
 __all__ = [
+    "FlagQuery",
     "configurable",
     "decode_cursor",
     "encode_cursor",
     "event_id",
+    "flag",
     "idempotency_key",
     "input_messages",
+    "last_event_id",
     "message_texts",
     "metadata",
     "object_id",
@@ -55,6 +61,40 @@ def event_id(value: str | None) -> str:
             f"Last-Event-ID must look like '1700000000000-0', got {value[:80]!r}",
         )
     return value
+
+
+def last_event_id(request: Request[Any, Any, Any]) -> str | None:
+    """Where the client asks to resume, as it sent it: the `Last-Event-ID` header (an
+    EventSource's reconnect, the SDKs' rejoin), else the `last_event_id` query parameter (a
+    browser's first attach, which can set no header); None when it sent neither. What the
+    value means is the route's: `event_id` for `/v1`, `langgraph.rejoin` for LangGraph's."""
+    header = request.headers.get("last-event-id")
+    return header if header is not None else request.query_params.get("last_event_id")
+
+
+# How a route declares a boolean query flag: taken as text, and read by `flag`.
+FlagQuery = Annotated[
+    str | None, Parameter(required=False, description="true or false (or 1 or 0)")
+]
+
+_TRUE = ("true", "1")
+_FALSE = ("false", "0")
+
+
+def flag(value: str | None, name: str) -> bool:
+    """A boolean query parameter: `true` or `1`, `false` or `0`, in any case (what the SDKs
+    send); absent is false. Anything else is refused (400 `invalid_request`, 422 on LangGraph's
+    paths like its other validation errors) rather than read as false, so that a misspelt
+    `wait=yes` does not quietly do the opposite of what was asked."""
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ApiError(
+        400, "invalid_request", f"{name} must be true or false (or 1 or 0), got {value[:40]!r}"
+    )
 
 
 def idempotency_key(value: str | None) -> str | None:

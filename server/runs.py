@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import uuid
 from typing import Annotated, Any
 
 import msgspec
@@ -15,7 +14,7 @@ from stream_store.errors import NotFound
 from stream_store.evaluations import EvaluationRecord
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
-from stream_store.run_submit import TITLE_CHARS, Created, NewRun
+from stream_store.run_submit import Created, NewRun
 from stream_store.schemas import (
     EvaluationList,
     EvaluationOut,
@@ -32,6 +31,7 @@ from .auth import Caller
 from .budgets import WRITE
 from .errors import ApiError
 from .event_stream import EventStream
+from .new_runs import new_run, with_message_id
 from .resources import Resources
 
 __all__ = [
@@ -100,14 +100,6 @@ def _request_hash(body: RunCreate, thread_id: str | None) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-def _with_message_ids(run_input: dict[str, Any]) -> dict[str, Any]:
-    """Give every input message an id now, so each attempt of the run names it the same."""
-    for message in run_input["messages"]:
-        message.setdefault("id", None)
-        message["id"] = message["id"] or str(uuid.uuid4())
-    return run_input
-
-
 async def submit_run(
     resources: Resources,
     quotas: CallerQuotas,
@@ -128,27 +120,26 @@ async def submit_run(
             "unknown_graph",
             f"unknown graph {body.graph!r}; known: {', '.join(resources.graphs.names())}",
         )
-    inputs.configurable(body.config.configurable, resources.graphs, body.graph)
     inputs.input_messages(body.input.messages, resources.settings)
-    inputs.metadata(body.metadata, resources.settings)
     body_thread = str(body.thread_id) if body.thread_id else None
     if path_thread_id and body_thread and body_thread != path_thread_id:
         raise ApiError(400, "thread_mismatch", "thread_id in the body differs from the path")
     thread_id = path_thread_id or body_thread
     key = inputs.idempotency_key(idempotency_key)
-    first_user = next((m.content for m in body.input.messages if m.role == "user"), None)
-    new = NewRun(
-        owner=caller.owner,
+    run_input = msgspec.to_builtins(body.input)
+    for message in run_input["messages"]:
+        with_message_id(message)
+    new = new_run(
+        resources,
+        caller.owner,
         graph=body.graph,
-        input=_with_message_ids(msgspec.to_builtins(body.input)),
-        thread_id=thread_id,
+        input=run_input,
         config=msgspec.to_builtins(body.config),
         metadata=body.metadata,
+        thread_id=thread_id,
         multitask=body.multitask,
         idempotency_key=key,
         request_hash=_request_hash(body, thread_id) if key else None,
-        title=first_user[:TITLE_CHARS] if first_user else None,
-        max_active_runs=resources.settings.max_active_runs,
     )
     # a project's `threads.create_run` handler is asked here too (server/access.py)
     await prepare_run(resources, caller, new, {"multitask_strategy": body.multitask})
@@ -226,14 +217,10 @@ class RunsController(Controller):
         run_id: str,
         resources: Resources,
         quotas: CallerQuotas,
-        last_event_id_query: Annotated[
-            str | None, Parameter(query="last_event_id", required=False)
-        ] = None,
         token: Annotated[str | None, Parameter(query="token", required=False)] = None,
     ) -> EventStream:
         run_id = inputs.object_id(run_id, "run")
-        header = request.headers.get("last-event-id")
-        after = inputs.event_id(header if header is not None else last_event_id_query)
+        after = inputs.event_id(inputs.last_event_id(request))
         if token:
             caller = resources.tokens.verify(token, run_id)
         else:

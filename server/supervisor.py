@@ -6,8 +6,8 @@ on others first (server and worker before the embedded Valkey and Postgres they 
 A child that exits with status 2 is not restarted: its settings do not hold (`runstream`'s exit
 status for that), and starting it again would fail the same way.
 
-About 100 lines: the supervisors on PyPI (supervisor, circus) are daemons with their own
-configuration files and control sockets, not a loop inside one command.
+Written here rather than taken from PyPI: the supervisors there (supervisor, circus) are
+daemons with their own configuration files and control sockets, not a loop inside one command.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from stream_store.schemas import (
     ThreadList,
     ThreadOut,
 )
+from stream_store.thread_deletion import delete_thread
 from stream_store.thread_records import ThreadRecord
-from stream_store.threads import delete_thread
 
 from . import inputs
 from .access import thread_not_found

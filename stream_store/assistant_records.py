@@ -10,8 +10,8 @@ The graph assistants (one per registered graph, docs/langgraph.md) are not store
 or count takes them as rows of its own (`shared`), so they sort and page with the stored ones
 in one statement.
 
-Over 300 lines: create, update, versions, latest, delete (with its threads and crons), search
-and count, each one statement with the owner rule in it.
+Create, update, versions, latest, delete (with its threads and crons), search and count: each
+one statement with the owner rule in it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from .connections import ConnectionSource
 from .errors import Conflict, postgres_errors
 from .metadata_filters import sql_condition
-from .owner_caps import make_room
+from .owner_caps import refuse_at_cap
 from .pg import fetch_all
 from .record_columns import column_names, parameters, placeholders, select_list
 from .thread_records import DeletedThreads, delete_langgraph_threads
@@ -166,7 +166,7 @@ class AssistantRecords:
             Conflict: the owner already has `limit` assistants (`owner_caps`).
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            await make_room(conn, owner, "assistants", limit)
+            await refuse_at_cap(conn, owner, "assistants", limit)
             cur = await conn.execute(
                 f"INSERT INTO runstream_assistants ({', '.join(_CREATED)})"
                 f" VALUES ({placeholders(_CREATED)})"

@@ -7,8 +7,8 @@ a slot; no lock is held while it submits (a submit waits on the thread's row, wh
 delete may hold while it waits on the cron's). A claim whose scheduler died lapses, and the
 slot's idempotency key keeps its second firing to the same run.
 
-Over 300 lines: one statement per SDK call (create, get, search, count, update, delete) and the
-scheduler's three (claim, release, advance), with the owner rule in each.
+One statement per SDK call (create, get, search, count, update, delete) and the scheduler's
+three (claim, release, advance), with the owner rule in each.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 from .connections import ConnectionSource
 from .errors import NotFound, postgres_errors
 from .metadata_filters import sql_condition
-from .owner_caps import make_room
+from .owner_caps import refuse_at_cap
 from .pg import execute, fetch_all
 from .record_columns import column_names, parameters, placeholders, select_list
 
@@ -114,7 +114,7 @@ class CronRecords:
             Conflict: the owner already has `limit` crons (`owner_caps`).
         """
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
-            await make_room(conn, owner, "crons", limit)
+            await refuse_at_cap(conn, owner, "crons", limit)
             if new.assistant_id is not None:
                 cur = await conn.execute(
                     "SELECT 1 FROM runstream_assistants WHERE assistant_id = %s AND owner = %s"

@@ -20,7 +20,7 @@ Which process calls what:
     worker   claim, start, interrupt, finish, announce_retry
     reaper   requeue (or exhaust), repair, restore_stream
 
-It is longer than most modules here on purpose: every transition is in it, and only here.
+Every transition is here, and only here, so that each keeps the rule above the same way.
 """
 
 from __future__ import annotations

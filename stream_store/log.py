@@ -4,17 +4,17 @@ Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs
 terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
 batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`, `reserve`
 one EVALSHA for an append's checks, writing nothing (before a server transition's commit);
-`read_range`
-is one XRANGE per page (the server's live reads are its own XREAD, `server/fanout.py`). Appends
-are fenced: the script refuses a write whose attempt is not the record's. `append_batch` is also
-bounded: a run's stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes
-of names and data (`StreamTooLarge` past either). It is the one class that calls the stream
-scripts and reads a run's stream and record, which is why it is longer than most modules here.
+`read_range` is one XRANGE, as is each page of `read_from_start` (the server's live reads are
+its own XREAD, `server/fanout.py`). Appends are fenced: the script refuses a write whose attempt
+is not the record's. `append_batch` is also bounded: a run's stream holds at most
+`max_run_events` events and `max_run_stream_bytes` bytes of names and data (`StreamTooLarge`
+past either). It is the one class that calls the stream scripts and reads a run's stream and
+record, so that the key layout, the fence and the bounds are known in one place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -257,19 +257,31 @@ class EventLog:
         the subset that has its `message` event."""
         seen: dict[str, None] = {}
         completed: set[str] = set()
+        async for event in self.read_from_start(run_id):
+            if event.event == "token":
+                seen[msgspec.json.decode(event.data)["message_id"]] = None
+            elif event.event == "message":
+                message_id = msgspec.json.decode(event.data)["message"]["id"]
+                seen[message_id] = None
+                completed.add(message_id)
+        return list(seen), completed
+
+    async def read_from_start(
+        self, run_id: str, through: str | None = None, page: int = 1000
+    ) -> AsyncIterator[StoredEvent]:
+        """The run's events from the stream's start up to and including `through` (None: to
+        its end), read a page of `page` at a time."""
+        last = parse_event_id(through) if through is not None else None
         cursor = "0-0"
         while True:
-            page = await self.read_range(run_id, cursor, count=1000)
-            for event in page:
-                if event.event == "token":
-                    seen[msgspec.json.decode(event.data)["message_id"]] = None
-                elif event.event == "message":
-                    message_id = msgspec.json.decode(event.data)["message"]["id"]
-                    seen[message_id] = None
-                    completed.add(message_id)
-            if len(page) < 1000:
-                return list(seen), completed
-            cursor = page[-1].id
+            events = await self.read_range(run_id, cursor, count=page)
+            for event in events:
+                if last is not None and parse_event_id(event.id) > last:
+                    return
+                yield event
+            if len(events) < page:
+                return
+            cursor = events[-1].id
 
     async def read_range(self, run_id: str, after: str, count: int = 1000) -> list[StoredEvent]:
         """Up to `count` events strictly after `after` ("0-0" reads from the start)."""

@@ -18,7 +18,7 @@ from psycopg.rows import DictRow
 
 from .errors import Conflict
 
-__all__ = ["count_locked", "make_room"]
+__all__ = ["count_locked", "refuse_at_cap"]
 
 Kind = Literal["assistants", "crons"]
 LockedKind = Literal["assistants", "crons", "store", "checkpoints"]
@@ -36,7 +36,7 @@ _SETTING: dict[Kind, str] = {
 }
 
 
-async def make_room(conn: AsyncConnection[DictRow], owner: str, kind: Kind, limit: int) -> None:
+async def refuse_at_cap(conn: AsyncConnection[DictRow], owner: str, kind: Kind, limit: int) -> None:
     """Refuse one more of `kind` for `owner` when it already has `limit` (0: no limit), in
     `conn`'s transaction, before the insert.
 

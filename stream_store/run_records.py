@@ -5,8 +5,8 @@ on one run (a cancel and a worker's claim, two resumes) cannot both win. Owner s
 the SQL: a query for another owner's run finds nothing, which the server answers as 404.
 Creating a run is the submit's transaction, in `run_submit.py`.
 
-Every other statement on `runstream_runs` is here, each condition beside the others it must
-agree with; that, not one long function, is why this module is longer than most.
+Every other statement on `runstream_runs` is here, so that each condition is read beside the
+others it must agree with.
 """
 
 from __future__ import annotations

@@ -56,10 +56,10 @@ __all__ = [
     "StoreOptions",
     "VectorsUnavailable",
     "index_config",
-    "make_store_room",
     "open_store",
     "owner_label",
     "owner_store_on",
+    "refuse_past_store_caps",
     "setup_store",
     "sweep_expired_items",
 ]
@@ -267,7 +267,7 @@ async def sweep_expired_items(pool: PgPool) -> int | None:
             await _stop_tasks(store)
 
 
-async def make_store_room(
+async def refuse_past_store_caps(
     conn: AsyncConnection[DictRow],
     owner: str,
     item: tuple[tuple[str, ...], str, int],
@@ -373,14 +373,15 @@ class OwnerStore(BaseStore):
 
     def _unscoped(self, op: Op, result: Result) -> Result:
         if isinstance(op, ListNamespacesOp) and isinstance(result, list):
-            return [self._own(namespace) for namespace in result]
+            return [self._unscoped_namespace(namespace) for namespace in result]
         if isinstance(result, list):
             return [self._item(item) for item in result]
         if isinstance(result, Item):
             return self._item(result)
         return result
 
-    def _own(self, namespace: Any) -> tuple[str, ...]:
+    def _unscoped_namespace(self, namespace: Any) -> tuple[str, ...]:
+        """A namespace the store answered, without the owner's label `_scoped` put first."""
         if not namespace or namespace[0] != self._label:
             raise RuntimeError("the store returned a namespace outside the caller's")
         return tuple(namespace[1:])
@@ -389,7 +390,7 @@ class OwnerStore(BaseStore):
         fields: dict[str, Any] = {
             "value": item.value,
             "key": item.key,
-            "namespace": self._own(item.namespace),
+            "namespace": self._unscoped_namespace(item.namespace),
             "created_at": item.created_at,
             "updated_at": item.updated_at,
         }

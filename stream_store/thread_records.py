@@ -443,7 +443,7 @@ async def delete_langgraph_threads(
 
     Returns the threads and runs deleted; the caller removes the runs' streams from Redis once
     the transaction has committed (as `delete_thread` does), after telling the viewers of the
-    interrupted ones (`stream_store.threads`).
+    interrupted ones (`stream_store.thread_deletion`).
 
     Raises:
         Conflict: a thread has a queued or running run; it names them.

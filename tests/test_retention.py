@@ -12,7 +12,7 @@ from stream_store.errors import NotFound
 from stream_store.run_submit import NewRun
 from stream_store.services import open_services
 from stream_store.settings import Settings
-from stream_store.threads import delete_thread
+from stream_store.thread_deletion import delete_thread
 from tests.conftest import StartWorker
 from tests.sse import read_events
 from tests.test_runs import run_body

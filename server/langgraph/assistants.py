@@ -8,8 +8,8 @@ can be made the active one again). A run made with one takes its graph and its c
 (`submit.py`). Another caller's assistant is 404 on every route, as an unknown one.
 Stored in `stream_store/assistant_records.py`; docs/langgraph.md, "Assistants".
 
-Over 300 lines: the SDK's eleven assistant calls, each a route with its checks, and `/ok` and
-`/info`.
+One route for each of the SDK's eleven assistant calls, each with its checks; `/ok` and `/info`
+beside them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from stream_store.limits import (
 )
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_assistant
+from stream_store.thread_deletion import delete_assistant
 
 from .. import inputs
 from ..access import allowed_assistant
@@ -63,7 +63,7 @@ from .wire import (
     AssistantVersions,
 )
 
-__all__ = ["AssistantsController", "info", "ok"]
+__all__ = ["AssistantsController", "info", "ok", "owned_assistant"]
 
 logger = structlog.get_logger()
 
@@ -83,15 +83,16 @@ def _read_only(assistant: AssistantRecord) -> Conflict:
     )
 
 
-async def _own(
+async def owned_assistant(
     resources: Resources,
     caller: Caller,
     assistant_id: str,
     action: str,
     value: dict[str, Any] | None = None,
 ) -> AssistantRecord:
-    """The caller's created assistant `assistant_id` names (404 as for any unknown one; 409
-    for a graph's own), as the project's handler allows `action` on it."""
+    """The caller's created assistant `assistant_id` names, to change or delete (404 as for
+    any unknown one; 409 for a graph's own, which is everyone's), as the project's handler
+    allows `action` on it. Reading one, a graph's own included, is `allowed_assistant`'s."""
     assistant = await allowed_assistant(resources, caller, assistant_id, action, value)
     if assistant.owner is None:
         raise _read_only(assistant)
@@ -201,15 +202,6 @@ def _xray_depth(xray: str | None) -> bool | int:
     raise ApiError(
         422, "invalid_request", "xray must be true, false or a number of levels (0 to 999)"
     )
-
-
-def _recurse(recurse: str | None) -> bool:
-    """`?recurse=`: true or false, in any case (the SDKs send `true` and `false`)."""
-    if recurse is None or recurse.lower() == "false":
-        return False
-    if recurse.lower() == "true":
-        return True
-    raise ApiError(422, "invalid_request", "recurse must be true or false")
 
 
 def _versions_of(assistant: AssistantRecord, body: AssistantVersions) -> list[AssistantVersion]:
@@ -382,7 +374,7 @@ class AssistantsController(Controller):
             "metadata": dict(data.metadata) if data.metadata is not None else None,
             "name": data.name,
         }
-        current = await _own(resources, caller, assistant_id, "update", value)
+        current = await owned_assistant(resources, caller, assistant_id, "update", value)
         if value.get("metadata") != data.metadata:  # stamped by the project's handler
             data = msgspec.structs.replace(data, metadata=value["metadata"])
         _checked_text(data.name, data.description)
@@ -405,20 +397,20 @@ class AssistantsController(Controller):
         assistant_id: str,
         resources: Resources,
         caller: Caller,
-        delete_threads: Annotated[str | None, Parameter(required=False)] = None,
+        delete_threads: inputs.FlagQuery = None,
     ) -> None:
         """LangGraph's delete: the assistant's versions and crons go with it, then its queued
         and running runs are cancelled; its runs stay. `delete_threads=true`: the threads it
         ran on go too, with their runs and state, in the same transaction (409 with nothing
         changed while one of them has a queued or running run; an interrupted run is over, and
         goes with its thread)."""
-        assistant = await _own(resources, caller, assistant_id, "delete")
+        assistant = await owned_assistant(resources, caller, assistant_id, "delete")
         if not await delete_assistant(
             resources.assistant_records,
             resources.lifecycle,
             assistant.assistant_id,
             caller.owner,
-            with_threads=(delete_threads or "").lower() == "true",
+            with_threads=inputs.flag(delete_threads, "delete_threads"),
         ):
             raise NotFound(f"assistant {assistant_id} not found")
         # After the delete: a run submitted meanwhile (its check saw the assistant) is
@@ -469,7 +461,9 @@ class AssistantsController(Controller):
     async def set_latest(
         self, assistant_id: str, data: AssistantLatest, resources: Resources, caller: Caller
     ) -> Assistant:
-        assistant = await _own(resources, caller, assistant_id, "update", {"version": data.version})
+        assistant = await owned_assistant(
+            resources, caller, assistant_id, "update", {"version": data.version}
+        )
         updated, has_version = await resources.assistant_records.set_latest(
             assistant.assistant_id, caller.owner, data.version
         )
@@ -498,9 +492,9 @@ class AssistantsController(Controller):
         resources: Resources,
         caller: Caller,
         namespace: str | None = None,
-        recurse: Annotated[str | None, Parameter(required=False)] = None,
+        recurse: inputs.FlagQuery = None,
     ) -> dict[str, Any]:
-        deep = _recurse(recurse)
+        deep = inputs.flag(recurse, "recurse")
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
         graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)

@@ -34,7 +34,7 @@ from .submit import check_run, checked_run, unprocessable
 from .views import assistant_of
 from .wire import Cron, CronCount, CronCreate, CronPatch, CronRun, CronSearch, RunCreate
 
-__all__ = ["CronsController", "create_for_thread", "cron_view"]
+__all__ = ["CronsController", "create_for_thread", "cron_view", "owned_cron"]
 
 logger = structlog.get_logger()
 
@@ -210,7 +210,7 @@ class CronsController(Controller):
         _refuse_webhook(data.webhook)
         checked_timezone(data.timezone)
         schedule = checked_schedule(data.schedule) if data.schedule is not None else None
-        await _allowed_cron(
+        current = await owned_cron(
             resources,
             caller,
             cron_id,
@@ -219,9 +219,6 @@ class CronsController(Controller):
         )
         assistant = None
         if _run_fields(data):  # a PATCH cannot change the cron's assistant: read it first
-            current = await resources.cron_records.get_cron(cron_id, caller.owner)
-            if current is None:
-                raise NotFound(f"cron {cron_id} not found")
             with contextlib.suppress(NotFound):
                 assistant = await assistant_of(
                     resources, caller.owner, current.payload["assistant_id"]
@@ -232,7 +229,7 @@ class CronsController(Controller):
             lambda cron: _patched(resources, cron, data, schedule, assistant),
         )
         if updated is None:
-            raise NotFound(f"cron {cron_id} not found")
+            raise _cron_not_found(cron_id)  # deleted meanwhile
         return cron_view(updated)
 
     @delete(
@@ -243,9 +240,9 @@ class CronsController(Controller):
     )
     async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
         cron_id = inputs.object_id(cron_id, "cron")
-        await _allowed_cron(resources, caller, cron_id, "delete")
+        await owned_cron(resources, caller, cron_id, "delete")
         if not await resources.cron_records.delete_cron(cron_id, caller.owner):
-            raise NotFound(f"cron {cron_id} not found")
+            raise _cron_not_found(cron_id)  # deleted meanwhile
 
     @post("/search", status_code=200, summary="The caller's crons", dependencies=QUERY)
     async def search(
@@ -317,20 +314,27 @@ class CronsController(Controller):
         )
 
 
-async def _allowed_cron(
+def _cron_not_found(cron_id: str) -> NotFound:
+    return NotFound(f"cron {cron_id} not found")
+
+
+async def owned_cron(
     resources: Resources,
     caller: Caller,
     cron_id: str,
     action: str,
     value: dict[str, Any] | None = None,
-) -> None:
-    """The project's `crons` handler allows `action` on the cron; one its filter leaves out is
-    not found, as one that is not there (404)."""
+) -> CronRecord:
+    """The caller's cron (404 for an unknown id or another owner's), once the project's `crons`
+    handler allowed `action` on it (`value`: what else it is shown); one its filter leaves out
+    is not found either, as one that is not there."""
+    cron_id = inputs.object_id(cron_id, "cron")
     filters = await caller.authorize("crons", action, {"cron_id": cron_id, **(value or {})})
-    if filters:
-        cron = await resources.cron_records.get_cron(cron_id, caller.owner)
-        if cron is None or not matches(cron.metadata, filters):
-            raise NotFound(f"cron {cron_id} not found")
+    cron = await resources.cron_records.get_cron(cron_id, caller.owner)
+    if cron is None or not matches(cron.metadata, filters):
+        raise _cron_not_found(cron_id)
+    structlog.contextvars.bind_contextvars(cron_id=cron.cron_id)
+    return cron
 
 
 async def _assistant_named(

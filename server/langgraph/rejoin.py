@@ -62,14 +62,5 @@ async def catch_up(
         recent = await resources.events.read_back(run_id, after, RECENT_EVENTS)
         if translator.take_recent(recent, whole_stream=len(recent) < RECENT_EVENTS):
             return
-    last = parse_event_id(after)
-    cursor = "0-0"
-    while True:
-        page = await resources.events.read_range(run_id, cursor, count=REPLAY_PAGE)
-        for event in page:
-            if parse_event_id(event.id) > last:
-                return
-            translator.skip(event)
-        if len(page) < REPLAY_PAGE:
-            return
-        cursor = page[-1].id
+    async for event in resources.events.read_from_start(run_id, through=after, page=REPLAY_PAGE):
+        translator.skip(event)

@@ -14,7 +14,6 @@ run then sends the same messages, which the reducer replaces instead of adding t
 from __future__ import annotations
 
 import typing
-import uuid
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -25,6 +24,7 @@ from stream_store.settings import Settings
 
 from .. import inputs
 from ..errors import ApiError
+from ..new_runs import with_message_id
 from .conversions import engine_messages
 
 __all__ = ["checked_input", "input_keys"]
@@ -83,7 +83,7 @@ def _messages(value: Any, key: str, settings: Settings) -> list[dict[str, Any]]:
         message["content"] = _text_content(message["content"], f"{where}[{index}]")
         if not message["content"] and message["role"] != "tool" and not message.get("tool_calls"):
             raise _unprocessable(f"{where}[{index}].content is empty")
-        message["id"] = message.get("id") or str(uuid.uuid4())
+        with_message_id(message)
     inputs.message_texts([m["content"] for m in messages], settings, where)
     return messages
 

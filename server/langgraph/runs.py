@@ -26,6 +26,7 @@ from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
 from ..runs import owned_run
+from ..threads import owned_thread
 from .conversions import run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
@@ -34,10 +35,6 @@ from .views import run_view
 from .wire import MAX_PAGE, Run, RunCreate
 
 __all__ = ["RunsController", "StatelessRunsController"]
-
-
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "yes", "1")
 
 
 async def _owned_run(
@@ -141,13 +138,12 @@ class RunsController(Controller):
         offset: Annotated[int, Parameter(ge=0)] = 0,
         status: Annotated[str | None, Parameter(query="status", required=False)] = None,
     ) -> list[Run]:
-        thread_id = inputs.object_id(thread_id, "thread")
-        await check_thread_access(resources, caller, thread_id, "read")
-        if await resources.thread_records.get_thread(thread_id, caller.owner) is None:
-            raise NotFound(f"thread {thread_id} not found")
+        thread = await owned_thread(resources, thread_id, caller)
         runs = [
             run_view(r)
-            for r in reversed(await resources.run_records.thread_runs(thread_id, caller.owner))
+            for r in reversed(
+                await resources.run_records.thread_runs(thread.thread_id, caller.owner)
+            )
         ]
         if status:
             runs = [r for r in runs if r.status == status]
@@ -164,10 +160,12 @@ class RunsController(Controller):
         run_id: str,
         resources: Resources,
         caller: Caller,
-        cancel_on_disconnect: Annotated[str | None, Parameter(required=False)] = None,
+        cancel_on_disconnect: inputs.FlagQuery = None,
     ) -> Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
-        return await wait_response(resources, run, _flag(cancel_on_disconnect))
+        return await wait_response(
+            resources, run, inputs.flag(cancel_on_disconnect, "cancel_on_disconnect")
+        )
 
     @get("/{run_id:str}/stream", summary="Join a run's stream (Last-Event-ID resumes)")
     async def join_stream(
@@ -179,14 +177,10 @@ class RunsController(Controller):
         quotas: CallerQuotas,
         caller: Caller,
         stream_mode: StreamModeQuery = None,
-        cancel_on_disconnect: Annotated[str | None, Parameter(required=False)] = None,
-        last_event_id: Annotated[
-            str | None, Parameter(query="last_event_id", required=False)
-        ] = None,
+        cancel_on_disconnect: inputs.FlagQuery = None,
     ) -> Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
-        header = request.headers.get("last-event-id")
-        resume_from = header if header is not None else last_event_id
+        resume_from = inputs.last_event_id(request)
         after, partly_sent = resume_point(resume_from)
         asked = [m for m in (stream_mode or []) if m]
         return await stream_response(
@@ -196,7 +190,7 @@ class RunsController(Controller):
             run,
             modes=modes_of(run, asked),
             after=after,
-            cancel_on_disconnect=_flag(cancel_on_disconnect),
+            cancel_on_disconnect=inputs.flag(cancel_on_disconnect, "cancel_on_disconnect"),
             partly_sent=partly_sent,
             opening=opens(resume_from),
         )
@@ -208,7 +202,7 @@ class RunsController(Controller):
         run_id: str,
         resources: Resources,
         caller: Caller,
-        wait: Annotated[str | None, Parameter(required=False)] = None,
+        wait: inputs.FlagQuery = None,
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
         run = await _owned_run(resources, caller, thread_id, run_id, "update")
@@ -221,7 +215,7 @@ class RunsController(Controller):
             run = await resources.lifecycle.cancel(run, rollback=action == "rollback")
         except Conflict:
             raise NotFound(f"No matching runs to cancel: run {run_id} already ended") from None
-        if _flag(wait):
+        if inputs.flag(wait, "wait"):
             # 200 and `{}` once the run is over, as LangGraph: the JS SDK resolves on the body
             return await wait_response(
                 resources, run, False, rollback=action == "rollback", values=False

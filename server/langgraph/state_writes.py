@@ -30,6 +30,7 @@ from stream_store.errors import Conflict, NotFound
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecord
 
+from ..access import thread_not_found
 from ..errors import ApiError
 from ..resources import Resources
 from .command import checked_update
@@ -147,6 +148,6 @@ async def copy_thread(resources: Resources, thread: ThreadRecord) -> ThreadRecor
         thread.thread_id, thread.owner, metadata, checkpoint_quota(resources.settings)
     )
     if copied is None:
-        raise NotFound(f"thread {thread.thread_id} not found")
+        raise thread_not_found(thread.thread_id)  # deleted meanwhile
     logger.info("thread copied", thread_id=thread.thread_id, copy=copied.thread_id)
     return copied

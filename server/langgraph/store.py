@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
-from litestar.params import Parameter
 
 from stream_store import limits
-from stream_store.store import OwnerStore, make_store_room, owner_store_on
+from stream_store.store import OwnerStore, owner_store_on, refuse_past_store_caps
 
+from .. import inputs
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -123,7 +123,7 @@ async def _owner_store(
     async with resources.queries.connection(caller.owner) as conn:
         if put is not None:
             settings = resources.settings
-            await make_store_room(
+            await refuse_past_store_caps(
                 conn,
                 caller.owner,
                 put,
@@ -166,14 +166,15 @@ class StoreController(Controller):
         caller: Caller,
         key: str,
         namespace: str = "",
-        refresh_ttl: Annotated[bool | None, Parameter(required=False)] = None,
+        refresh_ttl: inputs.FlagQuery = None,  # absent: the store's `refresh_on_read`
     ) -> Response[dict[str, Any] | None]:
         labels = _namespace(namespace.split(".") if namespace else [], "namespace")
         value: dict[str, Any] = {"namespace": labels, "key": _key(key)}
         await caller.authorize("store", "get", value)
         labels = _namespace(list(value["namespace"]), "namespace")
         async with _owner_store(resources, caller) as store:
-            item = await store.aget(labels, _key(value["key"]), refresh_ttl=refresh_ttl)
+            refresh = None if refresh_ttl is None else inputs.flag(refresh_ttl, "refresh_ttl")
+            item = await store.aget(labels, _key(value["key"]), refresh_ttl=refresh)
         return Response(item.dict() if item is not None else None)
 
     @delete("/items", status_code=204, summary="Delete an item", dependencies=WRITE)

@@ -29,8 +29,8 @@ one stored event at a time, so it serves a replay and live events alike. Its rul
   every id stays a resume point: the frames left out before it are replaced by one at or
   before it, and those after it are rendered again on a resume.
 
-Over 300 lines, kept whole: these rules are one viewer's state, which every event kind reads
-and changes; split by event kind, no module would show what a frame depends on.
+Kept whole: these rules are one viewer's state, which every event kind reads and changes; split
+by event kind, no module would show what a frame depends on.
 """
 
 from __future__ import annotations

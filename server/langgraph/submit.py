@@ -20,12 +20,13 @@ from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
-from stream_store.run_submit import TITLE_CHARS, Created, NewRun
+from stream_store.run_submit import Created, NewRun
 
 from .. import inputs
 from ..access import prepare_run, run_assistant
 from ..auth import Caller
 from ..errors import ApiError
+from ..new_runs import new_run
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
@@ -125,20 +126,6 @@ async def _graph_input(
     )
 
 
-def _title(graph_input: dict[str, Any]) -> str | None:
-    """The run's title: the start of its input's first human message, if it has one."""
-    messages = graph_input.get("messages")
-    first_user = next(
-        (
-            m["content"]
-            for m in (messages if isinstance(messages, list) else [])
-            if isinstance(m, dict) and m.get("role") == "user"
-        ),
-        None,
-    )
-    return first_user[:TITLE_CHARS] if isinstance(first_user, str) else None
-
-
 def assistant_configurable(assistant: AssistantRecord) -> dict[str, Any]:
     """What an assistant puts in its runs' `configurable`: its config's, then its context."""
     return {**(assistant.config.get("configurable") or {}), **assistant.context}
@@ -168,11 +155,7 @@ async def _new_run(
         **((body.config or {}).get("configurable") or {}),
         **(body.context or {}),
     }
-    inputs.configurable(configurable, resources.graphs, graph)
     context = {**assistant.context, **(body.context or {})}  # as LangGraph's server merges them
-    await check_context(resources, graph, context)
-    metadata = body.metadata or {}
-    inputs.metadata(metadata, resources.settings)
     kwargs = {
         "input": body.input,
         "command": command or None,
@@ -190,16 +173,15 @@ async def _new_run(
     }
     if assistant.owner is not None:  # a created assistant: its id is the run's (`run_view`)
         kwargs["assistant_id"] = assistant.assistant_id
-    return NewRun(
-        owner=caller.owner,
+    new = new_run(
+        resources,
+        caller.owner,
         graph=graph,
         input=graph_input,
-        thread_id=thread_id,
         config={"configurable": configurable},
-        metadata=metadata,
+        metadata=body.metadata or {},
+        thread_id=thread_id,
         multitask=body.multitask_strategy,
-        title=_title(graph_input),
-        max_active_runs=resources.settings.max_active_runs,
         stream_modes=[m for m in modes if m in RECORDED_MODES],
         kwargs=kwargs,
         resume={"value": command["resume"]} if "resume" in command else None,
@@ -207,6 +189,8 @@ async def _new_run(
         create_thread=body.if_not_exists == "create",
         thread_metadata={"graph_id": graph, "assistant_id": assistant.assistant_id},
     )
+    await check_context(resources, graph, context)
+    return new
 
 
 def _create_run_value(body: RunCreate, assistant: AssistantRecord) -> dict[str, Any]:

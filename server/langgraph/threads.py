@@ -12,9 +12,10 @@ from litestar.response import Stream
 from stream_store.errors import Conflict, NotFound
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
-from stream_store.threads import delete_langgraph_threads
+from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
+from ..access import thread_not_found
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -255,7 +256,7 @@ class ThreadsController(Controller):
             thread.thread_id, caller.owner, changes, langgraph=True
         )
         if updated is None:
-            raise NotFound(f"thread {thread_id} not found")
+            raise thread_not_found(thread_id)
         return await thread_view(resources, updated)
 
     @delete(
@@ -279,7 +280,7 @@ class ThreadsController(Controller):
             ids,
             with_active_runs=True,
         ):
-            raise NotFound(f"thread {thread_id} not found")  # deleted meanwhile
+            raise thread_not_found(thread_id)  # deleted meanwhile
 
     @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
     async def join_stream(
@@ -301,15 +302,19 @@ class ThreadsController(Controller):
             caller,
             thread,
             modes=[*(stream_mode or []), *(stream_modes or [])],
-            last_event_id=request.headers.get("last-event-id"),
+            last_event_id=inputs.last_event_id(request),
         )
 
     @get("/{thread_id:str}/state", summary="The thread's current state")
     async def state(
-        self, thread_id: str, resources: Resources, caller: Caller, subgraphs: bool = False
+        self,
+        thread_id: str,
+        resources: Resources,
+        caller: Caller,
+        subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
-        return await thread_state(resources, thread, subgraphs)
+        return await thread_state(resources, thread, inputs.flag(subgraphs, "subgraphs"))
 
     @post(
         "/{thread_id:str}/state",
@@ -341,11 +346,13 @@ class ThreadsController(Controller):
         checkpoint_id: str,
         resources: Resources,
         caller: Caller,
-        subgraphs: bool = False,
+        subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
         thread = await owned_thread(resources, thread_id, caller)
         checked = checked_checkpoint_id(checkpoint_id)
-        return await state_at(resources, thread, checked, subgraphs=subgraphs)
+        return await state_at(
+            resources, thread, checked, subgraphs=inputs.flag(subgraphs, "subgraphs")
+        )
 
     @post(
         "/{thread_id:str}/state/checkpoint",

@@ -5,8 +5,8 @@ and expect (docs/langgraph.md). Request bodies accept and
 ignore fields they don't name: SDKs and servers skew by version (`strict_resume` is sent by
 both SDKs and read by no server), and a stock server takes unknown keys too.
 
-Over 300 lines: one Struct per request and answer shape the SDKs use (threads, runs,
-assistants, crons, store), kept together so that the wire format is read in one place.
+One Struct per request and answer shape the SDKs use (threads, runs, assistants, crons, store),
+kept together so that the wire format is read in one place.
 """
 
 from __future__ import annotations

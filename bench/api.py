@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from stream_store.events import TERMINAL_STATUSES
+from stream_store.run_status import TERMINAL as TERMINAL_STATUSES
 
 __all__ = ["TERMINAL_STATUSES", "Api", "words"]
 

@@ -14,8 +14,9 @@ Only reads, a handful of indexed queries and Redis commands: safe against produc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from psycopg.rows import DictRow
 
 from stream_store.connections import RedisClients, connect_pg, open_redis_clients
 from stream_store.log import EventLog
+from stream_store.run_records import RunRecords
 from stream_store.settings import Settings
 from stream_store.workers import WorkerBeat, WorkerRegistry
 
@@ -91,6 +93,18 @@ class DeploymentStatus(msgspec.Struct, kw_only=True):
     stuck: list[StuckRun] | None  # None: either is down
 
 
+class _OneConnection:
+    """The command's one connection, lent as a pool's would be (`ConnectionSource`): the
+    rules of which runs count as what are `RunRecords`' queries, not this report's."""
+
+    def __init__(self, conn: AsyncConnection[DictRow]) -> None:
+        self._conn = conn
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[DictRow]]:
+        yield self._conn
+
+
 def _safe_url(url: str) -> str:
     """The URL without user and password: status output is pasted into tickets."""
     parts = urlsplit(url)
@@ -116,40 +130,17 @@ def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-async def _queue_state(conn: AsyncConnection[DictRow], jobs: int | None) -> QueueState:
-    cur = await conn.execute(
-        "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,"
-        " count(*) FILTER (WHERE status = 'queued' AND EXISTS (SELECT 1 FROM runstream_runs o"
-        "   WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted')))"
-        "   AS waiting_on_thread,"
-        " count(*) FILTER (WHERE status = 'running') AS running,"
-        " count(*) FILTER (WHERE status = 'interrupted') AS interrupted"
-        " FROM runstream_runs r WHERE status IN ('queued', 'running', 'interrupted')"
-    )
-    counts = await cur.fetchone()
-    cur = await conn.execute(
-        "SELECT run_id::text, thread_id::text, owner, graph, attempt, created_at, queued_at"
-        " FROM runstream_runs WHERE status = 'queued' ORDER BY queued_at, run_id LIMIT 1"
-    )
-    oldest = await cur.fetchone()
+async def _queue_state(run_records: RunRecords, jobs: int | None) -> QueueState:
+    oldest = await run_records.oldest_queued()
     return QueueState(
-        **(counts or {}),
+        **await run_records.active_counts(),
         jobs=jobs,
-        oldest_queued=msgspec.convert(oldest, QueuedRun) if oldest else None,
+        oldest_queued=msgspec.convert(oldest, QueuedRun, from_attributes=True) if oldest else None,
     )
 
 
-async def _stuck(
-    conn: AsyncConnection[DictRow], clients: RedisClients, lease_s: float
-) -> list[StuckRun]:
-    cur = await conn.execute(
-        "SELECT run_id::text, thread_id::text, owner, attempt, claimed_at FROM runstream_runs"
-        " WHERE status = 'running'"
-        " AND claimed_at < clock_timestamp() - make_interval(secs => %s)"
-        " ORDER BY claimed_at",
-        (lease_s,),
-    )
-    candidates = await cur.fetchall()
+async def _stuck(run_records: RunRecords, clients: RedisClients, lease_s: float) -> list[StuckRun]:
+    candidates = await run_records.running_claimed_before(lease_s)
     if not candidates:
         return []
     # read-only here: the TTL is never used
@@ -157,12 +148,14 @@ async def _stuck(
     seconds, micros = await clients.queue.time()
     now_ms = seconds * 1000 + micros // 1000
     stuck = []
-    for row in candidates:
-        record = await events.live_record(row["run_id"])
+    for run in candidates:
+        if run.claimed_at is None:  # never: the query compares it
+            continue
+        record = await events.live_record(run.run_id)
         expired_s: float | None = None
         if record is None:
             reason = "live record missing"
-        elif record.attempt != row["attempt"]:
+        elif record.attempt != run.attempt:
             reason = f"taken over by attempt {record.attempt}, not yet requeued"
         elif record.lease_until is None or record.lease_until < now_ms:
             reason = "lease expired"
@@ -170,7 +163,17 @@ async def _stuck(
                 expired_s = (now_ms - record.lease_until) / 1000
         else:
             continue  # its worker renews the lease: alive
-        stuck.append(StuckRun(**row, reason=reason, lease_expired_s=expired_s))
+        stuck.append(
+            StuckRun(
+                run_id=run.run_id,
+                thread_id=run.thread_id,
+                owner=run.owner,
+                attempt=run.attempt,
+                claimed_at=run.claimed_at,
+                reason=reason,
+                lease_expired_s=expired_s,
+            )
+        )
     return stuck
 
 
@@ -204,12 +207,13 @@ async def gather_status(settings: Settings) -> DeploymentStatus:
             pg_health.error = _failure(exc)
         else:
             async with conn:
+                run_records = RunRecords(_OneConnection(conn))
                 try:
                     _, pg_health.rtt_ms = await _timed(lambda: conn.execute("SELECT 1"))
                     async with asyncio.timeout(_TIMEOUT_S):
-                        queue = await _queue_state(conn, jobs)
+                        queue = await _queue_state(run_records, jobs)
                         if clients is not None and redis_health.ok:
-                            stuck = await _stuck(conn, clients, settings.lease_s)
+                            stuck = await _stuck(run_records, clients, settings.lease_s)
                     pg_health.ok = True
                 except Exception as exc:  # also a schema not migrated yet
                     pg_health.error = _failure(exc)

@@ -32,6 +32,7 @@ from .metadata_filters import sql_condition
 from .owner_caps import refuse_at_cap
 from .pg import fetch_all
 from .record_columns import column_names, parameters, placeholders, select_list
+from .run_status import WORKING, sql_list
 from .thread_records import DeletedThreads, delete_langgraph_threads
 
 __all__ = [
@@ -329,7 +330,7 @@ class AssistantRecords:
         found = await fetch_all(
             self.pool,
             "SELECT run_id::text FROM runstream_runs WHERE owner = %s"
-            " AND status IN ('queued', 'running')"
+            f" AND status IN {sql_list(WORKING)}"
             " AND kwargs ->> 'assistant_id' = %s ORDER BY created_at",
             (owner, assistant_id),
         )

@@ -37,7 +37,8 @@ from .connections import PgPool
 from .errors import StoreError
 from .evaluations import SCORE_BUCKETS
 from .keys import KeySpace
-from .metrics import ACTIVE_STATUSES, GraphLabels
+from .metrics import GraphLabels
+from .run_status import ACTIVE, sql_list
 from .workers import WorkerRegistry
 
 __all__ = ["DeploymentGauges", "DeploymentSnapshot"]
@@ -50,7 +51,7 @@ QUEUE_SAMPLE = 2000  # the oldest queue entries checked for a worker holding the
 
 _ACTIVE_RUNS_SQL = (
     "SELECT graph, status, count(*) AS runs FROM runstream_runs"
-    " WHERE status IN ('queued', 'running', 'interrupted') GROUP BY graph, status"
+    f" WHERE status IN {sql_list(ACTIVE)} GROUP BY graph, status"
 )
 
 # A row per graph and kind (a few per graph at most), kept as the evaluations are written.
@@ -196,7 +197,7 @@ class DeploymentGauges(Collector):
             key = (self.graphs(row["graph"]), row["kind"])
             snapshot.evaluations.setdefault(key, EvaluationTotals()).add(row)
         for graph in self.graphs.values:
-            for status in ACTIVE_STATUSES:
+            for status in sorted(ACTIVE):
                 snapshot.runs[graph, status.value] = 0
         for row in rows:
             key = (self.graphs(row["graph"]), row["status"])

@@ -32,6 +32,7 @@ from .connections import PgPool
 from .errors import postgres_errors
 from .limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
 from .pg import fetch_all
+from .run_status import RunStatus
 
 __all__ = [
     "OTHER_KIND",
@@ -114,7 +115,8 @@ class Evaluations:
             cur = await conn.execute(
                 "SELECT (SELECT count(*) FROM runstream_evaluations e WHERE e.run_id = r.run_id)"
                 " AS held FROM runstream_runs r"
-                " WHERE r.run_id = %s AND r.attempt = %s AND r.status = 'running' FOR SHARE",
+                f" WHERE r.run_id = %s AND r.attempt = %s AND r.status = '{RunStatus.RUNNING}'"
+                " FOR SHARE",
                 (new.run_id, new.attempt),
             )
             fence = await cur.fetchone()

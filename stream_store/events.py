@@ -8,16 +8,15 @@ data, encoded once by the writer) and `a` (the attempt that wrote it). Servers n
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
 
+from .run_status import RunStatus  # the wire carries it: `run` events, `RunStatusData`
+
 __all__ = [
-    "ACTIVE_STATUSES",
     "LAST_POSITION",
     "TERMINAL_EVENTS",
-    "TERMINAL_STATUSES",
     "CustomData",
     "DoneData",
     "ErrorData",
@@ -38,36 +37,6 @@ __all__ = [
 ]
 
 
-class RunStatus(StrEnum):
-    """Where a run is in its life; `stream_store.lifecycle` makes every move between them.
-
-    Members compare equal to their names as strings, which is what the wire, the database and
-    the live record carry.
-    """
-
-    QUEUED = "queued"  # recorded, waiting for a worker (or for the thread's active run)
-    RUNNING = "running"  # an attempt holds the lease and executes the graph
-    INTERRUPTED = "interrupted"  # the graph called interrupt(); waiting for a resume
-    SUCCEEDED = "succeeded"  # terminal: the graph ran to its end
-    FAILED = "failed"  # terminal: the graph raised, or no attempts were left
-    CANCELLED = "cancelled"  # terminal: stopped on request
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-    @property
-    def active(self) -> bool:
-        """Holds its thread: no other run of the thread may start, the thread can't go."""
-        return self in ACTIVE_STATUSES
-
-
-TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
-)
-ACTIVE_STATUSES: frozenset[RunStatus] = frozenset(
-    {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED}
-)
 TERMINAL_EVENTS: frozenset[str] = frozenset({"done", "error"})
 
 _EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # fullmatch: `$` would let "1-0\n" through

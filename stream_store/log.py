@@ -33,6 +33,7 @@ from .limits import (
     DEFAULT_MAX_RUN_STREAM_BYTES,
 )
 from .live_record import Claimed, LiveRecord, TakeOver
+from .run_status import WORKING
 
 __all__ = ["EventLog", "StoredEvent", "lua_source"]
 
@@ -130,7 +131,7 @@ class EventLog:
         attempt: int,
         event: str,
         data: bytes,
-        status: str = "queued",
+        status: str = RunStatus.QUEUED,
     ) -> str:
         """Create the run record and write the stream's first event; a no-op if it exists."""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
@@ -168,14 +169,23 @@ class EventLog:
             ttl = str(self.stream_ttl_s)
         elif status == RunStatus.INTERRUPTED:
             ttl = str(self.interrupted_ttl_s)
-        elif status in (RunStatus.QUEUED, RunStatus.RUNNING):
+        elif status in WORKING:
             ttl = "-1"  # a resumed run's stream lives until its end, even if `queued` was lost
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         return await self._call(
             self._append,
             run_id,
             keys,
-            [attempt, event, data, status or "", ttl, "1" if settled else "", expect_status or ""],
+            [
+                attempt,
+                event,
+                data,
+                status or "",
+                ttl,
+                "1" if settled else "",
+                expect_status or "",
+                RunStatus.RUNNING,  # the one status an attempt holds a lease in
+            ],
         )
 
     async def reserve(self, run_id: str, attempt: int) -> None:
@@ -232,7 +242,7 @@ class EventLog:
         """
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         keys.append(self.keys.run_cancel(run_id))
-        args = [attempt, int(lease_s * 1000), worker, running]
+        args = [attempt, int(lease_s * 1000), worker, running, RunStatus.RUNNING]
         reply = await self._call(self._claim, run_id, keys, args)
         if reply in (Claimed.CANCELLED, Claimed.RETRY):
             return Claimed(reply)

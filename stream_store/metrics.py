@@ -36,10 +36,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from .connections import PgPool
-from .events import RunStatus
+from .run_status import TERMINAL, RunStatus
 
 __all__ = [
-    "ACTIVE_STATUSES",
     "OTHER_GRAPH",
     "FanoutMetrics",
     "GraphLabels",
@@ -50,13 +49,8 @@ __all__ = [
 ]
 
 OTHER_GRAPH = "other"  # runs of a graph this process does not have registered
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED)
-OUTCOME_STATUSES = (
-    RunStatus.SUCCEEDED,
-    RunStatus.FAILED,
-    RunStatus.CANCELLED,
-    RunStatus.INTERRUPTED,
-)
+# How an attempt ends: the run is over, or waits at an interrupt.
+OUTCOME_STATUSES = sorted(TERMINAL | {RunStatus.INTERRUPTED})
 RETRY_REASONS = ("lease_expired", "worker_gone", "worker_shutdown")
 
 # Submit to first token: a queue wait plus a model's first response, seconds to minutes.

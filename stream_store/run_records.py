@@ -1,7 +1,8 @@
 """Run records in Postgres (`runstream_runs`), the system of record for a run's status.
 
-Every state change is one conditional UPDATE (`WHERE status = ...`), so two processes racing
-on one run (a cancel and a worker's claim, two resumes) cannot both win. Owner scoping lives in
+Every state change is one conditional UPDATE (`WHERE status IN ...`), so two processes racing
+on one run (a cancel and a worker's claim, two resumes) cannot both win; the statuses each one
+moves a run from are `run_status.TRANSITIONS`, never written here. Owner scoping lives in
 the SQL: a query for another owner's run finds nothing, which the server answers as 404.
 Creating a run is the submit's transaction, in `run_submit.py`.
 
@@ -20,10 +21,19 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from .checkpoints import delete_run_checkpoints
-from .connections import PgPool
+from .connections import ConnectionSource
 from .errors import postgres_errors
-from .events import ACTIVE_STATUSES, RunStatus
 from .pg import execute, fetch_all
+from .run_status import (
+    ACTIVE,
+    STARTED,
+    TRANSITIONS,
+    WORKING,
+    Decision,
+    RunStatus,
+    sources,
+    sql_list,
+)
 
 __all__ = ["RUN_COLUMNS", "BeforeCommit", "RunRecord", "RunRecords"]
 
@@ -32,15 +42,26 @@ RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
     " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
     " finished_at, error, interrupt, interrupt_id, output, last_event_id, stream_modes, kwargs,"
-    " traceparent, attempt_traceparent"
+    " traceparent, attempt_traceparent, queued_at, claimed_at"
 )
-# A queued run of a thread may go next when nothing else of its thread is in flight.
-_MAY_GO_NEXT = (
-    "status = 'queued' AND NOT EXISTS (SELECT 1 FROM runstream_runs o"
-    " WHERE o.thread_id = r.thread_id AND o.status IN ('running', 'interrupted'))"
+# Another run of the thread (`r`) has started: a queued one waits behind it.
+_THREAD_STARTED = (
+    "EXISTS (SELECT 1 FROM runstream_runs o"
+    f" WHERE o.thread_id = r.thread_id AND o.status IN {sql_list(STARTED)})"
 )
-# The fence of a worker's transitions: only the attempt that holds the running run moves it.
-_HELD_BY_ATTEMPT = "run_id = %s AND attempt = %s AND status = 'running'"
+# A queued run of a thread may go next when nothing else of its thread has started.
+_MAY_GO_NEXT = f"status = '{RunStatus.QUEUED}' AND NOT {_THREAD_STARTED}"
+
+
+def _from(decision: Decision) -> str:
+    """The condition that lets `decision` move a run: it is in one of the decision's sources
+    (`run_status.TRANSITIONS`)."""
+    return f"status IN {sql_list(sources(decision))}"
+
+
+def _held_by_attempt(decision: Decision) -> str:
+    """The fence of a worker's transitions: only the attempt that holds the run moves it."""
+    return f"run_id = %s AND attempt = %s AND {_from(decision)}"
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -76,6 +97,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # that claimed the run last; `claim_run` returns the one before its own claim.
     traceparent: str | None = None
     attempt_traceparent: str | None = None
+    queued_at: datetime | None = None  # since its current attempt (or dispatch) was queued
+    claimed_at: datetime | None = None  # by its current attempt; None while queued
     # Read by `claim_run` only (None elsewhere): whether the thread had any checkpoint when
     # the attempt claimed the run. Nothing else writes a running run's thread, so with False
     # the attempt skips LangGraph's read of it at the graph's start (stream_store/checkpoints.py).
@@ -95,7 +118,7 @@ BeforeCommit = Callable[[RunRecord], Awaitable[None]]
 class RunRecords:
     """Queries and status changes of runs; one instance per process, over its connection pool."""
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def _runs(self, query: str, params: Sequence[Any] = ()) -> list[RunRecord]:
@@ -158,7 +181,7 @@ class RunRecords:
     async def working_runs(self, owner: str, statuses: Sequence[str]) -> list[RunRecord]:
         """The owner's runs in `statuses` (a subset of queued and running), oldest first."""
         return await self._select_runs(
-            "owner = %s AND status IN ('queued', 'running') AND status = ANY(%s)"
+            f"owner = %s AND status IN {sql_list(WORKING)} AND status = ANY(%s)"
             " ORDER BY created_at",
             (owner, list(statuses)),
         )
@@ -173,9 +196,11 @@ class RunRecords:
     # -- what the reaper looks for -------------------------------------------------------------
 
     async def running_claimed_before(self, age_s: float) -> list[RunRecord]:
-        """Runs running for at least `age_s` since their claim: the reaper checks their leases."""
+        """Runs running for at least `age_s` since their claim, oldest claim first: the reaper
+        checks their leases, and `runstream status` calls those without one stuck."""
         return await self._select_runs(
-            "status = 'running' AND claimed_at < clock_timestamp() - make_interval(secs => %s)",
+            f"status = '{RunStatus.RUNNING}'"
+            " AND claimed_at < clock_timestamp() - make_interval(secs => %s) ORDER BY claimed_at",
             (age_s,),
         )
 
@@ -196,7 +221,30 @@ class RunRecords:
 
     async def active_runs(self) -> list[RunRecord]:
         """Every queued, running or interrupted run (recovery after Redis lost its data)."""
-        return await self._select_runs("status IN ('queued', 'running', 'interrupted')")
+        return await self._select_runs(f"status IN {sql_list(ACTIVE)}")
+
+    # -- what an operator looks at (`runstream status`) ----------------------------------------
+
+    async def active_counts(self) -> dict[str, int]:
+        """How many runs are queued (`waiting_on_thread`: of those, behind another run of their
+        thread that has started), running and interrupted."""
+        found = await fetch_all(
+            self.pool,
+            f"SELECT count(*) FILTER (WHERE status = '{RunStatus.QUEUED}') AS queued,"
+            f" count(*) FILTER (WHERE status = '{RunStatus.QUEUED}' AND {_THREAD_STARTED})"
+            "   AS waiting_on_thread,"
+            f" count(*) FILTER (WHERE status = '{RunStatus.RUNNING}') AS running,"
+            f" count(*) FILTER (WHERE status = '{RunStatus.INTERRUPTED}') AS interrupted"
+            f" FROM runstream_runs r WHERE status IN {sql_list(ACTIVE)}",
+        )
+        return dict(found[0])
+
+    async def oldest_queued(self) -> RunRecord | None:
+        """The run queued longest ago (since its current attempt or dispatch was queued)."""
+        found = await self._select_runs(
+            f"status = '{RunStatus.QUEUED}' ORDER BY queued_at, run_id LIMIT 1"
+        )
+        return found[0] if found else None
 
     # -- status changes ----------------------------------------------------------------------
 
@@ -217,10 +265,11 @@ class RunRecords:
         )
         return await self._one_run(
             "WITH before AS (SELECT attempt_traceparent FROM runstream_runs WHERE run_id = %s)"
-            " UPDATE runstream_runs SET status = 'running', claimed_at = clock_timestamp(),"
+            f" UPDATE runstream_runs SET status = '{RunStatus.RUNNING}',"
+            " claimed_at = clock_timestamp(),"
             " started_at = coalesce(started_at, clock_timestamp()),"
             " attempt_traceparent = coalesce(%s, attempt_traceparent)"
-            " WHERE run_id = %s AND status = 'queued'"
+            f" WHERE run_id = %s AND {_from(Decision.CLAIM)}"
             f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}, {has_checkpoints}",
             (run_id, attempt_traceparent, run_id),
         )
@@ -235,7 +284,7 @@ class RunRecords:
         """
         return await self._update_run(
             "dispatch = dispatch + 1, queued_at = clock_timestamp()",
-            "run_id = %s AND dispatch = %s AND status = 'queued'"
+            f"run_id = %s AND dispatch = %s AND {_from(Decision.REDISPATCH)}"
             " AND queued_at < clock_timestamp() - make_interval(secs => %s)",
             (run_id, dispatch, age_s),
         )
@@ -243,9 +292,9 @@ class RunRecords:
     async def requeue_attempt(self, run_id: str, attempt: int) -> RunRecord | None:
         """running as `attempt` -> queued as `attempt + 1`: the attempt died or handed back."""
         return await self._update_run(
-            "status = 'queued', attempt = attempt + 1, dispatch = dispatch + 1,"
+            f"status = '{RunStatus.QUEUED}', attempt = attempt + 1, dispatch = dispatch + 1,"
             " claimed_at = NULL, queued_at = clock_timestamp()",
-            _HELD_BY_ATTEMPT,
+            _held_by_attempt(Decision.REQUEUE),
             (run_id, attempt),
         )
 
@@ -254,9 +303,9 @@ class RunRecords:
     ) -> RunRecord | None:
         """running as `attempt` -> failed as `attempt + 1`: no attempts left."""
         return await self._update_run(
-            "status = 'failed', attempt = attempt + 1, finished_at = clock_timestamp(),"
-            " settled_at = clock_timestamp(), error = %s",
-            _HELD_BY_ATTEMPT,
+            f"status = '{RunStatus.FAILED}', attempt = attempt + 1,"
+            " finished_at = clock_timestamp(), settled_at = clock_timestamp(), error = %s",
+            _held_by_attempt(Decision.EXHAUST),
             (Jsonb(error), run_id, attempt),
         )
 
@@ -270,10 +319,12 @@ class RunRecords:
         error: dict[str, Any] | None = None,
     ) -> RunRecord | None:
         """running -> succeeded/failed/cancelled by the attempt that holds it."""
+        if status not in TRANSITIONS[Decision.FINISH].targets:
+            raise ValueError(f"a run does not finish {status}")
         return await self._update_run(
             "status = %s, finished_at = clock_timestamp(), settled_at = clock_timestamp(),"
             " output = %s, error = %s, resume = NULL",
-            _HELD_BY_ATTEMPT,
+            _held_by_attempt(Decision.FINISH),
             (
                 status,
                 Jsonb(output) if output else None,
@@ -288,9 +339,9 @@ class RunRecords:
     ) -> RunRecord | None:
         """running -> interrupted: the graph is waiting for `/resume`."""
         return await self._update_run(
-            "status = 'interrupted', interrupt = %s, interrupt_id = %s, resume = NULL,"
-            " settled_at = clock_timestamp(), last_event_id = NULL",
-            _HELD_BY_ATTEMPT,
+            f"status = '{RunStatus.INTERRUPTED}', interrupt = %s, interrupt_id = %s,"
+            " resume = NULL, settled_at = clock_timestamp(), last_event_id = NULL",
+            _held_by_attempt(Decision.INTERRUPT),
             (Jsonb(interrupt), interrupt_id, run_id, attempt),
         )
 
@@ -302,8 +353,9 @@ class RunRecords:
         `before_commit` gets the cancelled run while its row is locked; raising rolls back.
         """
         return await self._update_run(
-            "status = 'cancelled', finished_at = clock_timestamp(), settled_at = clock_timestamp()",
-            "run_id = %s AND owner = %s AND status IN ('queued', 'interrupted')",
+            f"status = '{RunStatus.CANCELLED}', finished_at = clock_timestamp(),"
+            " settled_at = clock_timestamp()",
+            f"run_id = %s AND owner = %s AND {_from(Decision.CANCEL)}",
             (run_id, owner),
             before_commit=before_commit,
         )
@@ -320,11 +372,11 @@ class RunRecords:
         """
         resume = {"value": value, "id": uuid.uuid4().hex}
         return await self._update_run(
-            "status = 'queued',"
+            f"status = '{RunStatus.QUEUED}',"
             " resume = %s || jsonb_strip_nulls(jsonb_build_object('interrupt_id', interrupt_id)),"
             " interrupt = NULL, interrupt_id = NULL, dispatch = dispatch + 1,"
             " queued_at = clock_timestamp(), settled_at = NULL, last_event_id = NULL",
-            "run_id = %s AND owner = %s AND status = 'interrupted'",
+            f"run_id = %s AND owner = %s AND {_from(Decision.RESUME)}",
             (Jsonb(resume), run_id, owner),
             before_commit=before_commit,
         )
@@ -374,8 +426,8 @@ class RunRecords:
         deleted = await fetch_all(
             self.pool,
             "DELETE FROM runstream_runs WHERE run_id = %s AND owner = %s"
-            " AND status <> ALL(%s) RETURNING run_id",
-            (run_id, owner, sorted(ACTIVE_STATUSES)),
+            f" AND status NOT IN {sql_list(ACTIVE)} RETURNING run_id",
+            (run_id, owner),
         )
         return bool(deleted)
 
@@ -384,6 +436,7 @@ class RunRecords:
         async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
             await delete_run_checkpoints(conn, thread_id, run_id)
             await conn.execute(
-                "DELETE FROM runstream_runs WHERE run_id = %s AND status = 'cancelled'",
+                "DELETE FROM runstream_runs WHERE run_id = %s"
+                f" AND status = '{RunStatus.CANCELLED}'",
                 (run_id,),
             )

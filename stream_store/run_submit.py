@@ -21,10 +21,10 @@ from psycopg.types.json import Jsonb
 
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
-from .events import ACTIVE_STATUSES
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
 from .pg import fetch_all
 from .run_records import RUN_COLUMNS, BeforeCommit, RunRecord
+from .run_status import ACTIVE, WORKING, Decision, RunStatus, sources, sql_list
 
 __all__ = ["TITLE_CHARS", "Created", "NewRun", "RunSubmitter"]
 
@@ -37,7 +37,8 @@ _INSERT_RUN = (
     "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
     " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume,"
     " traceparent)"
-    " SELECT %s, thread.thread_id, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    f" SELECT %s, thread.thread_id, %s, %s, '{RunStatus.QUEUED}', %s, %s, %s, %s, %s, %s, %s,"
+    " %s, %s, %s"
     " FROM thread"
     " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 )
@@ -201,11 +202,11 @@ class RunSubmitter:
         """
         cur = await conn.execute(
             "SELECT EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
-            " AND status = ANY(%s)) AS busy,"
+            f" AND status IN {sql_list(ACTIVE)}) AS busy,"
             " EXISTS (SELECT 1 FROM runstream_runs WHERE thread_id = t.thread_id"
-            " AND status IN ('queued', 'running')) AS working"
+            f" AND status IN {sql_list(WORKING)}) AS working"
             " FROM runstream_threads t WHERE thread_id = %s AND owner = %s FOR UPDATE",
-            (sorted(ACTIVE_STATUSES), thread_id, new.owner),
+            (thread_id, new.owner),
         )
         found = await cur.fetchone()
         if found is None:
@@ -236,7 +237,7 @@ class RunSubmitter:
             )
             cur = await conn.execute(
                 "SELECT count(*) AS active FROM runstream_runs"
-                " WHERE owner = %s AND status IN ('queued', 'running')",
+                f" WHERE owner = %s AND status IN {sql_list(WORKING)}",
                 (new.owner,),
             )
         counted = await cur.fetchone()
@@ -283,9 +284,9 @@ async def _end_interrupted(conn: AsyncConnection[DictRow], thread_id: str) -> li
     `last_event_id` lets the reaper write them if the caller dies first.
     """
     cur = await conn.execute(
-        "UPDATE runstream_runs SET status = 'succeeded', finished_at = clock_timestamp(),"
-        " settled_at = clock_timestamp(), last_event_id = NULL"
-        " WHERE thread_id = %s AND status = 'interrupted'"
+        f"UPDATE runstream_runs SET status = '{RunStatus.SUCCEEDED}',"
+        " finished_at = clock_timestamp(), settled_at = clock_timestamp(), last_event_id = NULL"
+        f" WHERE thread_id = %s AND status IN {sql_list(sources(Decision.SUPERSEDE))}"
         f" RETURNING {RUN_COLUMNS}",
         (thread_id,),
     )

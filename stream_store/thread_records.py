@@ -23,9 +23,9 @@ from .checkpoint_quota import CheckpointQuota
 from .checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from .connections import ConnectionSource
 from .errors import Conflict, NotFound, postgres_errors
-from .events import ACTIVE_STATUSES
 from .metadata_filters import sql_condition
 from .pg import fetch_all
+from .run_status import ACTIVE, WORKING, RunStatus, sql_list
 
 __all__ = [
     "THREAD_SORT_COLUMNS",
@@ -39,11 +39,11 @@ __all__ = [
 
 # Both dialects' thread statuses begin alike: busy while a run is queued or running, then
 # interrupted while one waits at its interrupt.
-_BUSY_OR_INTERRUPTED = """
+_BUSY_OR_INTERRUPTED = f"""
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
-                   AND r.status IN ('queued', 'running')) THEN 'busy'
+                   AND r.status IN {sql_list(WORKING)}) THEN 'busy'
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
-                   AND r.status = 'interrupted') THEN 'interrupted'
+                   AND r.status = '{RunStatus.INTERRUPTED}') THEN 'interrupted'
 """
 _THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
 # A thread's status as LangGraph's server sets it when a run ends (the LangGraph API shows it
@@ -54,8 +54,9 @@ _THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
 # before it started changes nothing.
 _LANGGRAPH_THREAD_STATUS = f"""
     CASE {_BUSY_OR_INTERRUPTED}
-      ELSE COALESCE((SELECT CASE WHEN r.status = 'failed' THEN 'error'
-                                 WHEN r.status = 'cancelled' OR r.kwargs ? 'breakpoint'
+      ELSE COALESCE((SELECT CASE WHEN r.status = '{RunStatus.FAILED}' THEN 'error'
+                                 WHEN r.status = '{RunStatus.CANCELLED}'
+                                   OR r.kwargs ? 'breakpoint'
                                    THEN 'interrupted'
                                  ELSE 'idle' END
                      FROM runstream_runs r WHERE r.thread_id = t.thread_id
@@ -104,7 +105,7 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
 _IDLE = (
     "t.updated_at < clock_timestamp() - make_interval(secs => %s)"
     " AND NOT EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id"
-    "   AND r.status IN ('queued', 'running', 'interrupted'))"
+    f"   AND r.status IN {sql_list(ACTIVE)})"
     " AND NOT EXISTS (SELECT 1 FROM runstream_crons c WHERE c.thread_id = t.thread_id"
     "   AND c.enabled AND c.next_run_date IS NOT NULL)"
 )
@@ -357,18 +358,18 @@ class ThreadRecords:
                 raise NotFound(f"thread {thread_id} not found")
             cur = await conn.execute(
                 "SELECT status FROM runstream_runs WHERE thread_id = %s"
-                " AND status IN ('queued', 'running', 'interrupted') FOR UPDATE",
+                f" AND status IN {sql_list(ACTIVE)} FOR UPDATE",
                 (thread_id,),
             )
             statuses = {row["status"] for row in await cur.fetchall()}
-            if statuses & {"queued", "running"}:
+            if statuses & WORKING:
                 raise Conflict(
                     f"thread {thread_id} has a run queued or running; update its state after",
                     code="thread_busy",
                 )
             if quota is not None:
                 await quota.check(conn, owner, thread_id, copy=False)
-            yield HeldThread(conn, "interrupted" in statuses)
+            yield HeldThread(conn, RunStatus.INTERRUPTED in statuses)
 
     async def delete_langgraph_threads(
         self, owner: str, thread_ids: Sequence[str], *, with_active_runs: bool = False
@@ -413,7 +414,7 @@ class ThreadRecords:
                 (thread_id,),
             )
             runs = await cur.fetchall()
-            if any(r["status"] in ACTIVE_STATUSES for r in runs):
+            if any(r["status"] in ACTIVE for r in runs):
                 raise Conflict(f"thread {thread_id} has an active run", code="thread_busy")
             await conn.execute("DELETE FROM runstream_threads WHERE thread_id = %s", (thread_id,))
             await delete_thread_checkpoints(conn, thread_id)
@@ -462,7 +463,7 @@ async def delete_langgraph_threads(
         (locked,),
     )
     runs = await cur.fetchall()
-    busy = sorted({r["thread_id"] for r in runs if r["status"] in ("queued", "running")})
+    busy = sorted({r["thread_id"] for r in runs if r["status"] in WORKING})
     if busy and not with_active_runs:
         raise Conflict(
             f"threads with a queued or running run cannot be deleted: {', '.join(busy)};"
@@ -476,8 +477,8 @@ async def delete_langgraph_threads(
         DeletedRun(
             r["run_id"],
             r["attempt"],
-            r["status"] == "interrupted",
-            r["status"] in ("queued", "running"),
+            r["status"] == RunStatus.INTERRUPTED,
+            r["status"] in WORKING,
         )
         for r in runs
     ]

@@ -27,7 +27,6 @@ from litestar.params import Body, Parameter
 
 from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import Conflict, NotFound
-from stream_store.events import RunStatus
 from stream_store.limits import (
     ASSISTANT_CONFIG_MAX_BYTES,
     ASSISTANT_DESCRIPTION_MAX_CHARS,
@@ -35,6 +34,7 @@ from stream_store.limits import (
 )
 from stream_store.metadata_filters import matches
 from stream_store.quotas import CallerQuotas
+from stream_store.run_status import WORKING
 from stream_store.thread_deletion import delete_assistant
 
 from .. import inputs
@@ -419,7 +419,7 @@ class AssistantsController(Controller):
             assistant.assistant_id, caller.owner
         ):
             run = await resources.run_records.get_run(run_id, caller.owner)
-            if run is not None and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            if run is not None and run.status in WORKING:
                 with contextlib.suppress(Conflict):  # it ended meanwhile
                     await resources.lifecycle.cancel(run)
         logger.info("assistant deleted", assistant_id=assistant.assistant_id)

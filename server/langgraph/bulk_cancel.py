@@ -13,6 +13,7 @@ from stream_store.errors import Conflict, NotFound
 from stream_store.events import RunStatus
 from stream_store.limits import BULK_CANCEL_MAX_RUNS
 from stream_store.run_records import RunRecord
+from stream_store.run_status import WORKING
 
 from .. import inputs
 from ..auth import Caller
@@ -25,7 +26,12 @@ __all__ = ["BulkCancelController"]
 
 logger = structlog.get_logger()
 
-_BULK_STATUSES = {"pending": ["queued"], "running": ["running"], "all": ["queued", "running"]}
+# LangGraph's names of the statuses a bulk cancel may pick, as runstream's.
+_BULK_STATUSES = {
+    "pending": [RunStatus.QUEUED],
+    "running": [RunStatus.RUNNING],
+    "all": sorted(WORKING),
+}
 
 
 async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) -> list[RunRecord]:

@@ -21,6 +21,7 @@ from stream_store.errors import Conflict
 from stream_store.events import RunStatus, parse_event_id
 from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
+from stream_store.run_status import WORKING
 
 from ..attach import Attachment, ReplayBound, check_resume_point
 from ..auth import Caller
@@ -228,7 +229,7 @@ async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
     anyio cancel scope around the response (if one is ever added) from ending it early."""
     with anyio.CancelScope(shield=True):
         current = await resources.run_records.get_run(run.run_id, run.owner)
-        if current is not None and current.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+        if current is not None and current.status in WORKING:
             with contextlib.suppress(Conflict):
                 await resources.lifecycle.cancel(current)
             logger.info("run cancelled: its client went away (on_disconnect=cancel)")
@@ -237,7 +238,7 @@ async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
 async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> dict[str, Any]:
     """What `/wait` and `/join` answer: the thread's values (`with_values`), or the run's error."""
     run = await resources.run_records.get_run(run.run_id, run.owner) or run
-    if run.status == "failed":
+    if run.status == RunStatus.FAILED:
         error = run.error or {}
         kind, _, text = str(error.get("message", "")).partition(": ")
         return {"__error__": {"error": kind or error.get("code", "error"), "message": text}}

@@ -2,7 +2,8 @@
 -- '-1' = none: a resumed run's stream is kept until it ends), settled ('1' = Postgres already
 -- recorded this attempt's outcome), expected status ('' = any: else refused, FENCED, when the
 -- record's status is another; a status written after the Postgres commit that no later status
--- may have overtaken).
+-- may have overtaken), the status that keeps the attempt's lease (`running`: any other status
+-- written drops it; stream_store/run_status.py names the statuses).
 -- Fenced by `append_fence` (_fence.lua). The events that report an outcome Postgres accepted
 -- from this attempt are exempt from the lease (not from the attempt check): the outcome is
 -- decided, and its stream must say so. The event's bytes are counted (`bytes`, see
@@ -20,7 +21,7 @@ if ARGV[2] == 'done' or ARGV[2] == 'error' then redis.call('HSET', KEYS[1], 'end
 if ARGV[2] == 'retry' then redis.call('HSET', KEYS[1], 'retry_attempt', ARGV[1]) end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'status', ARGV[4])
-  if ARGV[4] ~= 'running' then redis.call('HDEL', KEYS[1], 'lease_until') end
+  if ARGV[4] ~= ARGV[8] then redis.call('HDEL', KEYS[1], 'lease_until') end
 end
 if ARGV[5] == '-1' then
   redis.call('PERSIST', KEYS[1])

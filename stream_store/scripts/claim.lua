@@ -1,5 +1,6 @@
 -- KEYS: record, events, cancel flag. ARGV: attempt, lease_ms, the claiming worker's id ('' for
--- none), data of the attempt's `run`/`running` event.
+-- none), data of the attempt's `run`/`running` event, the status it writes (`running`, as
+-- stream_store/run_status.py names it).
 -- Takes the lease, checks for a cancel request and writes `running`: the start of an attempt in
 -- one round trip. Returns the `running` event's id; `cancelled` (lease taken, nothing written)
 -- when a cancel was requested; `retry` (lease taken, nothing written) when this attempt's
@@ -26,7 +27,7 @@ local refused = append_fence(KEYS[1], ARGV[1], true)
 if refused then return refused end
 -- as append.lua with status `running`: the stream lives until the run ends
 local id = redis.call('XADD', KEYS[2], '*', 'e', 'run', 'd', ARGV[4], 'a', ARGV[1])
-redis.call('HSET', KEYS[1], 'last_event_id', id, 'status', 'running')
+redis.call('HSET', KEYS[1], 'last_event_id', id, 'status', ARGV[5])
 redis.call('HINCRBY', KEYS[1], 'bytes', 3 + #ARGV[4])
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])

@@ -1,0 +1,123 @@
+"""A run's statuses, the named sets of them, and the one table of moves between them.
+
+Every rule about a run's status is written here once: the SQL conditions of
+`run_records.py` and `run_submit.py` and the arguments of the Lua scripts are built from these
+names, never typed out again. `stream_store.lifecycle` sequences the moves (Postgres first,
+then the events); `TRANSITIONS` says which moves exist, and `tests/test_run_transitions.py`
+walks every pair of statuses against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import NamedTuple
+
+__all__ = [
+    "ACTIVE",
+    "IDLE",
+    "STARTED",
+    "TERMINAL",
+    "TRANSITIONS",
+    "WORKING",
+    "Decision",
+    "RunStatus",
+    "Transition",
+    "sources",
+    "sql_list",
+]
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life; `stream_store.lifecycle` makes every move between them.
+
+    Members compare equal to their names as strings, which is what the wire, the database and
+    the live record carry. A run is recorded `queued`.
+    """
+
+    QUEUED = "queued"  # recorded, waiting for a worker (or for the thread's active run)
+    RUNNING = "running"  # an attempt holds the lease and executes the graph
+    INTERRUPTED = "interrupted"  # the graph called interrupt(); waiting for a resume
+    SUCCEEDED = "succeeded"  # terminal: the graph ran to its end
+    FAILED = "failed"  # terminal: the graph raised, or no attempts were left
+    CANCELLED = "cancelled"  # terminal: stopped on request
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """Holds its thread: no other run of the thread may start, the thread can't go."""
+        return self in ACTIVE
+
+
+# Over: nothing moves the run again, its stream has its terminal event.
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+# Not over: the run holds its thread (no other run starts, the thread can't be deleted) and
+# recovery rebuilds its stream after Redis lost it.
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED})
+# Has work to do without anyone's answer: makes its thread `busy`, counts against the owner's
+# active-run limit (RUNSTREAM_MAX_ACTIVE_RUNS) and keeps its stream from expiring.
+WORKING = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+# Has the thread's turn: a queued run of the same thread waits behind it.
+STARTED = frozenset({RunStatus.RUNNING, RunStatus.INTERRUPTED})
+# Not executing, not over: no worker holds it, so a cancel ends it at once.
+IDLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
+
+
+class Decision(StrEnum):
+    """What moves a run from one status to another; each is executed in one place."""
+
+    CLAIM = "claim"  # a worker got the run's job (RunRecords.claim_run)
+    REDISPATCH = "redispatch"  # its job looks stuck in arq: a new one (redispatch_if_stuck)
+    REQUEUE = "requeue"  # the attempt died or handed back: the next one (requeue_attempt)
+    EXHAUST = "exhaust"  # the attempt died and none are left (fail_attempts_exhausted)
+    FINISH = "finish"  # the attempt ended the graph, or stopped on a cancel (finish_run)
+    INTERRUPT = "interrupt"  # the graph called interrupt() (interrupt_run)
+    CANCEL = "cancel"  # a cancel of a run no worker holds (cancel_idle_run)
+    RESUME = "resume"  # the answer to the interrupt came (resume_run)
+    SUPERSEDE = "supersede"  # a LangGraph run or state update ended the interrupted run
+    # (run_submit._end_interrupted)
+
+
+class Transition(NamedTuple):
+    """The statuses `decision` moves a run from, and those it may move it to."""
+
+    sources: frozenset[RunStatus]
+    targets: frozenset[RunStatus]
+
+
+def _move(sources: Iterable[RunStatus], *targets: RunStatus) -> Transition:
+    return Transition(frozenset(sources), frozenset(targets))
+
+
+# Every move of a run's status there is; anything not here is refused by the condition its
+# statement is built with (`sources`). A queued-to-queued redispatch keeps the status and
+# changes the job.
+TRANSITIONS: dict[Decision, Transition] = {
+    Decision.CLAIM: _move({RunStatus.QUEUED}, RunStatus.RUNNING),
+    Decision.REDISPATCH: _move({RunStatus.QUEUED}, RunStatus.QUEUED),
+    Decision.REQUEUE: _move({RunStatus.RUNNING}, RunStatus.QUEUED),
+    Decision.EXHAUST: _move({RunStatus.RUNNING}, RunStatus.FAILED),
+    Decision.FINISH: _move({RunStatus.RUNNING}, *TERMINAL),
+    Decision.INTERRUPT: _move({RunStatus.RUNNING}, RunStatus.INTERRUPTED),
+    Decision.CANCEL: _move(IDLE, RunStatus.CANCELLED),
+    Decision.RESUME: _move({RunStatus.INTERRUPTED}, RunStatus.QUEUED),
+    Decision.SUPERSEDE: _move({RunStatus.INTERRUPTED}, RunStatus.SUCCEEDED),
+}
+
+
+def sources(decision: Decision) -> frozenset[RunStatus]:
+    """The statuses `decision` may move a run from."""
+    return TRANSITIONS[decision].sources
+
+
+def sql_list(statuses: Iterable[RunStatus]) -> str:
+    """`statuses` as an SQL list, `('queued', 'running')`, for `status IN <list>`.
+
+    Written into the statement rather than passed as a parameter: the partial indexes on
+    `runstream_runs.status` (migrations.py) serve only a query whose condition names their
+    statuses. Safe to format in: the values are this module's own members.
+    """
+    return "(" + ", ".join(f"'{RunStatus(status).value}'" for status in sorted(statuses)) + ")"

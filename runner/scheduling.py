@@ -1,13 +1,13 @@
 """Fair scheduling of the worker's job slots between callers (issue 9).
 
-arq starts the ready jobs of its queue oldest first, so one caller's backlog of runs would hold
-every slot until it drained, and another caller's run would wait behind all of it.
-`FairOrder` reorders the window of ready job ids a worker reads before arq claims them: the
+The queue holds ready jobs oldest first, so one caller's backlog of runs would hold every slot
+until it drained, and another caller's run would wait behind all of it. `FairOrder` reorders
+the window of ready job ids a worker reads (`runner/job_loop.py`) before it claims them: the
 next free slot goes to the owner with the fewest runs in progress (on any worker), the oldest
 job first within an owner. A caller alone uses every slot; a caller who starts waiting gets the
 next slot that frees.
 
-Only the order changes: arq still claims each job with its in-progress key, so a job is run
+Only the order changes: each job is still claimed with its in-progress key, so a job is run
 once, and every id read is still offered, so nothing queued is skipped. A job's owner is read
 from its run's Redis record (`KeySpace.run_of_job`); a job whose record is
 missing is ordered as one more owner, never dropped.
@@ -34,7 +34,7 @@ WINDOW_MIN = 1000
 
 
 def window_size(max_jobs: int, max_active_runs: int) -> int:
-    """How many ready job ids a worker reads per poll (arq's `queue_read_limit`)."""
+    """How many ready job ids a worker reads per poll (`JobLoop.read_limit`)."""
     return max(WINDOW_MIN, 5 * max_jobs, max_active_runs + max_jobs)
 
 

@@ -1,7 +1,7 @@
 """The worker's state: the services, and a table of the attempts this process is running.
 
-arq's `ctx` gets the settings and the wake event from `build_worker`, and `ctx["state"]` from
-`worker.startup`; jobs read only the state.
+The job loop's `ctx` gets the settings and the wake event (`runner/job_loop.py`), and
+`ctx["state"]` from `worker.startup`; jobs read only the state.
 """
 
 from __future__ import annotations

@@ -216,17 +216,18 @@ def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> 
 
     if graphs is None:  # a spawned child loads its own
         graphs = _load_graphs(settings)
-    try:  # arq runs on the thread's event loop: make it uvloop's, as uvicorn does for serve
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:  # uvloop's event loop, as uvicorn runs serve on
         import uvloop
 
-        asyncio.set_event_loop(uvloop.new_event_loop())
+        loop_factory = uvloop.new_event_loop
     except ImportError:
         pass
     tracer_provider = tracer_provider_from_env("worker")
     try:
         worker = build_worker(settings, tracer_provider=tracer_provider, graphs=graphs)
         settle_heap()  # server/heap.py: about a third of the worker's CPU per token
-        worker.run()
+        worker.run(loop_factory)
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()  # exports the spans still batched

@@ -57,7 +57,9 @@ class _StreamUntilDisconnect(ASGIStreamingResponse):
             await self.send_body(send=body_send, receive=receive)
         await self.after_response()
 
-    async def _stream(self, send: Send, client_gone: Callable[[], bool] = lambda: False) -> None:
+    async def _write_chunks(
+        self, send: Send, client_gone: Callable[[], bool] = lambda: False
+    ) -> None:
         body_send = BODY_SEND.set(send)
         try:
             async for chunk in self.iterator:
@@ -93,10 +95,10 @@ class _StreamUntilDisconnect(ASGIStreamingResponse):
             streaming.cancel()
 
         # Cancelled below before it can run again, so it never cancels a finished stream: all
-        # of this task's suspensions in between are inside `_stream`.
+        # of this task's suspensions in between are inside `_write_chunks`.
         watcher = asyncio.create_task(watch())
         try:
-            await self._stream(send, lambda: disconnected)
+            await self._write_chunks(send, lambda: disconnected)
         except asyncio.CancelledError:
             # The client left: the stream ends quietly, as Litestar's does. A cancel from
             # elsewhere as well (server shutdown) still propagates.

@@ -277,9 +277,9 @@ class RunRecords:
     async def redispatch_if_stuck(
         self, run_id: str, dispatch: int, age_s: float
     ) -> RunRecord | None:
-        """A new job id for a run queued longer than `age_s` (its job may be stuck in arq).
+        """A new job id for a run queued longer than `age_s` (its job may be stuck in the queue).
 
-        arq keeps a picked job "in progress" for the whole job timeout even if its worker
+        A picked job stays "in progress" for the whole job timeout even if its worker
         died before claiming the run; a fresh dispatch number gives the run a fresh job.
         """
         return await self._update_run(

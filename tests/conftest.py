@@ -26,11 +26,11 @@ import psycopg
 import pytest
 import pytest_asyncio
 import uvicorn
-from arq.worker import Worker
 from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis, RedisCluster
 
 from bench.launcher import free_port as free_port  # re-exported: tests import it from here
+from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app, serving
 from server.embedded import EmbeddedServices
@@ -326,7 +326,7 @@ async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
 
 
 StartServer = Callable[..., Awaitable[ServerHandle]]
-StartWorker = Callable[..., Awaitable[Worker]]
+StartWorker = Callable[..., Awaitable[JobLoop]]
 
 
 @pytest.fixture
@@ -349,10 +349,10 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
 
 @pytest.fixture
 async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
-    """Start an in-process arq worker on the test's queue; `**changes` edit settings."""
-    workers: list[tuple[Worker, asyncio.Task[None]]] = []
+    """Start an in-process worker on the test's queue; `**changes` edit settings."""
+    workers: list[tuple[JobLoop, asyncio.Task[None]]] = []
 
-    async def start(**changes: Any) -> Worker:
+    async def start(**changes: Any) -> JobLoop:
         worker, task = await launch_worker(replace(settings, **changes))
         workers.append((worker, task))
         return worker
@@ -362,9 +362,9 @@ async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
         await stop_worker(worker, task)
 
 
-async def launch_worker(settings: Settings) -> tuple[Worker, asyncio.Task[None]]:
-    """An arq worker running in this event loop, once its state is built (5 s at most)."""
-    worker = build_worker(settings, handle_signals=False)
+async def launch_worker(settings: Settings) -> tuple[JobLoop, asyncio.Task[None]]:
+    """A worker running in this event loop, once its state is built (5 s at most)."""
+    worker = build_worker(settings)
     task = asyncio.create_task(worker.main())
     for _ in range(500):
         if "state" in worker.ctx:
@@ -375,20 +375,11 @@ async def launch_worker(settings: Settings) -> tuple[Worker, asyncio.Task[None]]
     return worker, task
 
 
-async def stop_worker(worker: Worker, task: asyncio.Task[None] | None = None) -> None:
-    # Until its loop has ended: a cancel that lands as `wait_for` completes can be lost (Python
-    # 3.11), and a loop still polling would then meet the pool closed below.
-    while task is not None and not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=1)
-    for job in list(worker.tasks.values()):
-        job.cancel()
-    await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
-    if worker.on_shutdown and "state" in worker.ctx:
-        await worker.on_shutdown(worker.ctx)
-    if worker._pool is not None:
-        await worker._pool.aclose()
-        worker._pool = None
+async def stop_worker(worker: JobLoop, task: asyncio.Task[None] | None = None) -> None:
+    """Stop at once: its running jobs cancelled (no grace), then its shut-down."""
+    await worker.close(grace_s=0)
+    if task is not None:
+        await asyncio.wait({task})
 
 
 @pytest.fixture
@@ -397,7 +388,7 @@ async def server(start_server: StartServer) -> ServerHandle:
 
 
 @pytest.fixture
-async def worker(start_worker: StartWorker) -> Worker:
+async def worker(start_worker: StartWorker) -> JobLoop:
     return await start_worker()
 
 

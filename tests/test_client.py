@@ -6,9 +6,9 @@ import asyncio
 
 import httpx
 import pytest
-from arq.worker import Worker
 
 from clients import AsyncClient, Conflict, NotFound, TooManyRequests
+from runner.job_loop import JobLoop
 from stream_store.events import Event, TokenData
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
@@ -36,7 +36,7 @@ class TestClientCalls:
     """The client's calls map the API one to one, with typed results and errors."""
 
     async def test_submit_stream_wait_and_threads(
-        self, server: ServerHandle, worker: Worker
+        self, server: ServerHandle, worker: JobLoop
     ) -> None:
         async with AsyncClient(server.url) as client:
             run = await client.submit("hello typed world")
@@ -53,7 +53,7 @@ class TestClientCalls:
             with pytest.raises(NotFound):
                 await client.get(run.run_id)
 
-    async def test_resume_and_conflicts(self, server: ServerHandle, worker: Worker) -> None:
+    async def test_resume_and_conflicts(self, server: ServerHandle, worker: JobLoop) -> None:
         async with AsyncClient(server.url) as client:
             run = await client.submit("note it", graph="approval")
             paused = await client.wait(run.run_id)
@@ -68,7 +68,7 @@ class TestClientReconnects:
     """`stream()` survives cut connections and server restarts: nothing lost, nothing twice."""
 
     async def test_proxy_cutting_every_few_kilobytes(
-        self, server: ServerHandle, client: httpx.AsyncClient, worker: Worker
+        self, server: ServerHandle, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         port = int(server.url.rsplit(":", 1)[1])
         proxy = TcpProxy("127.0.0.1", port, cut_every_bytes=1500)
@@ -92,7 +92,7 @@ class TestClientReconnects:
         assert text_of(events) == TEXT
 
     async def test_server_stopped_and_started_again_mid_stream(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         first = await start_server()
         proxy = TcpProxy("127.0.0.1", int(first.url.rsplit(":", 1)[1]))
@@ -135,7 +135,7 @@ class TestClientRateLimits:
             assert refused.value.retry_after_s == 5
 
     async def test_stream_waits_for_a_free_connection_slot(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         server = await start_server(max_sse_connections=1)
         async with AsyncClient(server.url) as first, AsyncClient(server.url) as second:

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from tests.sse import iter_events, read_events, reassemble
 from tests.test_runs import run_body
 
@@ -30,7 +30,7 @@ class TestCancel:
     """A cancelled run's stream ends with `done` cancelled, whatever state it was in."""
 
     async def test_cancel_while_running_ends_the_stream_within_a_second(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = (await client.post("/v1/runs", json=run_body(LONG, config=SLOW))).json()
         events = []
@@ -64,7 +64,7 @@ class TestCancel:
         assert (await client.get(f"/v1/runs/{run['run_id']}")).json()["status"] == "cancelled"
 
     async def test_cancel_a_finished_run_is_409(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = (await client.post("/v1/runs", json=run_body("quick"))).json()
         await read_events(client, f"/v1/runs/{run['run_id']}/events")
@@ -83,7 +83,7 @@ class TestApproval:
         return run
 
     async def test_approve_runs_the_tool_once_and_finishes(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await self.start(client)
         url = f"/v1/runs/{run['run_id']}/events"
@@ -149,7 +149,7 @@ class TestApproval:
         ]
 
     async def test_edit_runs_the_edited_call(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         edited = {"name": "save_note", "args": {"content": "oat milk"}}
         events = await self.resume_with(
@@ -163,7 +163,7 @@ class TestApproval:
         assert events[-1].data["status"] == "succeeded"
 
     async def test_reject_skips_the_tool_and_the_model_gets_the_reason(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         events = await self.resume_with(
             client, {"decisions": [{"type": "reject", "message": "I have milk"}]}
@@ -176,14 +176,14 @@ class TestApproval:
 
     @pytest.mark.parametrize(("approve", "executed"), [(True, True), (False, False)])
     async def test_the_older_answer_is_still_taken(
-        self, client: httpx.AsyncClient, worker: Worker, approve: bool, executed: bool
+        self, client: httpx.AsyncClient, worker: JobLoop, approve: bool, executed: bool
     ) -> None:
         events = await self.resume_with(client, {"approve": approve})
         assert next(e.data for e in events if e.event == "custom")["executed"] is executed
         assert events[-1].data["status"] == "succeeded"
 
     async def test_an_answer_it_cannot_read_fails_the_run_with_the_reason(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         events = await self.resume_with(client, {"decisions": []})
         assert not [e for e in events if e.event == "custom"]
@@ -191,7 +191,7 @@ class TestApproval:
         assert "0 decisions for 1 proposed calls" in events[-1].data["message"]
 
     async def test_resume_on_a_run_that_is_not_interrupted_is_409(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = (await client.post("/v1/runs", json=run_body("plain chat"))).json()
         await read_events(client, f"/v1/runs/{run['run_id']}/events")
@@ -202,7 +202,7 @@ class TestApproval:
         assert response.json()["error"]["code"] == "run_not_interrupted"
 
     async def test_cancel_while_interrupted_ends_the_stream(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await self.start(client)
         assert (await client.post(f"/v1/runs/{run['run_id']}/cancel")).status_code == 202
@@ -214,7 +214,7 @@ class TestMultitask:
     """A thread runs one run at a time: `reject` answers 409, `enqueue` waits its turn."""
 
     async def test_reject_answers_409_while_the_thread_is_busy(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         first = (await client.post("/v1/runs", json=run_body(LONG, config=SLOW))).json()
         path = f"/v1/threads/{first['thread_id']}/runs"
@@ -224,7 +224,7 @@ class TestMultitask:
         await client.post(f"/v1/runs/{first['run_id']}/cancel")
 
     async def test_enqueue_runs_after_the_active_run(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         slow = {"configurable": {"fake_token_delay_ms": 5}}
         first = (await client.post("/v1/runs", json=run_body("one two three", config=slow))).json()

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import httpx
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from server.attach import BlockedWrite
 from server.feed import Frame, RunFeed, Viewer, sse_frame
 from stream_store.log import StoredEvent
@@ -30,7 +30,7 @@ class TestManyViewers:
     """Viewers joining at different moments of a live run receive identical sequences."""
 
     async def test_three_viewers_attached_at_different_moments_agree(
-        self, server: ServerHandle, client: httpx.AsyncClient, worker: Worker
+        self, server: ServerHandle, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = (await client.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
         path = f"/v1/runs/{run['run_id']}/events"
@@ -42,7 +42,7 @@ class TestManyViewers:
         assert len(results[0]) > len(TEXT.split())
 
     async def test_viewers_on_two_server_processes_agree(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         a, b = await start_server(), await start_server()
         async with httpx.AsyncClient(base_url=a.url) as http:
@@ -55,7 +55,7 @@ class TestManyViewers:
         assert on_a == on_b == late_b
 
     async def test_reconnect_to_another_server_process_skips_nothing(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         a, b = await start_server(), await start_server()
         async with (
@@ -69,7 +69,7 @@ class TestManyViewers:
             assert first + rest == await read_events(on_a, path)
 
     async def test_hundred_viewers_of_one_run_each_get_every_event(
-        self, server: ServerHandle, client: httpx.AsyncClient, worker: Worker
+        self, server: ServerHandle, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = (await client.post("/v1/runs", json=run_body(TEXT, config=SLOW))).json()
         path = f"/v1/runs/{run['run_id']}/events"
@@ -83,7 +83,7 @@ class TestViewersArrivingTogether:
     """Viewers that attach together to a live run read its start from Redis once."""
 
     async def test_one_reads_the_stream_start_the_others_replay_it_from_memory(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         server = await start_server()
         assert server.app is not None
@@ -112,7 +112,7 @@ class TestSlowViewer:
     """A client that reads slower than the run writes gets every event, once, in order."""
 
     async def test_a_viewer_slower_than_its_socket_gets_every_event_once_in_order(
-        self, start_server: StartServer, worker: Worker
+        self, start_server: StartServer, worker: JobLoop
     ) -> None:
         # 6 MB of events that the client leaves unread for a second: more than the sockets'
         # buffers hold, so the server's writes wait on the client (a direct write the viewer's

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 import psycopg
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from stream_store.settings import Settings
 from tests.test_runs import run_body
 
@@ -26,7 +26,7 @@ class TestIdempotencyKey:
     """One key, one run, however the requests race; a different body with the key is 422."""
 
     async def test_twenty_concurrent_submits_create_one_run(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         headers = {"Idempotency-Key": "order-42"}
         responses = await asyncio.gather(
@@ -41,7 +41,7 @@ class TestIdempotencyKey:
         assert len(threads) == 1
 
     async def test_same_key_different_body_is_422_and_creates_nothing(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         headers = {"Idempotency-Key": "k1"}
         first = await client.post("/v1/runs", json=run_body("hello"), headers=headers)
@@ -52,7 +52,7 @@ class TestIdempotencyKey:
         assert await count_runs(settings) == 1
 
     async def test_replay_returns_the_same_run_later_too(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         headers = {"Idempotency-Key": "k2"}
         first = (await client.post("/v1/runs", json=run_body("x"), headers=headers)).json()
@@ -62,7 +62,7 @@ class TestIdempotencyKey:
         assert again.json()["run_id"] == first["run_id"]
 
     async def test_same_key_on_a_thread_route_is_scoped_by_body(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         thread = (await client.post("/v1/threads")).json()
         path = f"/v1/threads/{thread['thread_id']}/runs"

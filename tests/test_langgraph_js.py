@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 import pytest
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from tests.conftest import ServerHandle
 from tests.processes import TcpProxy
 
@@ -127,7 +127,7 @@ def text_by_message(parts: list[dict[str, Any]]) -> dict[str, str]:
 
 
 async def test_runs_stream_reconnects_through_a_proxy_cutting_every_few_kilobytes(
-    node: str, server: ServerHandle, worker: Worker
+    node: str, server: ServerHandle, worker: JobLoop
 ) -> None:
     port = int(server.url.rsplit(":", 1)[1])
     proxy = TcpProxy("127.0.0.1", port, cut_every_bytes=CUT_EVERY_BYTES)
@@ -219,7 +219,7 @@ def assert_answered_once(messages: list[dict[str, Any]], question: str, answer: 
 
 
 async def test_use_stream_shows_the_streamed_answer_once(
-    node: str, server: ServerHandle, worker: Worker
+    node: str, server: ServerHandle, worker: JobLoop
 ) -> None:
     question = " ".join(f"w{i}" for i in range(30))
     [seen] = await use_stream(node, server.url, "chat", question, "5")
@@ -227,7 +227,7 @@ async def test_use_stream_shows_the_streamed_answer_once(
 
 
 async def test_use_stream_rejoins_a_running_run_after_a_reload(
-    node: str, server: ServerHandle, worker: Worker
+    node: str, server: ServerHandle, worker: JobLoop
 ) -> None:
     """The first page goes away mid-answer; the reloaded page finds the run id in its storage,
     joins the run's stream from the start and shows the whole answer once."""
@@ -245,7 +245,7 @@ async def test_use_stream_rejoins_a_running_run_after_a_reload(
 
 
 async def test_use_stream_shows_an_interrupt_and_resumes_it(
-    node: str, server: ServerHandle, worker: Worker
+    node: str, server: ServerHandle, worker: JobLoop
 ) -> None:
     paused, done = await use_stream(node, server.url, "interrupt", "note this")
     [action] = paused["interrupt"]["action_requests"]
@@ -262,7 +262,7 @@ async def test_use_stream_shows_an_interrupt_and_resumes_it(
 
 
 async def test_runs_cancel_with_wait_resolves_once_the_run_is_cancelled(
-    node: str, server: ServerHandle, worker: Worker
+    node: str, server: ServerHandle, worker: JobLoop
 ) -> None:
     """`runs.cancel(thread, run, true)` resolves when the answer's body has come, and LangGraph
     answers 200 with the outcome once the run is cancelled: a `runs.get` right after sees the

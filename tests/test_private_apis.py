@@ -1,20 +1,25 @@
-"""The private names of other packages that runstream overrides are still there, as we use them
-(issue 10).
+"""Private names of other packages: none of arq, Litestar or uvicorn unless docs/architecture.md
+says why (issue 24), and those of LangGraph's checkpointer that we override still there, as we
+use them (issue 10).
 
-A private method can change in any release without notice. Each check names the package, the
-private name and the file of ours that depends on it, so an upgrade that breaks one fails here,
-loudly, rather than as a worker that stops waking up or a checkpoint write that is no longer
-fenced. No service is needed.
+A private name can change in any release without notice. The scan reads the product's code
+(`server/`, `runner/`, `stream_store/`, `clients/`) for private names of arq, Litestar and
+uvicorn: imported, read as an attribute, or overridden in a subclass. Each check of a private
+name we keep names the package, the name and the file of ours that depends on it, so an upgrade
+that breaks one fails here, loudly, rather than as a checkpoint write that is no longer fenced.
+No service is needed.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from arq.connections import ArqRedis
-from arq.worker import Worker
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
@@ -53,123 +58,191 @@ def _check_called(package: str, name: str, ours: str, caller: Any, call: str) ->
     )
 
 
-class TestArq:
-    """`runner/worker.py` (`RunWorker`) overrides two private methods of arq's `Worker` and its
-    `start_jobs`."""
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ("server", "runner", "stream_store", "clients")
+LIBRARIES = ("arq", "litestar", "uvicorn")
+SECTION = "docs/architecture.md, Libraries' private parts"
 
-    PACKAGE = "arq"
-    OURS = "runner/worker.py (RunWorker)"
+# (file, private name) -> why it is used, citing SECTION. Empty: runstream reads the queue with
+# its own loop (`runner/job_loop.py`), not by overriding arq's Worker, and the event stream
+# writes its chunks with a method of its own (`server/event_stream.py`).
+ALLOWED: dict[tuple[str, str], str] = {}
 
-    def test_poll_iteration_is_the_loop_body(self) -> None:
-        """`Worker._poll_iteration(self)`, a coroutine, is what the poll loop runs each turn."""
-        name = "Worker._poll_iteration"
-        method = getattr(Worker, "_poll_iteration", None)
-        _check_signature(self.PACKAGE, name, self.OURS, method, "(self)", "a coroutine function")
-        _check_called(self.PACKAGE, name, self.OURS, Worker, "await self._poll_iteration()")
 
-    def test_poll_iteration_hands_the_ids_it_read_to_start_jobs(self) -> None:
-        """`Worker.start_jobs(self, job_ids)`, a coroutine, gets the window of ready ids the
-        poll read, which `RunWorker` reorders fairly between callers before arq claims them."""
-        name = "Worker.start_jobs"
-        method = getattr(Worker, "start_jobs", None)
-        _check_signature(
-            self.PACKAGE, name, self.OURS, method, "(self, job_ids)", "a coroutine function"
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _on_self(node: ast.Attribute) -> bool:
+    """`self._x` or `cls._x`: outside a library's subclass, our own name."""
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def _resolve(dotted: str) -> Any:
+    """The object a dotted name of a library names (None if it has none)."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            found = getattr(found, part, None)
+        return found
+    return None
+
+
+def _private_members(cls: type) -> set[str]:
+    """The private names a library class and its library bases define, with the attributes
+    their methods set on `self` (such as arq's `Worker._pool`)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] not in LIBRARIES:
+            continue
+        names |= {name for name in vars(klass) if _is_private(name)}
+        try:
+            source = ast.parse(inspect.getsource(klass).strip())
+        except (OSError, TypeError, SyntaxError, IndentationError):
+            continue
+        names |= {
+            node.attr
+            for node in ast.walk(source)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and _is_private(node.attr)
+        }
+    return names
+
+
+def private_uses(source: str) -> set[str]:
+    """The private names of arq, Litestar and uvicorn that `source` uses, dotted from the
+    library: in an import, as an attribute of a name imported from one, overridden or read on
+    `self`/`super()` in a subclass of one of their classes, or read on any object when a class
+    imported from them defines that private name (a heuristic for their instances)."""
+    tree = ast.parse(source)
+    imported: dict[str, str] = {}  # local name -> the library's dotted name
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in LIBRARIES:
+                    if any(_is_private(part) for part in alias.name.split(".")):
+                        found.add(alias.name)
+                    local = alias.asname or alias.name.split(".")[0]
+                    imported[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] not in LIBRARIES:
+                continue
+            if any(_is_private(part) for part in node.module.split(".")):
+                found.add(node.module)
+            for alias in node.names:
+                if _is_private(alias.name):
+                    found.add(f"{node.module}.{alias.name}")
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def library_name(expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Name):
+            return imported.get(expr.id)
+        if isinstance(expr, ast.Attribute):
+            base = library_name(expr.value)
+            return f"{base}.{expr.attr}" if base else None
+        return None
+
+    owners: dict[str, str] = {}  # a private name of an imported class -> that class
+    for dotted in imported.values():
+        cls = _resolve(dotted)
+        if isinstance(cls, type):
+            for name in _private_members(cls):
+                owners.setdefault(name, dotted)
+    overridden: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for base in node.bases:
+            base_name = library_name(base)
+            cls = _resolve(base_name) if base_name else None
+            if not isinstance(cls, type):
+                continue
+            theirs = _private_members(cls)
+            for inner in ast.walk(node):
+                name = None
+                if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
+                    name = inner.name
+                elif isinstance(inner, ast.Attribute) and (
+                    _on_self(inner)
+                    or (
+                        isinstance(inner.value, ast.Call)
+                        and isinstance(inner.value.func, ast.Name)
+                        and inner.value.func.id == "super"
+                    )
+                ):
+                    name = inner.attr
+                    overridden.add(inner)
+                if name is not None and name in theirs:
+                    found.add(f"{base_name}.{name}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
+            continue
+        base_name = library_name(node.value)
+        if base_name is not None:
+            found.add(f"{base_name}.{node.attr}")
+        elif node not in overridden and node.attr in owners and not _on_self(node):
+            found.add(f"{owners[node.attr]}.{node.attr}")
+    return found
+
+
+def _product_uses() -> Iterator[tuple[str, str]]:
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for name in private_uses(path.read_text()):
+                yield path.relative_to(ROOT).as_posix(), name
+
+
+class TestNoPrivateNamesOfArqLitestarUvicorn:
+    """The product leans on arq's, Litestar's and uvicorn's public interfaces only, but where
+    docs/architecture.md says why."""
+
+    def test_product_code_uses_only_allowed_private_names(self) -> None:
+        unexplained = sorted(set(_product_uses()) - ALLOWED.keys())
+        assert not unexplained, (
+            f"private names of {', '.join(LIBRARIES)} used without a reason: {unexplained};"
+            f" use a public interface, or add each to ALLOWED with why ({SECTION})"
         )
-        _check_called(
-            self.PACKAGE, name, self.OURS, Worker._poll_iteration, "await self.start_jobs(job_ids)"
-        )
-        _check_called(self.PACKAGE, name, self.OURS, Worker.start_jobs, "in_progress_key")
 
-    def test_release_sem_dec_counter_on_complete_runs_when_a_job_ends(self) -> None:
-        """`Worker._release_sem_dec_counter_on_complete(self)`, plain, frees a job slot."""
-        name = "Worker._release_sem_dec_counter_on_complete"
-        method = getattr(Worker, "_release_sem_dec_counter_on_complete", None)
-        _check_signature(self.PACKAGE, name, self.OURS, method, "(self)", "a plain function")
-        _check_called(
-            self.PACKAGE, name, self.OURS, Worker, "self._release_sem_dec_counter_on_complete()"
-        )
+    def test_every_allowed_private_name_is_still_used_and_explained(self) -> None:
+        assert not sorted(ALLOWED.keys() - set(_product_uses())), "stale entries in ALLOWED"
+        for use, why in ALLOWED.items():
+            assert SECTION in why, f"{use}: the reason must cite {SECTION}"
 
+    def test_the_scan_sees_imports_attributes_and_overrides(self) -> None:
+        """What the previous worker did (arq's Worker overridden), and the other ways."""
+        source = """
+import uvicorn
+from arq.worker import Worker
+from litestar._kwargs import KwargsModel
+from litestar.response.streaming import ASGIStreamingResponse
 
-class TestArqJobFinish:
-    """`runner/worker.py` (`RunWorker.finish_job`, `finish_failed_job`) replaces arq's two ends
-    of a job with the same MULTI minus the ZREM of `arq:abort` (outside the queue's slot on a
-    Redis Cluster): arq must still call them as we define them and write what we copy."""
+class RunWorker(Worker):
+    async def _poll_iteration(self):
+        await super()._poll_iteration()
+        return self._pool
 
-    PACKAGE = "arq"
-    OURS = "runner/worker.py (RunWorker.finish_job, finish_failed_job)"
+class Ours:
+    def _own(self):
+        return self._private  # our own names, not a library's
 
-    @pytest.mark.parametrize(
-        ("name", "expected"),
-        [
-            (
-                "finish_job",
-                "(self, job_id, finish, result_data, result_timeout_s, keep_result_forever,"
-                " incr_score, keep_in_progress)",
-            ),
-            ("finish_failed_job", "(self, job_id, result_data)"),
-        ],
-    )
-    def test_finish_methods_keep_their_signatures(self, name: str, expected: str) -> None:
-        method = getattr(Worker, name, None)
-        _check_signature(
-            self.PACKAGE, f"Worker.{name}", self.OURS, method, expected, "a coroutine function"
-        )
-        _check_called(self.PACKAGE, f"Worker.{name}", self.OURS, Worker.run_job, f"self.{name}(")
-
-    def test_finish_job_writes_what_ours_copies(self) -> None:
-        for call in (
-            "tr.pexpire(in_progress_key, to_ms(keep_in_progress))",
-            "tr.set(result_key_prefix + job_id, result_data, px=to_ms(expire))",
-            "delete_keys += [retry_key_prefix + job_id, job_key_prefix + job_id]",
-            "tr.zrem(abort_jobs_ss, job_id)",
-            "tr.zrem(self.queue_name, job_id)",
-            "tr.zincrby(self.queue_name, incr_score, job_id)",
-            "tr.delete(*delete_keys)",
-        ):
-            _check_called(self.PACKAGE, "Worker.finish_job", self.OURS, Worker.finish_job, call)
-
-
-class TestArqJobClaimAndEnqueue:
-    """`runner/worker.py` (`RunWorker.start_jobs`) and `stream_store/queue.py` (`RunQueue`) do
-    arq's claim of a job and its enqueue in one script call each (`start_jobs.lua`,
-    `enqueue_job.lua`): arq's own code must still do what the scripts copy, and the worker state
-    `start_jobs` keeps must still be there."""
-
-    PACKAGE = "arq"
-
-    def test_start_jobs_claims_as_start_job_lua_does(self) -> None:
-        ours = "runner/worker.py (RunWorker.start_jobs) and stream_store/scripts/start_jobs.lua"
-        for call in (
-            "await self.sem.acquire()",
-            "self.job_counter = self.job_counter + 1",
-            "if ongoing_exists or not score or score > timestamp_ms():",
-            "pipe.psetex(in_progress_key, int(self.in_progress_timeout_s * 1000), b'1')",
-            "self.loop.create_task(self.run_job(job_id, int(score)))",
-            "self._release_sem_dec_counter_on_complete()",
-            "self.tasks[job_id] = t",
-        ):
-            _check_called(self.PACKAGE, "Worker.start_jobs", ours, Worker.start_jobs, call)
-
-    def test_run_job_takes_the_claimed_id_and_score(self) -> None:
-        """`Worker.run_job(self, job_id, score)`, a coroutine, runs a job `start_jobs` claimed."""
-        ours = "runner/worker.py (RunWorker.start_jobs)"
-        method = getattr(Worker, "run_job", None)
-        expected = "(self, job_id, score)"
-        _check_signature(
-            self.PACKAGE, "Worker.run_job", ours, method, expected, "a coroutine function"
-        )
-
-    def test_enqueue_job_writes_as_enqueue_job_lua_does(self) -> None:
-        ours = "stream_store/queue.py (RunQueue.enqueue) and stream_store/scripts/enqueue_job.lua"
-        for call in (
-            "if await pipe.exists(job_key, result_key_prefix + job_id):",
-            "expires_ms = expires_ms or score - enqueue_time_ms + self.expires_extra_ms",
-            "serialize_job(function, args, kwargs, _job_try, enqueue_time_ms,"
-            " serializer=self.job_serializer)",
-            "pipe.psetex(job_key, expires_ms, job)",
-            "pipe.zadd(_queue_name, {job_id: score})",
-        ):
-            _check_called(self.PACKAGE, "ArqRedis.enqueue_job", ours, ArqRedis.enqueue_job, call)
+def serve(server, response: ASGIStreamingResponse):
+    uvicorn.Server._private_thing
+    return response._stream
+"""
+        assert private_uses(source) == {
+            "arq.worker.Worker._poll_iteration",
+            "arq.worker.Worker._pool",
+            "litestar._kwargs",
+            "uvicorn.Server._private_thing",
+            "litestar.response.streaming.ASGIStreamingResponse._stream",
+        }
 
 
 class TestLanggraphCheckpointPostgres:

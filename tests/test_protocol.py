@@ -9,8 +9,8 @@ import logging
 
 import httpx
 import structlog
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from server.logs import configure_logging
 from tests.conftest import StartServer, StartWorker
 from tests.sse import read_events
@@ -20,7 +20,7 @@ from tests.test_runs import run_body
 class TestSseResponse:
     """The SSE response carries the caching headers and pings while nothing happens."""
 
-    async def test_headers_and_pings(self, start_server: StartServer, worker: Worker) -> None:
+    async def test_headers_and_pings(self, start_server: StartServer, worker: JobLoop) -> None:
         server = await start_server(ping_interval_s=0.05)
         async with httpx.AsyncClient(base_url=server.url) as http:
             body = run_body("please wait", graph="approval")
@@ -71,7 +71,7 @@ class TestLogs:
     """Worker and server log lines about a run carry its run_id and thread_id."""
 
     async def test_run_log_lines_carry_run_and_thread_ids(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         captured: list[dict[str, object]] = []
 

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 import pytest
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from tests.sse import Received, read_events, reassemble
 from tests.test_runs import submit
 
@@ -26,7 +26,7 @@ class TestReconnectFinishedRun:
 
     @pytest.mark.parametrize("k", [0, 1, 2, 5, 20, -2, -1])
     async def test_reconnect_with_header_gets_exactly_the_rest(
-        self, client: httpx.AsyncClient, worker: Worker, k: int
+        self, client: httpx.AsyncClient, worker: JobLoop, k: int
     ) -> None:
         run_id, full = await finished_run(client)
         k = k % len(full) if k < 0 else k
@@ -37,7 +37,7 @@ class TestReconnectFinishedRun:
         assert first + rest == full
 
     async def test_reconnect_with_query_parameter_gets_exactly_the_rest(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run_id, full = await finished_run(client)
         for k in (1, 7, len(full) - 1):
@@ -47,7 +47,7 @@ class TestReconnectFinishedRun:
             assert rest == full[k:]
 
     async def test_header_wins_over_query_parameter(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run_id, full = await finished_run(client)
         rest = await read_events(
@@ -59,7 +59,7 @@ class TestReconnectFinishedRun:
         assert rest == full[11:]
 
     async def test_reconnect_after_the_terminal_event_gets_nothing_and_ends(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run_id, full = await finished_run(client)
         rest = await read_events(
@@ -73,7 +73,7 @@ class TestReconnectLiveRun:
 
     @pytest.mark.parametrize("k", [0, 1, 3, 4, 12, 30])
     async def test_reconnect_mid_run_skips_nothing(
-        self, client: httpx.AsyncClient, worker: Worker, k: int
+        self, client: httpx.AsyncClient, worker: JobLoop, k: int
     ) -> None:
         run = await submit(client, text=TEXT, config={"configurable": {"fake_token_delay_ms": 15}})
         url = f"/v1/runs/{run['run_id']}/events"
@@ -91,7 +91,7 @@ class TestReconnectLiveRun:
         assert list(reassemble(everything).values()) == [TEXT]
 
     async def test_many_reconnects_during_one_run_reassemble_the_message(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await submit(client, text=TEXT, config={"configurable": {"fake_token_delay_ms": 5}})
         url = f"/v1/runs/{run['run_id']}/events"

@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 import httpx
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from tests.sse import read_events, reassemble
 
 TEXT = ("the quick brown fox jumps over the lazy dog " * 3).strip()
@@ -28,7 +28,7 @@ class TestRunStream:
     """A run's events, reassembled, are exactly the final message of its thread."""
 
     async def test_events_reassemble_to_final_thread_message(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await submit(client)
         events = await read_events(client, f"/v1/runs/{run['run_id']}/events")
@@ -51,7 +51,7 @@ class TestRunStream:
         assert [m["role"] for m in message_events] == ["user", "assistant"]
 
     async def test_a_run_with_only_a_system_message_succeeds_with_an_empty_reply(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         body = {"input": {"messages": [{"role": "system", "content": "be brief"}]}}
         run = (await client.post("/v1/runs", json=body)).json()
@@ -62,7 +62,7 @@ class TestRunStream:
         assert not [e for e in events if e.event == "token"]
 
     async def test_tokens_of_one_message_share_its_id(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await submit(client)
         events = await read_events(client, f"/v1/runs/{run['run_id']}/events")

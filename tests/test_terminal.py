@@ -11,8 +11,8 @@ import sys
 import httpx
 import pexpect
 import pytest
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from tests.conftest import ServerHandle, StartWorker, free_port
 from tests.processes import ROOT, Cluster
 
@@ -67,7 +67,7 @@ class TestTerminalChat:
             assert run["status"] == "succeeded"  # it went on without the terminal
 
     async def test_thread_continues_and_approval_is_asked(
-        self, server: ServerHandle, worker: Worker
+        self, server: ServerHandle, worker: JobLoop
     ) -> None:
         async with httpx.AsyncClient(base_url=server.url) as http:
             thread = (await http.post("/v1/threads")).json()

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 import pytest
-from arq.worker import Worker
 
+from runner.job_loop import JobLoop
 from stream_store.connections import NestedCheckout, open_pg_pool
 from stream_store.settings import Settings
 from tests.conftest import schema_connection
@@ -32,7 +32,7 @@ class TestConcurrentDeletes:
     """More deletes at once than the pool has connections all succeed, and others still get in."""
 
     async def test_concurrent_deletes_of_many_threads_all_succeed(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         runs = await asyncio.gather(*(finish(client, f"thread {i}") for i in range(CONCURRENT)))
         thread_ids = [run["thread_id"] for run in runs]
@@ -52,7 +52,7 @@ class TestConcurrentDeletes:
             assert await checkpoint_rows(settings, tid) == 0
 
     async def test_concurrent_deletes_of_one_thread_succeed_once(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         run = await finish(client, "delete me many times")
         path = f"/v1/threads/{run['thread_id']}"
@@ -67,7 +67,7 @@ class TestDeleteIsAtomic:
     """A delete that fails at commit leaves the thread whole: its runs and its messages."""
 
     async def test_failed_commit_keeps_thread_and_messages(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         run = await finish(client, "keep my words")
         thread_id = run["thread_id"]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import httpx
-from arq.worker import Worker
 from redis.asyncio import Redis
 
+from runner.job_loop import JobLoop
 from stream_store.keys import KeySpace
 from stream_store.settings import Settings
 from tests.sse import read_events
@@ -33,7 +33,7 @@ class TestThreads:
         assert (await client.post("/v1/threads")).status_code == 201
 
     async def test_list_is_newest_first_titled_and_paginated(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         made = [await finish(client, f"conversation number {i}") for i in range(5)]
         page1 = (await client.get("/v1/threads", params={"limit": 2})).json()
@@ -49,7 +49,7 @@ class TestThreads:
         assert [t["title"] for t in listed] == [f"conversation number {i}" for i in (4, 3, 2, 1, 0)]
 
     async def test_messages_and_runs_read_back_in_order(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         first = await finish(client, "hello there")
         second = await finish(client, "and again", first["thread_id"])
@@ -66,7 +66,7 @@ class TestThreads:
         assert {r["status"] for r in runs} == {"succeeded"}
 
     async def test_delete_removes_thread_checkpoints_runs_and_streams(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         run = await finish(client, "forget me")
         keep = await finish(client, "keep me")
@@ -86,7 +86,7 @@ class TestThreads:
         assert len(kept["messages"]) == 2
 
     async def test_delete_while_a_run_is_active_is_409(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         slow = {"configurable": {"fake_token_delay_ms": 20}}
         run = (await client.post("/v1/runs", json=run_body("a b c d e f g h", config=slow))).json()
@@ -101,7 +101,7 @@ class TestExpiredStream:
     """A finished run whose stream has expired answers 410 with a pointer, never a partial."""
 
     async def test_attach_after_expiry_is_410(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         run = await finish(client, "short lived")
         redis = Redis.from_url(str(settings.redis_url))
@@ -118,7 +118,7 @@ class TestExpiredStream:
         assert (await client.get(f"/v1/runs/{run['run_id']}")).json()["status"] == "succeeded"
 
     async def test_finished_streams_get_the_configured_ttl(
-        self, client: httpx.AsyncClient, worker: Worker, settings: Settings
+        self, client: httpx.AsyncClient, worker: JobLoop, settings: Settings
     ) -> None:
         run = await finish(client, "ttl check")
         redis = Redis.from_url(str(settings.redis_url))

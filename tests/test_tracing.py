@@ -19,13 +19,13 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from arq.worker import Worker
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app
 from server.logs import configure_logging
@@ -55,9 +55,9 @@ class Traced:
     provider: TracerProvider
     exporter: InMemorySpanExporter
     server: ServerHandle
-    workers: list[tuple[Worker, asyncio.Task[None]]]
+    workers: list[tuple[JobLoop, asyncio.Task[None]]]
 
-    async def start_worker(self, **changes: Any) -> Worker:
+    async def start_worker(self, **changes: Any) -> JobLoop:
         settings = replace(self.settings, **changes)
         return await start_worker(settings, self.provider, self.workers)
 
@@ -68,9 +68,9 @@ class Traced:
 async def start_worker(
     settings: Settings,
     provider: TracerProvider,
-    workers: list[tuple[Worker, asyncio.Task[None]]],
-) -> Worker:
-    worker = build_worker(settings, handle_signals=False, tracer_provider=provider)
+    workers: list[tuple[JobLoop, asyncio.Task[None]]],
+) -> JobLoop:
+    worker = build_worker(settings, tracer_provider=provider)
     task = asyncio.create_task(worker.main())
     workers.append((worker, task))
     for _ in range(500):
@@ -355,7 +355,7 @@ class TestTracesOffByDefault:
             tracer_provider_from_env("worker")
 
     async def test_an_untraced_run_has_no_trace_id(
-        self, client: httpx.AsyncClient, worker: Worker
+        self, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         header, _, _ = client_traceparent()
         created = await client.post("/v1/runs", json=run_body(), headers={"traceparent": header})
@@ -404,7 +404,7 @@ async def test_spans_are_exported_over_otlp_http_when_the_endpoint_is_set(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     provider = tracer_provider_from_env("server")
     assert provider is not None
-    workers: list[tuple[Worker, asyncio.Task[None]]] = []
+    workers: list[tuple[JobLoop, asyncio.Task[None]]] = []
     server = await serve_in_loop(create_app(settings, tracer_provider=provider))
     try:
         await start_worker(settings, provider, workers)

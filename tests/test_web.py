@@ -16,7 +16,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from arq.worker import Worker
 from playwright.async_api import (
     Browser,
     BrowserContext,
@@ -27,6 +26,7 @@ from playwright.async_api import (
     expect,
 )
 
+from runner.job_loop import JobLoop
 from server.page import WEB_DIR
 from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
 from tests.processes import Cluster
@@ -325,7 +325,7 @@ async def answered(page: Page) -> list[list[str]]:
 
 
 async def test_approve_runs_the_proposed_call(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     text = "remember to water the plants"
     page = await tabs.open(server.url)
@@ -342,7 +342,7 @@ async def test_approve_runs_the_proposed_call(
 
 
 async def test_edit_runs_the_call_with_the_edited_arguments(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     page = await tabs.open(server.url)
     review = await ask_approval(page, "buy milk")
@@ -362,7 +362,7 @@ async def test_edit_runs_the_call_with_the_edited_arguments(
 
 
 async def test_reject_runs_nothing_and_the_reason_goes_to_the_model(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     page = await tabs.open(server.url)
     review = await ask_approval(page, "buy milk")
@@ -402,7 +402,7 @@ async def test_cancel_button_stops_the_run(
 
 
 async def test_sidebar_lists_opens_and_deletes_threads(
-    server: ServerHandle, worker: Worker, client: httpx.AsyncClient, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, client: httpx.AsyncClient, tabs: Tabs
 ) -> None:
     api_text = "a conversation started over the API"
     response = await client.post(
@@ -455,7 +455,7 @@ async def test_sidebar_lists_opens_and_deletes_threads(
 
 
 async def test_page_asks_for_the_api_key_when_the_server_needs_one(
-    start_server: StartServer, worker: Worker, tabs: Tabs
+    start_server: StartServer, worker: JobLoop, tabs: Tabs
 ) -> None:
     server = await start_server(api_keys={"k1": "alice"})
     streams: list[str] = []
@@ -526,7 +526,7 @@ async def test_answer_is_rendered_as_markdown(
 
 
 async def test_raw_html_in_an_answer_stays_inert(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     page = await tabs.open(server.url)
     await send(page, HOSTILE)
@@ -643,7 +643,7 @@ async def test_a_worker_crash_shows_the_next_attempt(cluster: Cluster, tabs: Tab
 
 
 async def test_page_asks_no_host_but_the_server(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     page = await tabs.new()
     requested: list[str] = []
@@ -864,7 +864,7 @@ async def test_two_tabs_on_a_thread_show_one_question_and_one_answer_clears_both
 
 
 async def test_the_page_uses_chat_when_the_assistant_is_not_served(
-    server: ServerHandle, worker: Worker, tabs: Tabs
+    server: ServerHandle, worker: JobLoop, tabs: Tabs
 ) -> None:
     page = await tabs.open(server.url)
     await send(page, "plain echo")  # selects chat, the only graph besides approval

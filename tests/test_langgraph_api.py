@@ -32,7 +32,7 @@ from runner.graphs import RunContext, approval, chat
 from runner.models import EchoChatModel
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
-from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
+from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection, stop_worker
 from tests.processes import Cluster, TcpProxy
 from tests.sse import read_events
 
@@ -1899,10 +1899,12 @@ async def test_a_v1_resume_sent_during_update_state_goes_on_from_the_updated_sta
 
 
 async def test_a_resume_records_the_id_of_the_question_it_answers(
-    sdk: LangGraphClient, client: httpx.AsyncClient, settings: Settings
+    sdk: LangGraphClient, client: httpx.AsyncClient, settings: Settings, worker: Any
 ) -> None:
     """What runner/graph_input.py needs to tell, on a retry, whether the graph took the answer
-    (tests/test_retry_input.py): the question's id, on both APIs."""
+    (tests/test_retry_input.py): the question's id, on both APIs. The resumes are read while
+    they wait in the queue (the worker stopped first): a finished run no longer keeps its
+    `resume`, and the approval graph's answer takes the worker a few milliseconds."""
 
     async def recorded(run_id: str) -> tuple[Any, Any]:
         async with await schema_connection(settings) as conn:
@@ -1914,20 +1916,20 @@ async def test_a_resume_records_the_id_of_the_question_it_answers(
         return row[0], row[1]
 
     run = await v1_interrupted_run(client)
-    asked = await sdk.threads.get_state(run["thread_id"])
-    question = asked["interrupts"][0]["id"]
+    question = (await sdk.threads.get_state(run["thread_id"]))["interrupts"][0]["id"]
     assert await recorded(run["run_id"]) == (question, None)
+    asked = await interrupted_thread(sdk)
+    tid = asked["checkpoint"]["thread_id"]
+    await stop_worker(worker)
+
     await client.post(f"/v1/runs/{run['run_id']}/resume", json={"resume": {"approve": True}})
     interrupt_id, resume = await recorded(run["run_id"])
     assert interrupt_id is None and resume["interrupt_id"] == question
     assert resume["value"] == {"approve": True}
     # a LangGraph resume is a new run: it takes the question of the run it supersedes
-    asked = await interrupted_thread(sdk)
-    tid = asked["checkpoint"]["thread_id"]
     resumed = await sdk.runs.create(tid, "approval", command={"resume": {"approve": False}})
     _, resume = await recorded(resumed["run_id"])
     assert resume == {"value": {"approve": False}, "interrupt_id": asked["interrupts"][0]["id"]}
-    await sdk.runs.join(tid, resumed["run_id"])
 
 
 async def test_v1_run_after_update_state_as_the_interrupted_node_or_to_the_end(

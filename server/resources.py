@@ -13,7 +13,6 @@ from opentelemetry.trace import Tracer
 from runner.graphs import GraphRegistry
 from runner.store_index import check_embeddings, store_options
 from stream_store.assistant_records import AssistantRecords
-from stream_store.caller_queries import CallerQueries, open_caller_queries
 from stream_store.cron_records import CronRecords
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import GraphLabels, ServerMetrics
@@ -22,6 +21,7 @@ from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 
 from .auth import SignIn, StreamTokens
+from .caller_queries import CallerQueries, open_caller_queries
 from .fanout import StreamFollower
 from .run_reads import RunReads
 from .sign_in import sign_in_for

@@ -34,7 +34,6 @@ from stream_store.limits import (
     ASSISTANT_NAME_MAX_CHARS,
 )
 from stream_store.metadata_filters import matches
-from stream_store.quotas import CallerQuotas
 from stream_store.threads import delete_assistant
 
 from .. import inputs
@@ -42,6 +41,7 @@ from ..access import allowed_assistant
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .graph_schemas import graph_schemas, subgraph_schemas
 from .submit import unprocessable

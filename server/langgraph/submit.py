@@ -18,7 +18,6 @@ from langgraph.checkpoint.base import CheckpointTuple
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import TITLE_CHARS, Created, NewRun
 
@@ -26,6 +25,7 @@ from .. import inputs
 from ..access import prepare_run, run_assistant
 from ..auth import Caller
 from ..errors import ApiError
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command

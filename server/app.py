@@ -16,7 +16,7 @@ from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp
 from opentelemetry.trace import TracerProvider
 
-from runner.graphs import GraphRegistry
+from runner.graph_registry import GraphRegistry
 from runner.project import HttpSettings, load_project, project_has_auth
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer

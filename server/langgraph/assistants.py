@@ -354,7 +354,7 @@ class AssistantsController(Controller):
         depth = _xray_depth(xray)
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         drawable = await graph.aget_graph(xray=depth)
         return drawable.to_json()
 
@@ -484,7 +484,7 @@ class AssistantsController(Controller):
     ) -> dict[str, Any]:
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         return {"graph_id": name, **graph_schemas(graph)}
 
     @get(
@@ -502,7 +502,7 @@ class AssistantsController(Controller):
         deep = _recurse(recurse)
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         try:
             return await subgraph_schemas(graph, namespace, deep)
         except NotImplementedError:  # as LangGraph's server answers

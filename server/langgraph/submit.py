@@ -62,7 +62,7 @@ async def _command(
         return {}
     command = checked_command(
         body.command,
-        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
+        await resources.graph_for_reading(graph),
         resources.settings.max_resume_bytes,
     )
     if "resume" in command and thread_id is None:
@@ -119,7 +119,7 @@ async def _graph_input(
         needs_input = await _checkpoint(resources, thread_id) is None
     return checked_input(
         body.input,
-        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
+        await resources.graph_for_reading(graph),
         resources.settings,
         needs_input=needs_input,
     )

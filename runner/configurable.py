@@ -5,8 +5,9 @@ LangGraph keeps its own machinery in `configurable` (`__pregel_checkpointer`, `c
 graph without runstream's fenced checkpointer, or on another thread's checkpoints. So:
 
 - a graph whose module declares its keys in `CONFIGURABLE_KEYS` (the built-ins do) takes the model
-  factory's keys (`runner.models.MODEL_CONFIGURABLE`) plus those, and nothing else; any other
-  graph takes every key that is not reserved, as on LangGraph's server (`allowed` None);
+  factory's keys (`MODEL_CONFIGURABLE`, here, read by `runner.models`) plus those, and nothing
+  else; any other graph takes every key that is not reserved, as on LangGraph's server
+  (`allowed` None);
 - a reserved key is never taken, and a graph that declares one fails at start-up;
 - the server refuses a run that sends anything else (`check`, 400); the worker passes a graph
   only the keys it takes (`select`) and sets its own (`thread_id`) after them, so a run recorded
@@ -15,14 +16,22 @@ graph without runstream's fenced checkpointer, or on another thread's checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import structlog
 
-from .models import MODEL_CONFIGURABLE
+from stream_store.limits import MAX_FAKE_TOKEN_DELAY_MS
 
-__all__ = ["RESERVED_KEYS", "ConfigurableRefused", "check", "is_reserved", "select"]
+__all__ = [
+    "MODEL_CONFIGURABLE",
+    "RESERVED_KEYS",
+    "ConfigurableRefused",
+    "check",
+    "fake_token_delay_ms",
+    "is_reserved",
+    "select",
+]
 
 logger = structlog.get_logger()
 
@@ -47,6 +56,27 @@ RESERVED_KEYS = frozenset(
     }
 )
 RESERVED_PREFIXES = ("__", "langgraph_")  # `langgraph_auth_user` names the caller to the graph
+
+
+def fake_token_delay_ms(value: Any) -> float:
+    """A caller's `fake_token_delay_ms`: milliseconds from 0 to `MAX_FAKE_TOKEN_DELAY_MS`.
+
+    Raises:
+        ValueError: for anything else, saying what is allowed.
+    """
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_FAKE_TOKEN_DELAY_MS:
+        raise ValueError(
+            f"fake_token_delay_ms must be a number of milliseconds from 0 to"
+            f" {MAX_FAKE_TOKEN_DELAY_MS}, got {str(value)[:40]!r}"
+        )
+    return float(value)
+
+
+# The `configurable` keys the model factory reads, for every graph, each with its check.
+MODEL_CONFIGURABLE: dict[str, Callable[[Any], object]] = {
+    "fake_token_delay_ms": fake_token_delay_ms,
+}
 
 
 class ConfigurableRefused(ValueError):

@@ -45,10 +45,9 @@ from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
 from .auth_user import AuthUser
 from .effects import running
-from .graph_context import graph_context
+from .graph_context import RunContext, graph_context, takes_run_context
 from .graph_events import EVENTS_MODE, stream_with_events
 from .graph_input import graph_input
-from .graphs import RunContext
 from .models import make_chat_model, model_for_run
 from .recovery import hand_back, retry_planner
 from .state import Attempt, AttemptPhase, WorkerState
@@ -332,7 +331,7 @@ def _graph_context(
     (the built-ins), else the run's context (the assistant's under the run's, recorded at
     submit) built into the graph's own `context_schema` (`runner.graph_context`)."""
     schema = graph.context_schema
-    if isinstance(schema, type) and issubclass(schema, RunContext):
+    if takes_run_context(schema):
         return RunContext(
             run_id=run.run_id,
             thread_id=run.thread_id,

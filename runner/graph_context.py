@@ -1,4 +1,5 @@
-"""A user graph's `runtime.context`: the run's context built into the graph's `context_schema`.
+"""A graph's `runtime.context`: runstream's `RunContext`, or the run's context built into the
+graph's own `context_schema`.
 
 As LangGraph's server does (langgraph_api/stream.py `_filter_context_by_schema`, then
 langgraph's `_coerce_context`): the assistant's context updated by the run's, its keys the
@@ -8,18 +9,53 @@ this at submit too (`server.langgraph.submit`), so a context the schema refuses 
 never a run that fails.
 
 The built-in graphs take runstream's `RunContext` instead (`runner.graphs`): a graph whose
-`context_schema` is `RunContext` gets that, whatever the run's context.
+`context_schema` is `RunContext` gets that, whatever the run's context (`takes_run_context`).
+This module imports no LangChain (the chat model's type only), so the server checks a context
+at submit without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, get_type_hints, is_typeddict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_type_hints, is_typeddict
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["ContextRefused", "graph_context"]
+from .tools import Effect, Execution, ToolLedger
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = ["ContextRefused", "RunContext", "graph_context", "takes_run_context"]
+
+
+@dataclass
+class RunContext:
+    """What runstream hands every node of a run (LangGraph's `context`)."""
+
+    run_id: str
+    thread_id: str
+    attempt: int
+    chat_model: BaseChatModel
+    ledger: ToolLedger
+
+    async def write(self, tool: str, tool_call_id: str, effect: Effect) -> Execution:
+        """Run a write tool's effect at most once for this tool call (see `runner.tools`)."""
+        return await self.ledger.execute(
+            run_id=self.run_id,
+            tool_call_id=tool_call_id,
+            tool=tool,
+            attempt=self.attempt,
+            effect=effect,
+        )
+
+
+def takes_run_context(schema: Any) -> bool:
+    """Whether a graph's `context_schema` is runstream's `RunContext` (the built-ins'): such a
+    graph gets that, and no context of the run's."""
+    return isinstance(schema, type) and issubclass(schema, RunContext)
 
 
 class ContextRefused(ValueError):

@@ -25,15 +25,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from stream_store.limits import MAX_FAKE_TOKEN_DELAY_MS
 from stream_store.settings import Settings
 
+from .configurable import MODEL_CONFIGURABLE, fake_token_delay_ms
+
 __all__ = [
-    "MODEL_CONFIGURABLE",
     "EchoChatModel",
     "NoModelHere",
     "chat_model",
-    "fake_token_delay_ms",
     "make_chat_model",
     "model_for_run",
     "split_tokens",
@@ -133,27 +132,6 @@ class EchoChatModel(GenericFakeChatModel):
     ) -> Runnable[LanguageModelInput, AIMessage]:
         specs = [convert_to_openai_tool(tool) for tool in tools]
         return self.model_copy(update={"bound_tools": specs})
-
-
-def fake_token_delay_ms(value: Any) -> float:
-    """A caller's `fake_token_delay_ms`: milliseconds from 0 to `MAX_FAKE_TOKEN_DELAY_MS`.
-
-    Raises:
-        ValueError: for anything else, saying what is allowed.
-    """
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not 0 <= value <= MAX_FAKE_TOKEN_DELAY_MS:
-        raise ValueError(
-            f"fake_token_delay_ms must be a number of milliseconds from 0 to"
-            f" {MAX_FAKE_TOKEN_DELAY_MS}, got {str(value)[:40]!r}"
-        )
-    return float(value)
-
-
-# The `configurable` keys the model factory reads, for every graph, each with its check.
-MODEL_CONFIGURABLE: dict[str, Callable[[Any], object]] = {
-    "fake_token_delay_ms": fake_token_delay_ms,
-}
 
 
 def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseChatModel:

@@ -16,7 +16,7 @@ from stream_store.leases import LeaseKeeper
 from stream_store.metrics import WorkerMetrics
 from stream_store.services import Services
 
-from .graphs import GraphRegistry
+from .graph_registry import GraphRegistry
 from .tools import ToolLedger
 
 __all__ = ["Attempt", "AttemptPhase", "WorkerState"]

@@ -33,7 +33,7 @@ from stream_store.tracing import make_tracer
 from stream_store.workers import BEAT_INTERVAL_S, WorkerBeat, WorkerPresence, WorkerRegistry
 
 from .execute import execute_run
-from .graphs import GraphRegistry
+from .graph_registry import GraphRegistry
 from .job_loop import JobLoop
 from .recovery import reap_forever
 from .scheduling import window_size

@@ -16,9 +16,8 @@ from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp
 from opentelemetry.trace import TracerProvider
 
-from runner.graphs import GraphRegistry
+from runner.graph_registry import GraphRegistry
 from runner.project import HttpSettings, load_project, project_has_auth
-from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
 
@@ -40,6 +39,7 @@ from .langgraph.api import langgraph_router
 from .langgraph.cron_scheduler import running_scheduler
 from .metrics_endpoint import metrics
 from .page import index, page_assets
+from .quotas import CallerQuotas, open_caller_quotas
 from .raw_input import ApiRequest, refuse_nul_in_url
 from .request_ids import add_request_id_header, bind_request_id
 from .resources import Resources, open_resources

@@ -23,9 +23,9 @@ from litestar import Request
 from litestar.di import Provide
 
 from stream_store.errors import QueryTimeout
-from stream_store.quotas import Budget, CallerQuotas
 
 from .auth import Caller
+from .quotas import Budget, CallerQuotas
 
 __all__ = ["QUERY", "WRITE"]
 

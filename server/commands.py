@@ -28,7 +28,7 @@ from .logs import configure_logging
 from .multiprocess import listening_socket, run_processes
 
 if TYPE_CHECKING:
-    from runner.graphs import GraphRegistry
+    from runner.graph_registry import GraphRegistry
     from stream_store.store import StoreOptions
 
     from .embedded import EmbeddedServices
@@ -64,7 +64,7 @@ def _load_graphs(settings: Settings) -> GraphRegistry:
     Raises:
         SettingsError: one cannot be served (`runstream` prints the one line, exits 2).
     """
-    from runner.graphs import GraphRegistry
+    from runner.graph_registry import GraphRegistry
 
     return GraphRegistry.from_settings(settings)
 
@@ -74,7 +74,7 @@ def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
     cannot be served is refused with one line (`SettingsError`)."""
     from .sign_in import sign_in_for
 
-    sign_in_for(settings, graphs)
+    sign_in_for(settings, graphs.auth)
 
 
 def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:

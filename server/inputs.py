@@ -15,8 +15,8 @@ import msgspec
 from litestar import Request
 from litestar.params import Parameter
 
-from runner.configurable import ConfigurableRefused, check
-from runner.graphs import GraphRegistry
+from runner.configurable import ConfigurableRefused
+from runner.graph_catalog import GraphCatalog
 from stream_store.events import is_event_id
 from stream_store.limits import IDEMPOTENCY_KEY_MAX_CHARS, METADATA_KEY_MAX_CHARS
 from stream_store.schemas import InputMessage
@@ -166,10 +166,10 @@ def _json_within(value: Any, what: str, limit: int, setting: str) -> None:
         raise _too_large(what, f"is {encoded} bytes as JSON", limit, setting)
 
 
-def configurable(values: Mapping[str, Any], graphs: GraphRegistry, graph: str) -> None:
+def configurable(values: Mapping[str, Any], graphs: GraphCatalog, graph: str) -> None:
     """400 `invalid_request` for a `configurable` key the graph does not take (or a bad value)."""
     try:
-        check(values, graphs.configurable_keys(graph), graph)
+        graphs.check_configurable(graph, values)
     except ConfigurableRefused as exc:
         raise ApiError(400, "invalid_request", str(exc)) from None
 

@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from langgraph.pregel import Pregel
 from opentelemetry.trace import Tracer
 
-from runner.graphs import GraphRegistry
+from runner.graph_catalog import GraphCatalog
+from runner.graph_registry import GraphRegistry
 from runner.store_index import check_embeddings, store_options
 from stream_store.assistant_records import AssistantRecords
-from stream_store.caller_queries import CallerQueries, open_caller_queries
 from stream_store.cron_records import CronRecords
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import GraphLabels, ServerMetrics
@@ -22,6 +23,7 @@ from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 
 from .auth import SignIn, StreamTokens
+from .caller_queries import CallerQueries, open_caller_queries
 from .fanout import StreamFollower
 from .run_reads import RunReads
 from .sign_in import sign_in_for
@@ -33,7 +35,8 @@ __all__ = ["Resources", "open_resources"]
 @dataclass
 class Resources(Services):
     follower: StreamFollower  # the process's one reader of live streams
-    graphs: GraphRegistry
+    graphs: GraphCatalog  # what a submit is checked against: names, `configurable` keys
+    registry: GraphRegistry  # the graphs themselves, for the LangGraph API's reads
     tokens: StreamTokens
     sign_in: SignIn  # how a request's caller is known (server/sign_in.py)
     metrics: ServerMetrics  # runstream's part of /metrics
@@ -43,6 +46,15 @@ class Resources(Services):
     queries: CallerQueries  # the store's and the searches' connections, bounded per caller
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
+
+    async def graph_for_reading(self, name: str) -> Pregel:
+        """Graph `name` on the process's checkpointer, for its drawing, schemas and threads'
+        states (`GraphRegistry.graph_for_reading`).
+
+        Raises:
+            UnknownGraph: no graph is registered under `name`.
+        """
+        return await self.registry.graph_for_reading(name, self.checkpointer)
 
     # The records again, on the connections for `owner`'s own queries (a turn, a timeout):
     # for the searches and counts whose filters the caller writes.
@@ -63,17 +75,17 @@ async def open_resources(
 ) -> AsyncIterator[Resources]:
     """Open the services, the stream reader and the thread watcher; close them in reverse
     order. `graphs` None: the graphs are loaded from `settings` here."""
-    if graphs is None:
-        graphs = GraphRegistry.from_settings(settings)
-    sign_in = sign_in_for(settings, graphs)
-    tokens = StreamTokens(settings, project_auth=graphs.auth is not None)
-    store = store_options(graphs.project)
-    await check_embeddings(store, graphs.project)
+    registry = graphs if graphs is not None else GraphRegistry.from_settings(settings)
+    catalog = registry.catalog()  # every graph imported by now: none is per request
+    sign_in = sign_in_for(settings, registry.auth)
+    tokens = StreamTokens(settings, project_auth=registry.auth is not None)
+    store = store_options(registry.project)
+    await check_embeddings(store, registry.project)
     async with (
         open_services(settings, tracer=tracer, store=store) as services,
         open_caller_queries(settings) as queries,
     ):
-        metrics = ServerMetrics(GraphLabels(graphs.names()))
+        metrics = ServerMetrics(GraphLabels(catalog.names()))
         metrics.watch_pool(services.pool)
         # The queue's node: the queue and the workers' beats are there on a Redis Cluster too.
         deployment = DeploymentGauges(
@@ -96,7 +108,8 @@ async def open_resources(
             yield Resources(
                 **fields,
                 follower=follower,
-                graphs=graphs,
+                graphs=catalog,
+                registry=registry,
                 tokens=tokens,
                 sign_in=sign_in,
                 metrics=metrics,

@@ -12,7 +12,6 @@ from litestar.params import Parameter
 
 from stream_store.errors import NotFound
 from stream_store.evaluations import EvaluationRecord
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 from stream_store.schemas import (
@@ -32,6 +31,7 @@ from .budgets import WRITE
 from .errors import ApiError
 from .event_stream import EventStream
 from .new_runs import new_run, with_message_id
+from .quotas import CallerQuotas
 from .resources import Resources
 
 __all__ = [

@@ -11,7 +11,6 @@ from litestar.params import Body, Parameter
 
 from stream_store.messages import thread_messages, to_wire_message
 from stream_store.metadata_filters import matches
-from stream_store.quotas import CallerQuotas
 from stream_store.schemas import (
     EvaluationList,
     RunCreate,
@@ -29,6 +28,7 @@ from . import inputs
 from .access import thread_not_found
 from .auth import Caller
 from .budgets import WRITE
+from .quotas import CallerQuotas
 from .resources import Resources
 from .runs import IdempotencyHeader, evaluation_list, run_out, submit_run
 

@@ -8,7 +8,7 @@ records anything (`server.inputs`); the worker applies again the ones it acts on
 model's delay). docs/protocol.md section 3.5 lists them all.
 
 The per-caller limits (submits per minute, active runs, open SSE connections) are kept in
-Redis by `stream_store.quotas` and, for active runs, in Postgres by `RunSubmitter.create_run`; a
+Redis by `server.quotas` and, for active runs, in Postgres by `RunSubmitter.create_run`; a
 value of 0 turns one off. docs/security.md, "Per-caller limits", gives the reasons.
 
 The per-run bounds on a run's event stream (events, bytes) are kept by the append scripts in

@@ -16,7 +16,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from runner.evaluations import record_evaluation
-from runner.graphs import RunContext, run_save_note
+from runner.graph_context import RunContext
+from runner.graphs import run_save_note
 
 
 async def count_words(state: MessagesState) -> dict[str, Any]:
@@ -81,7 +82,7 @@ persona.add_edge(START, "greet").add_edge("greet", END)
 
 declares_reserved = persona  # registered under an attribute that declares a reserved key
 
-# The configurable keys each graph of this module takes, by attribute (runner.graphs).
+# The configurable keys each graph of this module takes, by attribute (runner.graph_registry).
 CONFIGURABLE_KEYS = {"persona": {"persona"}, "declares_reserved": {"persona", "checkpoint_id"}}
 
 

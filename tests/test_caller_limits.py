@@ -22,9 +22,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from server.quotas import SLOT_TTL_PINGS, CallerQuotas
 from stream_store.keys import KeySpace
 from stream_store.log import EventLog
-from stream_store.quotas import SLOT_TTL_PINGS, CallerQuotas
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection
 from tests.processes import ROOT, Cluster

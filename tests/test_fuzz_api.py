@@ -47,7 +47,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 
-from runner.graphs import BUILTIN_GRAPHS
+from runner.graph_registry import BUILTIN_GRAPHS
 from server.app import create_app
 from stream_store import schemas as wire_types
 from stream_store.settings import Settings

@@ -24,8 +24,8 @@ from litestar import Litestar, post
 from litestar.testing import TestClient
 from redis import Redis
 
-from runner.graphs import BUILTIN_GRAPHS, GraphRegistry
-from runner.models import MODEL_CONFIGURABLE
+from runner.configurable import MODEL_CONFIGURABLE
+from runner.graph_registry import BUILTIN_GRAPHS, GraphRegistry
 from server import inputs
 from server.auth import Caller, StreamTokens, Unauthorized
 from server.errors import EXCEPTION_HANDLERS, ApiError
@@ -231,7 +231,7 @@ class TestStreamTokenVerification:
 # -- run bodies -------------------------------------------------------------------------------
 
 LIMITS = Settings()
-GRAPHS = GraphRegistry({})
+GRAPHS = GraphRegistry({}).catalog()  # what the server checks a submit against
 
 
 @post("/runs", status_code=201)

@@ -13,7 +13,8 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.pregel import Pregel
 
-from runner.graphs import GraphRegistry, chat
+from runner.graph_registry import GraphRegistry
+from runner.graphs import chat
 from server.errors import ApiError
 from server.langgraph.run_input import checked_input, input_keys
 from stream_store.settings import Settings

@@ -16,7 +16,7 @@ import pytest
 from langgraph._internal import _constants as langgraph_constants
 from psycopg.types.json import Jsonb
 
-from runner.graphs import GraphRegistry
+from runner.graph_registry import GraphRegistry
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import read_events

@@ -28,7 +28,8 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 from langgraph_sdk.schema import StreamPart
 
-from runner.graphs import RunContext, approval, chat
+from runner.graph_context import RunContext
+from runner.graphs import approval, chat
 from runner.models import EchoChatModel
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords

@@ -21,8 +21,8 @@ from langgraph_sdk.client import LangGraphClient
 from psycopg import AsyncConnection
 
 from server.langgraph.conversions import assistant_id_for
+from server.quotas import CallerQuotas, open_caller_quotas
 from server.resources import Resources, open_resources
-from stream_store.quotas import CallerQuotas, open_caller_quotas
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.test_langgraph_api import API_KEYS, client_for, eventually, human, messages_of

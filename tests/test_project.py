@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from runner.graphs import GraphRegistry
+from runner.graph_registry import GraphRegistry
 from runner.project import NOT_SERVED_YET, ProjectError, load_project
 from stream_store.settings import Settings
 from tests.processes import ROOT, Cluster

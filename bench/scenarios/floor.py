@@ -31,7 +31,7 @@ async def _stream(graph: object, text: str, modes: object = "messages") -> tuple
     """
     from langchain_core.messages import AIMessageChunk, HumanMessage
 
-    from runner.graphs import RunContext
+    from runner.graph_context import RunContext
     from runner.models import EchoChatModel
 
     context = RunContext(

@@ -33,7 +33,6 @@ from stream_store.limits import (
     ASSISTANT_NAME_MAX_CHARS,
 )
 from stream_store.metadata_filters import matches
-from stream_store.quotas import CallerQuotas
 from stream_store.run_status import WORKING
 from stream_store.thread_deletion import delete_assistant
 
@@ -42,6 +41,7 @@ from ..access import allowed_assistant
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .graph_schemas import graph_schemas, subgraph_schemas
 from .submit import unprocessable
@@ -347,7 +347,7 @@ class AssistantsController(Controller):
         depth = _xray_depth(xray)
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         drawable = await graph.aget_graph(xray=depth)
         return drawable.to_json()
 
@@ -479,7 +479,7 @@ class AssistantsController(Controller):
     ) -> dict[str, Any]:
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         return {"graph_id": name, **graph_schemas(graph)}
 
     @get(
@@ -497,7 +497,7 @@ class AssistantsController(Controller):
         deep = inputs.flag(recurse, "recurse")
         assistant = await allowed_assistant(resources, caller, assistant_id)
         name = registered_graph(resources, assistant)
-        graph = await resources.graphs.graph_for_reading(name, resources.checkpointer)
+        graph = await resources.graph_for_reading(name)
         try:
             return await subgraph_schemas(graph, namespace, deep)
         except NotImplementedError:  # as LangGraph's server answers

@@ -29,9 +29,9 @@ import structlog
 
 from stream_store.cron_records import CronRecord, CronRecords
 from stream_store.errors import StoreError, StoreUnavailable
-from stream_store.quotas import CallerQuotas
 
 from ..errors import ApiError
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .schedules import next_run
 from .submit import submit_scheduled

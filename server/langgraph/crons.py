@@ -21,12 +21,12 @@ from stream_store.assistant_records import AssistantRecord
 from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
-from stream_store.quotas import CallerQuotas
 
 from .. import inputs
 from ..access import check_thread_access
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run

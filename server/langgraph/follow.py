@@ -19,7 +19,6 @@ from litestar.params import Parameter
 
 from stream_store.errors import Conflict
 from stream_store.events import RunStatus, parse_event_id
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
 
@@ -27,6 +26,7 @@ from ..attach import Attachment, ReplayBound, check_resume_point
 from ..auth import Caller
 from ..event_stream import EventStream
 from ..feed import Frame
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .conversions import run_assistant_id
 from .rejoin import catch_up

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runner.graph_context import ContextRefused, graph_context
-from runner.graphs import RunContext
+from runner.graph_context import ContextRefused, graph_context, takes_run_context
 
 from ..errors import ApiError
 from ..resources import Resources
@@ -19,11 +18,10 @@ async def check_context(resources: Resources, graph: str, context: Mapping[str, 
     """422 `invalid_request` when graph `graph`'s `context_schema` refuses `context` (the
     assistant's context updated by the run's). A graph on runstream's `RunContext` (the
     built-ins) takes no context of the run's: its keys reach it through `configurable`."""
-    pregel = await resources.graphs.graph_for_reading(graph, resources.checkpointer)
-    schema = pregel.context_schema
-    if isinstance(schema, type) and issubclass(schema, RunContext):
+    pregel = await resources.graph_for_reading(graph)
+    if takes_run_context(pregel.context_schema):
         return
     try:
-        graph_context(schema, context)
+        graph_context(pregel.context_schema, context)
     except ContextRefused as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None

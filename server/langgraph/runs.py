@@ -17,13 +17,13 @@ from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.events import RunStatus
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 
 from .. import inputs
 from ..access import check_thread_access
 from ..auth import Caller
 from ..budgets import WRITE
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from ..runs import owned_run
 from ..threads import owned_thread

@@ -9,7 +9,7 @@ it), and so does the server, with the other labels the store cannot keep. Every 
 422 naming the field, before the store is touched.
 
 A caller shapes these queries (a filter, a prefix, an offset), so each runs on the connections
-for such queries (`stream_store.caller_queries`: a pool of their own, a turn per caller, a
+for such queries (`server.caller_queries`: a pool of their own, a turn per caller, a
 statement timeout), with its filter bounded here; a put counts the caller's items and bytes
 first (`RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`). docs/security.md,
 "Per-caller limits", has the numbers.

@@ -18,7 +18,6 @@ from langgraph.checkpoint.base import CheckpointTuple
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 
@@ -27,6 +26,7 @@ from ..access import prepare_run, run_assistant
 from ..auth import Caller
 from ..errors import ApiError
 from ..new_runs import new_run
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from ..runs import record_run
 from .command import checked_command
@@ -63,7 +63,7 @@ async def _command(
         return {}
     command = checked_command(
         body.command,
-        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
+        await resources.graph_for_reading(graph),
         resources.settings.max_resume_bytes,
     )
     if "resume" in command and thread_id is None:
@@ -120,7 +120,7 @@ async def _graph_input(
         needs_input = await _checkpoint(resources, thread_id) is None
     return checked_input(
         body.input,
-        await resources.graphs.graph_for_reading(graph, resources.checkpointer),
+        await resources.graph_for_reading(graph),
         resources.settings,
         needs_input=needs_input,
     )

@@ -37,7 +37,6 @@ import structlog
 
 from stream_store.errors import StreamGone
 from stream_store.events import RunStatus
-from stream_store.quotas import CallerQuotas
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
 
@@ -46,6 +45,7 @@ from ..attach import Attachment
 from ..auth import Caller
 from ..errors import ApiError
 from ..event_stream import EventStream
+from ..quotas import CallerQuotas
 from ..resources import Resources
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream

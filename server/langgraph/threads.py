@@ -11,7 +11,6 @@ from litestar.response import Stream
 
 from stream_store.errors import Conflict, NotFound
 from stream_store.metadata_filters import matches
-from stream_store.quotas import CallerQuotas
 from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
@@ -19,6 +18,7 @@ from ..access import thread_not_found
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from ..threads import owned_thread
 from .follow import StreamModeQuery

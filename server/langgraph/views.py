@@ -176,7 +176,7 @@ async def _graph_of(
     name = graph_name(thread, latest)
     if name is None or name not in resources.graphs:
         return None
-    return await resources.graphs.graph_for_reading(name, resources.checkpointer)
+    return await resources.graph_for_reading(name)
 
 
 async def graph_of_thread(resources: Resources, thread: ThreadRecord) -> Pregel | None:

@@ -36,11 +36,11 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from . import limits
-from .connections import StoreRedis, pipelined_script, register_script
-from .errors import LimitReached, StoreUnavailable, redis_errors
-from .keys import KeySpace
-from .settings import Settings
+from stream_store import limits
+from stream_store.connections import StoreRedis, pipelined_script, register_script
+from stream_store.errors import LimitReached, StoreUnavailable, redis_errors
+from stream_store.keys import KeySpace
+from stream_store.settings import Settings
 
 __all__ = [
     "SLOT_TTL_PINGS",
@@ -59,8 +59,9 @@ SLOT_TTL_PINGS = 3
 # How long a stopping server tries to give its slots back (they lapse anyway).
 _GIVE_BACK_ON_STOP_S = 2.0
 
-_SCRIPTS = files("stream_store") / "scripts"
-_CLOCK = (_SCRIPTS / "_fence.lua").read_text()  # `now_ms()`: Redis's clock, as for leases
+_SCRIPTS = files("server") / "scripts"
+# `now_ms()`: Redis's clock, the one leases are measured on (the storage's shared preamble)
+_CLOCK = (files("stream_store") / "scripts" / "_fence.lua").read_text()
 _TAKE_WINDOW = f"{_CLOCK}\n{(_SCRIPTS / 'take_window.lua').read_text()}"
 _TAKE_SLOT = f"{_CLOCK}\n{(_SCRIPTS / 'take_stream_slot.lua').read_text()}"
 _RENEW_SLOTS = f"{_CLOCK}\n{(_SCRIPTS / 'renew_stream_slots.lua').read_text()}"

@@ -28,10 +28,10 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from . import limits
-from .connections import ConnectionSource, PgPool, open_pg_pool
-from .errors import LimitReached, QueryTimeout, postgres_errors
-from .settings import Settings
+from stream_store import limits
+from stream_store.connections import ConnectionSource, PgPool, open_pg_pool
+from stream_store.errors import LimitReached, QueryTimeout, postgres_errors
+from stream_store.settings import Settings
 
 __all__ = ["QUERY_POOL_SIZE", "CallerQueries", "open_caller_queries"]
 

@@ -20,7 +20,7 @@ import msgspec
 from httpx_sse import aconnect_sse
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from stream_store.events import (
+from clients.wire.events import (
     TERMINAL_EVENTS,
     DoneData,
     ErrorData,
@@ -31,7 +31,7 @@ from stream_store.events import (
     RunStatusData,
     TokenData,
 )
-from stream_store.schemas import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
+from clients.wire.responses import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
 
 from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
 

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from stream_store.schemas import RunList, RunOut
+from clients.wire.responses import RunList, RunOut
 
 from ._client import AsyncClient
 from .tables import ago, cell, duration, fields, table

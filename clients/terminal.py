@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from stream_store.approvals import (
+from clients.wire.approvals import (
     Action,
     ActionRequest,
     ApproveDecision,
@@ -26,7 +26,7 @@ from stream_store.approvals import (
     RejectDecision,
     is_review_request,
 )
-from stream_store.events import Event, MessageData, PendingData, RetryData, TokenData
+from clients.wire.events import Event, MessageData, PendingData, RetryData, TokenData
 
 from ._client import AsyncClient
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from stream_store.events import encode_data
+from clients.wire.events import encode_data
 from stream_store.log import EventLog
 from stream_store.metrics import WorkerMetrics
 from stream_store.run_records import RunRecord

@@ -24,10 +24,10 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
+from clients.wire.events import MessageData, RunStatus, ValuesData, WireMessage
 from stream_store.assistant_ids import run_assistant_id
 from stream_store.checkpoints import FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
-from stream_store.events import MessageData, RunStatus, ValuesData, WireMessage
 from stream_store.messages import state_to_json, to_wire_message
 from stream_store.run_records import RunRecord
 from stream_store.services import Services

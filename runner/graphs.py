@@ -22,7 +22,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 from pydantic import AfterValidator
 
-from stream_store.approvals import (
+from clients.wire.approvals import (
     ActionRequest,
     Decision,
     DecisionType,

@@ -22,8 +22,8 @@ import structlog
 from langchain_core.messages import BaseMessage
 from redis.exceptions import RedisError
 
+from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound, StoreError
-from stream_store.events import RunStatus
 from stream_store.lifecycle import PlanRetry, RetryPlan
 from stream_store.live_record import TakeOver
 from stream_store.messages import input_messages, thread_messages

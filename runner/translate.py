@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from stream_store.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
+from clients.wire.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
 from stream_store.messages import message_text, state_to_json, to_wire_message
 
 __all__ = ["StreamTranslator"]

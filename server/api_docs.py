@@ -22,7 +22,7 @@ from typing import Any
 from litestar import MediaType, Request, Router, get
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
-from stream_store.schemas import Body
+from server.bodies import Body
 
 __all__ = [
     "DOCS_PATH",
@@ -105,8 +105,11 @@ def _closed_bodies() -> dict[str, type[Body]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        found[cls.__name__] = cls
-        found[f"{cls.__module__.replace('.', '_')}_{cls.__name__}"] = cls
+        # Litestar names a clashing component by the shortest tail of its module path that
+        # tells it apart (`bodies_RunCreate` beside `langgraph_wire_RunCreate`): every tail
+        parts = cls.__module__.split(".")
+        for name in (*("_".join(parts[i:]) for i in range(len(parts))), None):
+            found[cls.__name__ if name is None else f"{name}_{cls.__name__}"] = cls
     return found
 
 

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import structlog
 from litestar.types import HTTPResponseBodyEvent, Send
 
+from clients.wire.events import parse_event_id
 from stream_store.errors import StreamGone
-from stream_store.events import parse_event_id
 from stream_store.live_record import LiveRecord
 from stream_store.log import EventLog
 from stream_store.run_records import RunRecord

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from litestar.response import ServerSentEventMessage
 
-from stream_store.events import parse_event_id
+from clients.wire.events import parse_event_id
 from stream_store.log import StoredEvent
 
 __all__ = ["COALESCE_S", "COALESCE_VIEWERS", "Frame", "RunFeed", "Viewer", "sse_frame"]

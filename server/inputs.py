@@ -15,11 +15,11 @@ import msgspec
 from litestar import Request
 from litestar.params import Parameter
 
+from clients.wire.events import is_event_id
 from runner.configurable import ConfigurableRefused
 from runner.graph_catalog import GraphCatalog
-from stream_store.events import is_event_id
+from server.bodies import InputMessage
 from stream_store.limits import IDEMPOTENCY_KEY_MAX_CHARS, METADATA_KEY_MAX_CHARS
-from stream_store.schemas import InputMessage
 from stream_store.settings import Settings
 
 from .errors import ApiError

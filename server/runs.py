@@ -10,17 +10,12 @@ import structlog
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
+from clients.wire.responses import EvaluationList, EvaluationOut, RunOut
+from server.bodies import ResumeRequest, RunCreate
 from stream_store.errors import NotFound
 from stream_store.evaluations import EvaluationRecord
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
-from stream_store.schemas import (
-    EvaluationList,
-    EvaluationOut,
-    ResumeRequest,
-    RunCreate,
-    RunOut,
-)
 from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
 from . import inputs

@@ -9,18 +9,17 @@ import structlog
 from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
 
-from stream_store.messages import thread_messages, to_wire_message
-from stream_store.metadata_filters import matches
-from stream_store.schemas import (
+from clients.wire.responses import (
     EvaluationList,
-    RunCreate,
     RunList,
     RunOut,
-    ThreadCreate,
     ThreadDetail,
     ThreadList,
     ThreadOut,
 )
+from server.bodies import RunCreate, ThreadCreate
+from stream_store.messages import thread_messages, to_wire_message
+from stream_store.metadata_filters import matches
 from stream_store.thread_deletion import delete_thread
 from stream_store.thread_records import ThreadRecord
 

@@ -33,8 +33,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from .errors import Conflict, Fenced, StoreUnavailable, StreamGone
-from .events import (
+from clients.wire.events import (
     DoneData,
     ErrorData,
     PendingData,
@@ -45,10 +44,13 @@ from .events import (
     decode_data,
     encode_data,
 )
+
+from .errors import Conflict, Fenced, StoreUnavailable, StreamGone
 from .live_record import Claimed
 from .log import EventLog
 from .queue import RunQueue
 from .run_records import RunRecord, RunRecords
+from .run_status import ACTIVE, TERMINAL
 from .run_submit import Created, NewRun, RunSubmitter
 from .thread_records import DeletedRun
 
@@ -224,7 +226,7 @@ class RunLifecycle:
         """Multitask `interrupt` and `rollback`: cancel the thread's other active runs (and
         with `rollback`, remove them and what they wrote); `run` starts after."""
         for other in await self.run_records.thread_runs(run.thread_id, run.owner):
-            if other.run_id != run.run_id and other.status.active:
+            if other.run_id != run.run_id and other.status in ACTIVE:
                 with contextlib.suppress(Conflict):  # it finished meanwhile
                     await self.cancel(other, rollback=rollback)
 
@@ -247,7 +249,7 @@ class RunLifecycle:
             Conflict: the run already finished.
             StoreUnavailable: Redis or Postgres refused; the run is as it was.
         """
-        if run.status.terminal:
+        if run.status in TERMINAL:
             raise Conflict(f"run {run.run_id} already {run.status}", code="run_finished")
         marked = rollback and not run.kwargs.get("rollback")
         if marked:
@@ -515,7 +517,7 @@ class RunLifecycle:
         if run is None or record is None:
             return
         last = await self.events.last_event(run_id)
-        if run.status.terminal:
+        if run.status in TERMINAL:
             if last is not None and last.terminal:
                 await self.run_records.set_last_event_id(run_id, last.id)
                 return

@@ -22,10 +22,11 @@ from typing import Any
 import msgspec
 from redis.asyncio import RedisCluster
 
+from clients.wire.events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
+
 from .batch_sender import BatchSender
 from .connections import StoreRedis, register_script
 from .errors import redis_errors
-from .events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
 from .keys import KeySpace
 from .limits import (
     DEFAULT_INTERRUPTED_TTL_S,

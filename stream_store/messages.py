@@ -21,7 +21,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel
 
-from .events import WireMessage
+from clients.wire.events import WireMessage
+
 from .run_records import RunRecord
 
 __all__ = [

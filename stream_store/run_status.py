@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
+from clients.wire.events import RunStatus  # the statuses are the wire's; the rules on them are here
+
 __all__ = [
     "ACTIVE",
     "IDLE",
@@ -26,30 +28,6 @@ __all__ = [
     "sources",
     "sql_list",
 ]
-
-
-class RunStatus(StrEnum):
-    """Where a run is in its life; `stream_store.lifecycle` makes every move between them.
-
-    Members compare equal to their names as strings, which is what the wire, the database and
-    the live record carry. A run is recorded `queued`.
-    """
-
-    QUEUED = "queued"  # recorded, waiting for a worker (or for the thread's active run)
-    RUNNING = "running"  # an attempt holds the lease and executes the graph
-    INTERRUPTED = "interrupted"  # the graph called interrupt(); waiting for a resume
-    SUCCEEDED = "succeeded"  # terminal: the graph ran to its end
-    FAILED = "failed"  # terminal: the graph raised, or no attempts were left
-    CANCELLED = "cancelled"  # terminal: stopped on request
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-    @property
-    def active(self) -> bool:
-        """Holds its thread: no other run of the thread may start, the thread can't go."""
-        return self in ACTIVE
 
 
 # Over: nothing moves the run again, its stream has its terminal event.

@@ -112,10 +112,10 @@ class TestSchemaSaysWhatIsRefused:
     ) -> None:
         document = (await client.get("/schema/openapi.json")).json()
         components = document["components"]["schemas"]
-        for name in ("stream_store_schemas_RunCreate", "InputMessage", "ResumeRequest"):
+        for name in ("bodies_RunCreate", "InputMessage", "ResumeRequest"):
             assert components[name]["additionalProperties"] is False, name
         # LangGraph's server ignores unknown fields (the SDKs send some it does not know)
-        assert "additionalProperties" not in components["server_langgraph_wire_RunCreate"]
+        assert "additionalProperties" not in components["langgraph_wire_RunCreate"]
         refused = await client.post(
             "/v1/runs",
             json={"input": {"messages": [{"role": "user", "content": "hi"}]}, "extra": 1},

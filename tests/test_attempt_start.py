@@ -15,11 +15,11 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from redis.asyncio import Redis
 
+from clients.wire.events import RunStatus
 from runner.graphs import chat
 from stream_store import log
 from stream_store.checkpoints import FencedPostgresSaver, FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced
-from stream_store.events import RunStatus
 from stream_store.keys import KeySpace
 from stream_store.lifecycle import RetryPlan
 from stream_store.live_record import Claimed, TakeOver

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from clients import AsyncClient, Conflict, NotFound, TooManyRequests
+from clients.wire.events import Event, TokenData
 from runner.job_loop import JobLoop
-from stream_store.events import Event, TokenData
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
 from tests.sse import read_events

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from clients.wire.events import RunStatus
 from runner.effects import NotInARun, running
 from runner.evaluations import EvaluationRefused, record_evaluation
 from runner.recovery import expire_idle_threads
 from runner.tools import ToolLedger
-from stream_store.events import RunStatus
 from stream_store.limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun

@@ -35,7 +35,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import httpx
-import msgspec
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, assume, given
@@ -48,8 +47,8 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 
 from runner.graph_registry import BUILTIN_GRAPHS
+from server.api_docs import refuse_unknown_fields_in_schema
 from server.app import create_app
-from stream_store import schemas as wire_types
 from stream_store.settings import Settings
 from tests.conftest import launch_worker, serve_in_loop, stop_worker
 
@@ -239,12 +238,7 @@ def with_closed_bodies(raw: dict[str, Any]) -> dict[str, Any]:
     decoder refuses unknown fields (`forbid_unknown_fields`), but Litestar's schema leaves out
     `additionalProperties: false`. Without it, schemathesis' "valid" bodies carry extra fields
     and are all refused; with it, unknown fields are among the invalid ones instead."""
-    components = raw["components"]["schemas"]
-    for name, kind in vars(wire_types).items():
-        closed = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
-        if closed and kind.__struct_config__.forbid_unknown_fields and name in components:
-            components[name]["additionalProperties"] = False
-    return raw
+    return refuse_unknown_fields_in_schema(raw)  # the rule as the server states it
 
 
 def seeded(api_url: str) -> Known:

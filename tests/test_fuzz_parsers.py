@@ -24,16 +24,16 @@ from litestar import Litestar, post
 from litestar.testing import TestClient
 from redis import Redis
 
+from clients.wire.events import is_event_id, parse_event_id
 from runner.configurable import MODEL_CONFIGURABLE
 from runner.graph_registry import BUILTIN_GRAPHS, GraphRegistry
 from server import inputs
 from server.auth import Caller, StreamTokens, Unauthorized
+from server.bodies import RunCreate
 from server.errors import EXCEPTION_HANDLERS, ApiError
 from server.raw_input import ApiRequest
-from stream_store.events import is_event_id, parse_event_id
 from stream_store.keys import KeySpace
 from stream_store.limits import GRAPH_NAME_MAX_CHARS, JSON_MAX_DEPTH
-from stream_store.schemas import RunCreate
 from stream_store.settings import Settings
 
 U64 = 2**64 - 1

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph_sdk.schema import StreamPart
 from langgraph_sdk.sse import BytesLineDecoder, SSEDecoder
 
+from clients.wire.events import encode_data
 from server.langgraph.conversions import (
     STREAM_MODES,
     assistant_id_for,
@@ -36,7 +37,6 @@ from server.langgraph.wire import (
     ThreadCreate,
     ThreadSearch,
 )
-from stream_store.events import encode_data
 from stream_store.log import StoredEvent
 
 RUN = "0b8f8a4e-2c1d-4f5e-9a7b-3c6d2e1f0a9b"

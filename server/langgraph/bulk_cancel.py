@@ -9,8 +9,8 @@ import structlog
 from litestar import Controller, post
 from litestar.params import Parameter
 
+from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound
-from stream_store.events import RunStatus
 from stream_store.limits import BULK_CANCEL_MAX_RUNS
 from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
@@ -77,7 +77,7 @@ class BulkCancelController(Controller):
         if action not in (None, "interrupt", "rollback"):
             raise unprocessable("action must be interrupt or rollback")
         for run in await _bulk_targets(resources, caller, data):
-            if not run.status.active or run.status == RunStatus.INTERRUPTED:
+            if run.status not in WORKING:
                 continue  # over already (to LangGraph, an interrupted run is over too)
             with contextlib.suppress(Conflict):  # it ended meanwhile
                 await resources.lifecycle.cancel(run, rollback=action == "rollback")

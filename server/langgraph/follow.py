@@ -17,8 +17,8 @@ import msgspec
 import structlog
 from litestar.params import Parameter
 
+from clients.wire.events import RunStatus, parse_event_id
 from stream_store.errors import Conflict
-from stream_store.events import RunStatus, parse_event_id
 from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
 

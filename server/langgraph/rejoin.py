@@ -7,7 +7,7 @@ the client already has, so it holds what the viewer that sent them held.
 
 from __future__ import annotations
 
-from stream_store.events import parse_event_id
+from clients.wire.events import parse_event_id
 
 from .. import inputs
 from ..attach import REPLAY_PAGE

@@ -15,9 +15,10 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.params import Parameter
 from litestar.response import Stream
 
+from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound
-from stream_store.events import RunStatus
 from stream_store.run_records import RunRecord
+from stream_store.run_status import ACTIVE, TERMINAL
 
 from .. import inputs
 from ..access import check_thread_access
@@ -206,7 +207,7 @@ class RunsController(Controller):
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
         run = await _owned_run(resources, caller, thread_id, run_id, "update")
-        if run.status.terminal or run.status == RunStatus.INTERRUPTED:
+        if run.status in TERMINAL or run.status == RunStatus.INTERRUPTED:
             # an engine run paused at interrupt() is, to LangGraph, a run that ended (`success`)
             status = run_status(run.status)
             raise NotFound(f"No matching runs to cancel: run {run_id} is {status}")
@@ -231,7 +232,7 @@ class RunsController(Controller):
             # LangGraph's run ended at its interrupt (`success`); runstream's waits: end it
             with contextlib.suppress(Conflict):
                 run = await resources.lifecycle.cancel(run)
-        if run.status.active:
+        if run.status in ACTIVE:
             raise Conflict(f"run {run_id} is {run.status}; cancel it first", code="run_active")
         await resources.run_records.delete_run(run.run_id, caller.owner)
         await resources.events.delete([run.run_id])

@@ -35,9 +35,10 @@ from urllib.parse import urlencode
 
 import structlog
 
+from clients.wire.events import RunStatus
 from stream_store.errors import StreamGone
-from stream_store.events import RunStatus
 from stream_store.run_records import RunRecord
+from stream_store.run_status import TERMINAL
 from stream_store.thread_records import ThreadRecord
 
 from .. import inputs
@@ -99,7 +100,7 @@ class _Start:
 
 def _over(run: RunRecord) -> bool:
     """The run's LangGraph stream is over (to LangGraph a run ends at an interrupt)."""
-    return run.status.terminal or run.status == RunStatus.INTERRUPTED
+    return run.status in TERMINAL or run.status == RunStatus.INTERRUPTED
 
 
 def _start(runs: list[RunRecord], last_event_id: str | None) -> _Start:

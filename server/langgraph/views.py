@@ -14,11 +14,11 @@ import msgspec
 from langgraph.pregel import Pregel
 from langgraph.types import PregelTask, StateSnapshot
 
+from clients.wire.events import RunStatus
 from stream_store.assistant_records import AssistantRecord
 from stream_store.assistant_records import AssistantVersion as StoredVersion
 from stream_store.checkpoints import checkpoint_before_runs
 from stream_store.errors import NotFound
-from stream_store.events import RunStatus
 from stream_store.messages import state_to_json
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord

@@ -8,11 +8,10 @@ data, encoded once by the writer) and `a` (the attempt that wrote it). Servers n
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
-
-from .run_status import RunStatus  # the wire carries it: `run` events, `RunStatusData`
 
 __all__ = [
     "LAST_POSITION",
@@ -54,6 +53,22 @@ class WireMessage(WireBase):
     content: Any
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life; `stream_store.run_status` holds the rules
+    on them and `stream_store.lifecycle` makes every move.
+
+    Members compare equal to their names as strings, which is what the wire, the database and
+    the live record carry. A run is recorded `queued`.
+    """
+
+    QUEUED = "queued"  # recorded, waiting for a worker (or for the thread's active run)
+    RUNNING = "running"  # an attempt holds the lease and executes the graph
+    INTERRUPTED = "interrupted"  # the graph called interrupt(); waiting for a resume
+    SUCCEEDED = "succeeded"  # terminal: the graph ran to its end
+    FAILED = "failed"  # terminal: the graph raised, or no attempts were left
+    CANCELLED = "cancelled"  # terminal: stopped on request
 
 
 class RunStatusData(WireBase):

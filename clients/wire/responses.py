@@ -1,73 +1,29 @@
-"""Request and response bodies of the HTTP API (docs/protocol.md 3 Endpoints), as msgspec Structs.
+"""Response bodies of the `/v1` HTTP API (docs/protocol.md 3 Endpoints), as msgspec Structs.
 
-Event payloads live in `stream_store.events`; these are the REST shapes around them. Litestar
-validates request bodies against these types, and the OpenAPI schema is generated from them.
+The server answers with them and the client decodes them; the event payloads inside a stream
+are in `clients.wire.events`.
 """
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
-from msgspec import Meta
 
-from stream_store.events import WireMessage
-from stream_store.limits import GRAPH_NAME_MAX_CHARS, MESSAGE_ID_MAX_CHARS
+from .events import WireMessage
 
 __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "EvaluationList",
     "EvaluationOut",
-    "InputMessage",
-    "ResumeRequest",
-    "RunConfig",
-    "RunCreate",
-    "RunInput",
     "RunList",
     "RunOut",
-    "ThreadCreate",
     "ThreadDetail",
     "ThreadList",
     "ThreadOut",
 ]
-
-
-class Body(msgspec.Struct, forbid_unknown_fields=True):
-    """Base of request bodies: an unknown field is a mistake worth a 400, not a silent no-op."""
-
-
-class InputMessage(Body):
-    role: Literal["user", "assistant", "system"]
-    content: Annotated[str, Meta(min_length=1)]  # RUNSTREAM_MAX_MESSAGE_CHARS (server.inputs)
-    id: Annotated[str, Meta(min_length=1, max_length=MESSAGE_ID_MAX_CHARS)] | None = None
-
-
-class RunInput(Body):
-    messages: Annotated[list[InputMessage], Meta(min_length=1)]  # RUNSTREAM_MAX_RUN_MESSAGES
-
-
-class RunConfig(Body):
-    configurable: dict[str, Any] = {}
-
-
-class RunCreate(Body):
-    input: RunInput
-    graph: Annotated[str, Meta(min_length=1, max_length=GRAPH_NAME_MAX_CHARS)] = "chat"
-    thread_id: uuid.UUID | None = None
-    metadata: dict[str, Any] = {}
-    config: RunConfig = msgspec.field(default_factory=RunConfig)
-    multitask: Literal["reject", "enqueue"] = "reject"
-
-
-class ResumeRequest(Body):
-    resume: Any
-
-
-class ThreadCreate(Body):
-    metadata: dict[str, Any] = {}
 
 
 class ErrorDetail(msgspec.Struct):

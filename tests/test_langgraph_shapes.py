@@ -29,8 +29,8 @@ from stream_store.settings import Settings
 from tests.conftest import schema_connection
 
 # As LangGraph's server sends them (langgraph_sdk.schema `Assistant`, `AssistantVersion`,
-# `Cron`).
-ASSISTANT_KEYS = {
+# `Cron`); an assistant's in the order runstream has always sent them.
+ASSISTANT_ORDER = [
     "assistant_id",
     "graph_id",
     "name",
@@ -41,7 +41,8 @@ ASSISTANT_KEYS = {
     "version",
     "created_at",
     "updated_at",
-}
+]
+ASSISTANT_KEYS = set(ASSISTANT_ORDER)
 VERSION_KEYS = ASSISTANT_KEYS - {"updated_at"}
 CRON_KEYS = {
     "cron_id",
@@ -135,18 +136,7 @@ def test_every_field_of_a_shape_is_one_a_search_may_select() -> None:
 def test_an_assistant_record_shows_as_langgraph_sends_it() -> None:
     record = an_assistant()
     shown = as_json(assistant_view(record))
-    assert list(shown) == [  # the order runstream has always sent
-        "assistant_id",
-        "graph_id",
-        "name",
-        "description",
-        "config",
-        "context",
-        "metadata",
-        "version",
-        "created_at",
-        "updated_at",
-    ]
+    assert list(shown) == ASSISTANT_ORDER
     assert shown["graph_id"] == "chat"
     assert shown["description"] is None  # sent as null, not left out
     assert shown["config"] == record.config

@@ -21,7 +21,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
 from importlib.resources import files
@@ -221,7 +221,7 @@ class JobLoop:
                 with contextlib.suppress(RedisError, TimeoutError):
                     async with asyncio.timeout(STOP_STEP_S):
                         await pool.aclose()
-        logger.info("worker stopped", **_counts(self.counts))
+        logger.info("worker stopped", **asdict(self.counts))
 
     async def _stop_reading(self) -> None:
         """End `main`'s task: cancelled, and woken in case a cancel is lost (Python 3.11: one
@@ -368,6 +368,3 @@ class JobLoop:
         ttl_ms = int((self.health_check_interval_s + 1) * 1000)
         await self.pool.psetex(self.keys.worker_health(), ttl_ms, line.encode())
 
-
-def _counts(counts: JobCounts) -> dict[str, int]:
-    return {"complete": counts.complete, "failed": counts.failed, "retried": counts.retried}

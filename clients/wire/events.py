@@ -56,8 +56,8 @@ class WireMessage(WireBase):
 
 
 class RunStatus(StrEnum):
-    """Where a run is in its life; `stream_store.run_status` holds the rules
-    on them and `stream_store.lifecycle` makes every move.
+    """Where a run is in its life: the rules on it are `stream_store.run_status`'s, and
+    `stream_store.lifecycle` makes every move.
 
     Members compare equal to their names as strings, which is what the wire, the database and
     the live record carry. A run is recorded `queued`.

@@ -367,4 +367,3 @@ class JobLoop:
         )
         ttl_ms = int((self.health_check_interval_s + 1) * 1000)
         await self.pool.psetex(self.keys.worker_health(), ttl_ms, line.encode())
-

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Request
 from litestar.params import Parameter
 
 from clients.wire.events import is_event_id
@@ -63,13 +62,32 @@ def event_id(value: str | None) -> str:
     return value
 
 
-def last_event_id(request: Request[Any, Any, Any]) -> str | None:
+# How a route declares where the client asks to resume (both read by `last_event_id`), so that
+# the API's document shows both ways.
+LastEventIdHeader = Annotated[
+    str | None,
+    Parameter(
+        header="last-event-id",
+        required=False,
+        description="the id of the last event received: the stream resumes after it",
+    ),
+]
+LastEventIdQuery = Annotated[
+    str | None,
+    Parameter(
+        query="last_event_id",
+        required=False,
+        description="as the Last-Event-ID header, for a client that can set no header",
+    ),
+]
+
+
+def last_event_id(header: str | None, query: str | None) -> str | None:
     """Where the client asks to resume, as it sent it: the `Last-Event-ID` header (an
     EventSource's reconnect, the SDKs' rejoin), else the `last_event_id` query parameter (a
     browser's first attach, which can set no header); None when it sent neither. What the
     value means is the route's: `event_id` for `/v1`, `langgraph.rejoin` for LangGraph's."""
-    header = request.headers.get("last-event-id")
-    return header if header is not None else request.query_params.get("last_event_id")
+    return header if header is not None else query
 
 
 # How a route declares a boolean query flag: taken as text, and read by `flag`.

@@ -213,9 +213,11 @@ class RunsController(Controller):
         resources: Resources,
         quotas: CallerQuotas,
         token: Annotated[str | None, Parameter(query="token", required=False)] = None,
+        last_event_id_header: inputs.LastEventIdHeader = None,
+        last_event_id_query: inputs.LastEventIdQuery = None,
     ) -> EventStream:
         run_id = inputs.object_id(run_id, "run")
-        after = inputs.event_id(inputs.last_event_id(request))
+        after = inputs.event_id(inputs.last_event_id(last_event_id_header, last_event_id_query))
         if token:
             caller = resources.tokens.verify(token, run_id)
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Response, delete, get, post
 from litestar.params import Parameter
 from litestar.response import Stream
 
@@ -171,7 +171,6 @@ class RunsController(Controller):
     @get("/{run_id:str}/stream", summary="Join a run's stream (Last-Event-ID resumes)")
     async def join_stream(
         self,
-        request: Request[Any, Any, Any],
         thread_id: str,
         run_id: str,
         resources: Resources,
@@ -179,9 +178,11 @@ class RunsController(Controller):
         caller: Caller,
         stream_mode: StreamModeQuery = None,
         cancel_on_disconnect: inputs.FlagQuery = None,
+        last_event_id_header: inputs.LastEventIdHeader = None,
+        last_event_id_query: inputs.LastEventIdQuery = None,
     ) -> Stream:
         run = await _owned_run(resources, caller, thread_id, run_id)
-        resume_from = inputs.last_event_id(request)
+        resume_from = inputs.last_event_id(last_event_id_header, last_event_id_query)
         after, partly_sent = resume_point(resume_from)
         asked = [m for m in (stream_mode or []) if m]
         return await stream_response(

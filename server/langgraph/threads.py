@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import structlog
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, delete, get, patch, post
 from litestar.params import Body, Parameter
 from litestar.response import Stream
 
@@ -285,7 +285,6 @@ class ThreadsController(Controller):
     @get("/{thread_id:str}/stream", summary="The thread's runs as one stream (Last-Event-ID)")
     async def join_stream(
         self,
-        request: Request[Any, Any, Any],
         thread_id: str,
         resources: Resources,
         quotas: CallerQuotas,
@@ -294,6 +293,8 @@ class ThreadsController(Controller):
         stream_modes: Annotated[  # the name LangGraph's API reference gives it
             list[str] | None, Parameter(query="stream_modes", required=False)
         ] = None,
+        last_event_id_header: inputs.LastEventIdHeader = None,
+        last_event_id_query: inputs.LastEventIdQuery = None,
     ) -> Stream:
         thread = await owned_thread(resources, thread_id, caller)
         return await thread_stream_response(
@@ -302,7 +303,7 @@ class ThreadsController(Controller):
             caller,
             thread,
             modes=[*(stream_mode or []), *(stream_modes or [])],
-            last_event_id=inputs.last_event_id(request),
+            last_event_id=inputs.last_event_id(last_event_id_header, last_event_id_query),
         )
 
     @get("/{thread_id:str}/state", summary="The thread's current state")

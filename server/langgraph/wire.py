@@ -125,35 +125,9 @@ class Request(msgspec.Struct, kw_only=True):
     """Base of request bodies; unknown fields are ignored (see the module docstring)."""
 
 
-class RunCreate(Request):
-    """Body of `POST /threads/{id}/runs[/stream|/wait]` and the stateless `/runs` twins."""
-
-    assistant_id: str  # a UUID or a graph name
-    input: Any = None
-    command: dict[str, Any] | None = None
-    stream_mode: str | list[str] | None = None  # see `stream_modes`
-    stream_subgraphs: bool = False
-    stream_resumable: bool | None = None
-    metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
-    context: dict[str, Any] | None = None
-    checkpoint: dict[str, Any] | None = None
-    checkpoint_id: str | None = None
-    interrupt_before: Breakpoints | None = None
-    interrupt_after: Breakpoints | None = None
-    multitask_strategy: MultitaskStrategy = "enqueue"
-    if_not_exists: Literal["create", "reject"] = "reject"
-    on_disconnect: Literal["cancel", "continue"] = "continue"  # stream and wait only
-    on_completion: Literal["delete", "keep"] | None = None  # stateless runs only
-    after_seconds: float | None = None
-    webhook: str | None = None
-    feedback_keys: list[str] | None = None
-    durability: Durability | None = None
-
-
 class CronRun(Request):
-    """The run request fields of a cron's body (`RunCreate`'s, kept as the cron's `payload`):
-    both `CronCreate` and `CronPatch` take them."""
+    """The fields of a run request that a cron keeps as its `payload`, and both `CronCreate`
+    and `CronPatch` take: None where a run has a default, which applies when the slot runs."""
 
     input: Any = None
     metadata: dict[str, Any] | None = None
@@ -162,10 +136,28 @@ class CronRun(Request):
     interrupt_before: Breakpoints | None = None
     interrupt_after: Breakpoints | None = None
     multitask_strategy: MultitaskStrategy | None = None
-    stream_mode: str | list[str] | None = None
+    stream_mode: str | list[str] | None = None  # see `stream_modes`
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
     durability: Durability | None = None
+
+
+class RunCreate(CronRun, kw_only=True):
+    """Body of `POST /threads/{id}/runs[/stream|/wait]` and the stateless `/runs` twins: a
+    cron's run fields with their defaults, and what only a run asked now takes."""
+
+    assistant_id: str  # a UUID or a graph name
+    multitask_strategy: MultitaskStrategy = "enqueue"
+    stream_subgraphs: bool = False
+    command: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+    if_not_exists: Literal["create", "reject"] = "reject"
+    on_disconnect: Literal["cancel", "continue"] = "continue"  # stream and wait only
+    on_completion: Literal["delete", "keep"] | None = None  # stateless runs only
+    after_seconds: float | None = None
+    webhook: str | None = None
+    feedback_keys: list[str] | None = None
 
 
 class CronCreate(CronRun, kw_only=True):

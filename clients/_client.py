@@ -20,7 +20,8 @@ import msgspec
 from httpx_sse import aconnect_sse
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from clients.wire.events import (
+from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
+from .wire.events import (
     TERMINAL_EVENTS,
     DoneData,
     ErrorData,
@@ -28,12 +29,11 @@ from clients.wire.events import (
     MessageData,
     PendingData,
     RetryData,
+    RunStatus,
     RunStatusData,
     TokenData,
 )
-from clients.wire.responses import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
-
-from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
+from .wire.responses import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
 
 __all__ = ["AsyncClient"]
 
@@ -208,7 +208,7 @@ class AsyncClient:
         async for event in self.stream(run_id):
             if event.event == "pending":
                 run = await self.get(run_id)
-                if run.status == "interrupted":
+                if run.status == RunStatus.INTERRUPTED:
                     return run
         return await self.get(run_id)
 

@@ -14,10 +14,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from clients.wire.responses import RunList, RunOut
-
 from ._client import AsyncClient
 from .tables import ago, cell, duration, fields, table
+from .wire.events import RunStatus
+from .wire.responses import RunList, RunOut
 
 __all__ = [
     "cancel_run",
@@ -117,7 +117,7 @@ async def cancel_run(client: AsyncClient, run_id: str, *, as_json: bool, out: Te
     run = await client.cancel(run_id)
     if as_json:
         _print_json(run, out)
-    elif run.status == "cancelled":
+    elif run.status == RunStatus.CANCELLED:
         out.write(f"run {run.run_id} cancelled\n")
     else:
         out.write(f"run {run.run_id} is {run.status}: its worker is stopping it\n")

@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 import msgspec
 
-from clients.wire.approvals import (
+from ._client import AsyncClient
+from .wire.approvals import (
     Action,
     ActionRequest,
     ApproveDecision,
@@ -26,9 +27,7 @@ from clients.wire.approvals import (
     RejectDecision,
     is_review_request,
 )
-from clients.wire.events import Event, MessageData, PendingData, RetryData, TokenData
-
-from ._client import AsyncClient
+from .wire.events import Event, MessageData, PendingData, RetryData, RunStatus, TokenData
 
 __all__ = ["attach", "chat"]
 
@@ -66,7 +65,7 @@ async def _follow(client: AsyncClient, run_id: str, out: TextIO) -> None:
             if isinstance(event.data, PendingData):
                 pending = event.data
                 run = await client.get(run_id)
-                if run.status == "interrupted":
+                if run.status == RunStatus.INTERRUPTED:
                     break
         else:
             out.write("\n")

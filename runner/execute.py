@@ -361,7 +361,7 @@ async def _settle(
         await writer.drain()  # the outcome's events are the stream's last
         attempt.phase = AttemptPhase.SETTLING
         first = snapshot.interrupts[0]
-        record_outcome("interrupted")
+        record_outcome(RunStatus.INTERRUPTED)
         if await services.lifecycle.interrupt(run, first.value, first.id):
             writer.metrics.outcome(run.graph, RunStatus.INTERRUPTED)
         return False

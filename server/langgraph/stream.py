@@ -41,6 +41,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from clients.wire.events import RunStatus
 from stream_store.log import StoredEvent
 from stream_store.messages import message_text
 
@@ -334,7 +335,7 @@ class LangGraphStream:
         """True after the event that ends the LangGraph stream; a run ends at an interrupt."""
         if event.event in ("done", "error"):
             return True
-        return event.event == "run" and _status.decode(event.data).status == "interrupted"
+        return event.event == "run" and _status.decode(event.data).status == RunStatus.INTERRUPTED
 
     def _frames(self, event: StoredEvent) -> list[tuple[str, FrameData]]:
         if self._ended:
@@ -374,7 +375,7 @@ class LangGraphStream:
             case "run":
                 self._resending = False
                 self._interrupt_sent = False
-                if _status.decode(event.data).status == "interrupted":
+                if _status.decode(event.data).status == RunStatus.INTERRUPTED:
                     return self._closing(self._end("interrupted"))
                 return []
             case "done":

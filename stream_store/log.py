@@ -2,14 +2,14 @@
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
 terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
-batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running`, `reserve`
-one EVALSHA for an append's checks, writing nothing (before a server transition's commit);
-`read_range` is one XRANGE, as is each page of `read_from_start` (the server's live reads are
-its own XREAD, `server/fanout.py`). Appends are fenced: the script refuses a write whose attempt
-is not the record's. `append_batch` is also bounded: a run's stream holds at most
-`max_run_events` events and `max_run_stream_bytes` bytes of names and data (`StreamTooLarge`
-past either). It is the one class that calls the stream scripts and reads a run's stream and
-record, so that the key layout, the fence and the bounds are known in one place.
+batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running` (pipelined
+with other runs' claims), `reserve` one EVALSHA for an append's checks, writing nothing (before
+a server transition's commit); `read_range` is one XRANGE, as is each page of `read_from_start`
+(the server's live reads are its own XREAD, `server/fanout.py`). Appends are fenced: the script
+refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
+stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
+(`StreamTooLarge` past either). It is the one class that calls the stream scripts and reads a
+run's stream and record, so that the key layout, the fence and the bounds are known in one place.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class EventLog:
         # Every run's batches go out together (`append_batch`).
         self._batches = BatchSender(redis, register_script(redis, _APPEND_BATCH))
         self._open = register_script(redis, _OPEN)
-        self._claim = register_script(redis, _CLAIM)
+        # Every run's start goes out with the others starting at that moment (a burst).
+        self._claims = BatchSender(redis, register_script(redis, _CLAIM))
         self._take_over = register_script(redis, _TAKE_OVER)
         self._request_cancel = register_script(redis, _REQUEST_CANCEL)
         self._reserve = register_script(redis, _RESERVE)
@@ -122,6 +123,7 @@ class EventLog:
     async def aclose(self) -> None:
         """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
         await self._batches.aclose()
+        await self._claims.aclose()
 
     async def open(
         self,
@@ -232,10 +234,11 @@ class EventLog:
     async def claim(
         self, run_id: str, attempt: int, lease_s: float, running: bytes, worker: str = ""
     ) -> Claimed:
-        """Start `attempt` in one round trip: take the run's lease, noting the `worker` that
-        holds it (its process gone, the reaper need not wait for the lease), check for a cancel
-        request and append the `run` event of `running` (its data) unless the attempt is to be
-        cancelled or its `retry` announcement is still to be written.
+        """Start `attempt` in one round trip, shared with the other runs starting at that moment
+        (`BatchSender`): take the run's lease, noting the `worker` that holds it (its process
+        gone, the reaper need not wait for the lease), check for a cancel request and append
+        the `run` event of `running` (its data) unless the attempt is to be cancelled or its
+        `retry` announcement is still to be written.
 
         Raises:
             Fenced: a newer attempt owns the run, or its stream has its terminal event.
@@ -244,7 +247,7 @@ class EventLog:
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         keys.append(self.keys.run_cancel(run_id))
         args = [attempt, int(lease_s * 1000), worker, running, RunStatus.RUNNING]
-        reply = await self._call(self._claim, run_id, keys, args)
+        reply = await self._claims.send(run_id, keys, args)
         if reply in (Claimed.CANCELLED, Claimed.RETRY):
             return Claimed(reply)
         return Claimed.RUNNING

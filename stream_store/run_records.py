@@ -21,6 +21,7 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from .checkpoints import delete_run_checkpoints
+from .coalesce import Coalescer
 from .connections import ConnectionSource
 from .errors import postgres_errors
 from .pg import execute, fetch_all
@@ -120,6 +121,13 @@ class RunRecords:
 
     def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
+        self._claims: Coalescer[tuple[str, str | None], RunRecord | None] = Coalescer(
+            self.claim_runs, name="the run records"
+        )
+
+    async def aclose(self) -> None:
+        """Stop claiming (process shutdown); claims still waiting get StoreUnavailable."""
+        await self._claims.aclose()
 
     async def _runs(self, query: str, params: Sequence[Any] = ()) -> list[RunRecord]:
         return [RunRecord.from_row(row) for row in await fetch_all(self.pool, query, params)]
@@ -253,26 +261,46 @@ class RunRecords:
     ) -> RunRecord | None:
         """queued -> running, for the worker that got the job; None if someone else won.
 
-        Records the claiming attempt's `attempt_traceparent` and returns the previous one (the
-        CTE reads the row as it was), which the new attempt's span links to. Also says whether
+        Records the claiming attempt's `attempt_traceparent` and returns the previous one, and
+        whether the thread has a checkpoint yet (`claim_runs`). The claims of runs starting
+        together (a burst) go as one statement: those arriving while one is in flight are
+        sent together in the next.
+        """
+        return await self._claims.submit((run_id, attempt_traceparent))
+
+    async def claim_runs(self, claims: Sequence[tuple[str, str | None]]) -> list[RunRecord | None]:
+        """Each claim's (run id, attempt traceparent) run moved queued -> running, or None if
+        someone else won it, in one statement; a run claimed twice goes to its first claim.
+
+        The CTE reads each row as it was, so the returned `attempt_traceparent` is the previous
+        attempt's, which the new attempt's span links to. `thread_has_checkpoints` says whether
         the thread has a checkpoint yet (LangGraph's `checkpoints` table), in the same round
         trip: a first message need not be looked up again when the graph starts.
         """
-        previous = "(SELECT attempt_traceparent FROM before) AS attempt_traceparent"
+        first: dict[str, str | None] = {}
+        for run_id, attempt_traceparent in claims:
+            first.setdefault(run_id, attempt_traceparent)
+        previous = "before_traceparent AS attempt_traceparent"
         has_checkpoints = (
             "EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = runstream_runs.thread_id::text"
             " AND c.checkpoint_ns = '') AS thread_has_checkpoints"
         )
-        return await self._one_run(
-            "WITH before AS (SELECT attempt_traceparent FROM runstream_runs WHERE run_id = %s)"
+        claimed = await self._runs(
+            "WITH claim AS (SELECT * FROM unnest(%s::uuid[], %s::text[])"
+            "  AS c(claim_id, claim_traceparent)),"
+            " before AS (SELECT run_id AS before_id, attempt_traceparent AS before_traceparent"
+            "  FROM runstream_runs WHERE run_id IN (SELECT claim_id FROM claim))"
             f" UPDATE runstream_runs SET status = '{RunStatus.RUNNING}',"
             " claimed_at = clock_timestamp(),"
             " started_at = coalesce(started_at, clock_timestamp()),"
-            " attempt_traceparent = coalesce(%s, attempt_traceparent)"
-            f" WHERE run_id = %s AND {_from(Decision.CLAIM)}"
+            " attempt_traceparent = coalesce(claim_traceparent, attempt_traceparent)"
+            " FROM claim, before"
+            f" WHERE run_id = claim_id AND before_id = run_id AND {_from(Decision.CLAIM)}"
             f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}, {has_checkpoints}",
-            (run_id, attempt_traceparent, run_id),
+            (list(first), list(first.values())),
         )
+        won = {run.run_id: run for run in claimed}
+        return [won.pop(run_id, None) for run_id, _ in claims]
 
     async def redispatch_if_stuck(
         self, run_id: str, dispatch: int, age_s: float

@@ -91,6 +91,7 @@ async def open_services(
             await migrate(migrating, settings.database_schema, store_options)
         await check_search_path(settings, pool)
         run_records = RunRecords(pool)
+        stack.push_async_callback(run_records.aclose)
         events = EventLog(
             clients.store,
             keys,

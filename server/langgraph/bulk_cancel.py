@@ -19,6 +19,7 @@ from .. import inputs
 from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
+from .conversions import is_over
 from .submit import unprocessable
 from .wire import BulkCancel
 
@@ -77,7 +78,7 @@ class BulkCancelController(Controller):
         if action not in (None, "interrupt", "rollback"):
             raise unprocessable("action must be interrupt or rollback")
         for run in await _bulk_targets(resources, caller, data):
-            if run.status not in WORKING:
+            if is_over(run.status):
                 continue  # over already (to LangGraph, an interrupted run is over too)
             with contextlib.suppress(Conflict):  # it ended meanwhile
                 await resources.lifecycle.cancel(run, rollback=action == "rollback")

@@ -11,6 +11,7 @@ from langchain_core.messages import convert_to_messages
 
 from clients.wire.events import RunStatus
 from stream_store.assistant_ids import assistant_id_for, run_assistant_id
+from stream_store.run_status import WORKING
 
 from .wire import RunStatusName
 
@@ -45,6 +46,12 @@ _RUN_STATUSES: dict[str, RunStatusName] = {
     RunStatus.FAILED: "error",
     RunStatus.CANCELLED: "interrupted",
 }
+
+
+def is_over(engine_status: str) -> bool:
+    """Whether LangGraph sees the run as over: ended, or stopped at interrupt() (`success`,
+    above); only a queued or running run goes on."""
+    return engine_status not in WORKING
 
 
 def run_status(engine_status: str) -> RunStatusName:

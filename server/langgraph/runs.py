@@ -18,7 +18,7 @@ from litestar.response import Stream
 from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound
 from stream_store.run_records import RunRecord
-from stream_store.run_status import ACTIVE, TERMINAL
+from stream_store.run_status import ACTIVE
 
 from .. import inputs
 from ..access import check_thread_access
@@ -28,7 +28,7 @@ from ..quotas import CallerQuotas
 from ..resources import Resources
 from ..runs import owned_run
 from ..threads import owned_thread
-from .conversions import run_status
+from .conversions import is_over, run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
 from .submit import submit, submit_batch
@@ -208,7 +208,7 @@ class RunsController(Controller):
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
         run = await _owned_run(resources, caller, thread_id, run_id, "update")
-        if run.status in TERMINAL or run.status == RunStatus.INTERRUPTED:
+        if is_over(run.status):
             # an engine run paused at interrupt() is, to LangGraph, a run that ended (`success`)
             status = run_status(run.status)
             raise NotFound(f"No matching runs to cancel: run {run_id} is {status}")

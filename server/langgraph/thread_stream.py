@@ -35,10 +35,8 @@ from urllib.parse import urlencode
 
 import structlog
 
-from clients.wire.events import RunStatus
 from stream_store.errors import StreamGone
 from stream_store.run_records import RunRecord
-from stream_store.run_status import TERMINAL
 from stream_store.thread_records import ThreadRecord
 
 from .. import inputs
@@ -50,7 +48,7 @@ from ..quotas import CallerQuotas
 from ..resources import Resources
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream
-from .conversions import run_assistant_id
+from .conversions import is_over, run_assistant_id
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, modes_of
 from .rejoin import catch_up, resume_point
 from .stream import LangGraphStream
@@ -100,7 +98,7 @@ class _Start:
 
 def _over(run: RunRecord) -> bool:
     """The run's LangGraph stream is over (to LangGraph a run ends at an interrupt)."""
-    return run.status in TERMINAL or run.status == RunStatus.INTERRUPTED
+    return is_over(run.status)
 
 
 def _start(runs: list[RunRecord], last_event_id: str | None) -> _Start:

@@ -12,14 +12,13 @@ from litestar.params import Parameter
 
 from clients.wire.responses import EvaluationList, EvaluationOut, RunOut
 from server.bodies import ResumeRequest, RunCreate
-from stream_store.errors import NotFound
 from stream_store.evaluations import EvaluationRecord
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
 
 from . import inputs
-from .access import prepare_run
+from .access.runs import prepare_run, reach_run
 from .attach import Attachment, check_resume_point
 from .auth import Caller
 from .budgets import WRITE
@@ -32,7 +31,6 @@ from .resources import Resources
 __all__ = [
     "RunsController",
     "evaluation_list",
-    "owned_run",
     "record_run",
     "run_out",
     "submit_run",
@@ -162,15 +160,6 @@ async def record_run(
     return created
 
 
-async def owned_run(resources: Resources, run_id: str, caller: Caller) -> RunRecord:
-    """The caller's run (404 for an unknown id or another owner's), bound to the log context."""
-    run = await resources.run_reads.owned_run(inputs.object_id(run_id, "run"), caller.owner)
-    if run is None:
-        raise NotFound(f"run {run_id} not found")
-    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-    return run
-
-
 class RunsController(Controller):
     path = "/v1/runs"
     tags = ["runs"]
@@ -190,7 +179,7 @@ class RunsController(Controller):
 
     @get("/{run_id:str}", summary="A run's status, for polling")
     async def read(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
-        run = await owned_run(resources, run_id, caller)
+        run = await reach_run(resources, caller, run_id)
         record = await resources.events.live_record(run.run_id)
         return run_out(resources, run, record.last_event_id if record else None)
 
@@ -198,7 +187,7 @@ class RunsController(Controller):
     async def evaluations(
         self, run_id: str, resources: Resources, caller: Caller
     ) -> EvaluationList:
-        run = await owned_run(resources, run_id, caller)
+        run = await reach_run(resources, caller, run_id)
         return evaluation_list(await resources.evaluations.for_run(run.run_id, caller.owner))
 
     @get(
@@ -218,11 +207,11 @@ class RunsController(Controller):
     ) -> EventStream:
         run_id = inputs.object_id(run_id, "run")
         after = inputs.event_id(inputs.last_event_id(last_event_id_header, last_event_id_query))
-        if token:
+        if token:  # the run's own capability, signed for its owner (docs/security.md)
             caller = resources.tokens.verify(token, run_id)
         else:
             caller = await resources.sign_in.caller(request)
-        run = await owned_run(resources, run_id, caller)
+        run = await reach_run(resources, caller, run_id)
         record = await resources.events.live_record(run.run_id)
         first_id = check_resume_point(run, record, after)
         slot = await quotas.take_stream_slot(caller.owner, token)  # last: nothing to give back
@@ -241,7 +230,9 @@ class RunsController(Controller):
 
     @post("/{run_id:str}/cancel", status_code=202, summary="Stop a run", dependencies=WRITE)
     async def cancel(self, run_id: str, resources: Resources, caller: Caller) -> RunOut:
-        run = await owned_run(resources, run_id, caller)
+        # LangGraph's action for a cancel: `threads` `update`, shown as its server shows it
+        shown = {"action": "interrupt", "metadata": {"run_ids": [run_id], "status": None}}
+        run = await reach_run(resources, caller, run_id, "update", shown)
         return run_out(resources, await resources.lifecycle.cancel(run))
 
     @post(
@@ -254,5 +245,7 @@ class RunsController(Controller):
         self, run_id: str, data: ResumeRequest, resources: Resources, caller: Caller
     ) -> RunOut:
         inputs.resume_value(data.resume, resources.settings)
-        run = await owned_run(resources, run_id, caller)
+        # a resume is a new run of the thread to LangGraph (`Command(resume=...)`): `create_run`
+        shown = {"status": "pending", "kwargs": {"command": {"resume": data.resume}}}
+        run = await reach_run(resources, caller, run_id, "create_run", shown)
         return run_out(resources, await resources.lifecycle.resume(run, data.resume))

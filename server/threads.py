@@ -19,19 +19,18 @@ from clients.wire.responses import (
 )
 from server.bodies import RunCreate, ThreadCreate
 from stream_store.messages import thread_messages, to_wire_message
-from stream_store.metadata_filters import matches
 from stream_store.thread_deletion import delete_thread
 from stream_store.thread_records import ThreadRecord
 
 from . import inputs
-from .access import thread_not_found
+from .access.threads import reach_thread, thread_listing_filters
 from .auth import Caller
 from .budgets import WRITE
 from .quotas import CallerQuotas
 from .resources import Resources
 from .runs import IdempotencyHeader, evaluation_list, run_out, submit_run
 
-__all__ = ["ThreadsController", "owned_thread"]
+__all__ = ["ThreadsController"]
 
 logger = structlog.get_logger()
 
@@ -45,28 +44,6 @@ def thread_out(thread: ThreadRecord) -> ThreadOut:
         status=thread.status,
         metadata=thread.metadata,
     )
-
-
-async def owned_thread(
-    resources: Resources,
-    thread_id: str,
-    caller: Caller,
-    *,
-    langgraph: bool = False,
-    action: str = "read",
-    value: dict[str, Any] | None = None,
-) -> ThreadRecord:
-    """The caller's thread (404 for an unknown id or another owner's), bound to the log context;
-    `langgraph`: with its LangGraph status, for a route that shows it. With a project's auth,
-    its `threads` handler is asked about `action` first (`value`: what else it is shown), and
-    a thread its filter leaves out is not found either (server/access.py)."""
-    thread_id = inputs.object_id(thread_id, "thread")
-    filters = await caller.authorize("threads", action, {"thread_id": thread_id, **(value or {})})
-    thread = await resources.thread_records.get_thread(thread_id, caller.owner, langgraph=langgraph)
-    if thread is None or not matches(thread.metadata, filters):
-        raise thread_not_found(thread_id)  # a thread filtered out is answered as a missing one
-    structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
-    return thread
 
 
 class ThreadsController(Controller):
@@ -100,7 +77,10 @@ class ThreadsController(Controller):
         cursor: Annotated[str | None, Parameter(required=False)] = None,
     ) -> ThreadList:
         before = inputs.decode_cursor(cursor) if cursor else None
-        threads = await resources.thread_records.list_threads(caller.owner, limit + 1, before)
+        filters = await thread_listing_filters(caller, {"metadata": {}, "limit": limit})
+        threads = await resources.thread_records.list_threads(
+            caller.owner, limit + 1, before, auth_filters=filters
+        )
         page, more = threads[:limit], len(threads) > limit
         last = page[-1] if page else None
         next_cursor = (
@@ -110,14 +90,14 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}", summary="A thread and its messages")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> ThreadDetail:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         saved = await thread_messages(resources.checkpointer, thread.thread_id)
         messages = [to_wire_message(m) for m in saved]
         return ThreadDetail(**msgspec.structs.asdict(thread_out(thread)), messages=messages)
 
     @get("/{thread_id:str}/runs", summary="The thread's runs, oldest first")
     async def runs(self, thread_id: str, resources: Resources, caller: Caller) -> RunList:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         runs = await resources.run_records.thread_runs(thread.thread_id, caller.owner)
         return RunList(runs=[run_out(resources, run) for run in runs])
 
@@ -128,7 +108,7 @@ class ThreadsController(Controller):
     async def evaluations(
         self, thread_id: str, resources: Resources, caller: Caller
     ) -> EvaluationList:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         found = await resources.evaluations.for_thread(thread.thread_id, caller.owner)
         return evaluation_list(found)
 
@@ -155,6 +135,8 @@ class ThreadsController(Controller):
         "/{thread_id:str}", status_code=204, summary="Delete a thread for good", dependencies=WRITE
     )
     async def remove(self, thread_id: str, resources: Resources, caller: Caller) -> None:
-        tid = inputs.object_id(thread_id, "thread")
-        await delete_thread(resources.thread_records, resources.events, tid, caller.owner)
-        logger.info("thread deleted", thread_id=tid)
+        thread = await reach_thread(resources, caller, thread_id, "delete")
+        await delete_thread(
+            resources.thread_records, resources.events, thread.thread_id, caller.owner
+        )
+        logger.info("thread deleted")

@@ -220,11 +220,20 @@ class ThreadRecords:
         )
 
     async def list_threads(
-        self, owner: str, limit: int, before: tuple[datetime, str] | None
+        self,
+        owner: str,
+        limit: int,
+        before: tuple[datetime, str] | None,
+        *,
+        auth_filters: dict[str, Any] | None = None,
     ) -> list[ThreadRecord]:
-        """The owner's threads, newest first; `before` is the (created_at, id) keyset cursor."""
-        query = f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t WHERE t.owner = %s"
-        params: list[Any] = [owner]
+        """The owner's threads that match an auth handler's filter, newest first; `before` is
+        the (created_at, id) keyset cursor."""
+        condition, condition_params = sql_condition("t.metadata", auth_filters)
+        query = (
+            f"SELECT {_THREAD_COLUMNS} FROM runstream_threads t WHERE t.owner = %s AND {condition}"
+        )
+        params: list[Any] = [owner, *condition_params]
         if before is not None:
             query += " AND (t.created_at, t.thread_id) < (%s, %s)"
             params += [before[0], before[1]]

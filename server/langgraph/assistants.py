@@ -37,7 +37,7 @@ from stream_store.run_status import WORKING
 from stream_store.thread_deletion import delete_assistant
 
 from .. import inputs
-from ..access import allowed_assistant
+from ..access.assistants import allowed_assistant
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError

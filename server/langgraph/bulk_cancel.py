@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from typing import Annotated, Any
 
 import structlog
 from litestar import Controller, post
@@ -16,6 +16,7 @@ from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
 
 from .. import inputs
+from ..access.runs import allowed_runs
 from ..auth import Caller
 from ..budgets import WRITE
 from ..resources import Resources
@@ -35,16 +36,25 @@ _BULK_STATUSES = {
 }
 
 
-async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) -> list[RunRecord]:
+async def _bulk_targets(
+    resources: Resources, caller: Caller, body: BulkCancel, action: str | None
+) -> list[RunRecord]:
     """The runs a bulk cancel names, by status or by id: of the ids, those that are the
     caller's (on `thread_id`, if given), looked up in one query. Unknown ids and another
     caller's are skipped alike, as LangGraph skips unknown ones; 404 when none is left."""
     thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
+    # what LangGraph's `threads` `update` handler is shown for a bulk cancel
+    shown: dict[str, Any] = {
+        "thread_id": thread_id,
+        "action": action or "interrupt",
+        "metadata": {"run_ids": body.run_ids, "status": body.status},
+    }
     if body.status is not None:
         if body.run_ids:
             raise unprocessable("give run_ids or status, not both")
         runs = await resources.run_records.working_runs(caller.owner, _BULK_STATUSES[body.status])
-        return [r for r in runs if thread_id in (None, r.thread_id)]
+        runs = [r for r in runs if thread_id in (None, r.thread_id)]
+        return await allowed_runs(resources, caller, runs, "update", shown)
     if not body.run_ids:
         raise unprocessable("give thread_id and run_ids, or status")
     if len(body.run_ids) > BULK_CANCEL_MAX_RUNS:
@@ -58,6 +68,7 @@ async def _bulk_targets(resources: Resources, caller: Caller, body: BulkCancel) 
         for run in await resources.run_records.get_runs(ids)
         if run.owner == caller.owner and thread_id in (None, run.thread_id)
     ]
+    runs = await allowed_runs(resources, caller, runs, "update", shown)
     if not runs:
         raise NotFound("No runs found to cancel.")
     return runs
@@ -77,7 +88,7 @@ class BulkCancelController(Controller):
     ) -> None:
         if action not in (None, "interrupt", "rollback"):
             raise unprocessable("action must be interrupt or rollback")
-        for run in await _bulk_targets(resources, caller, data):
+        for run in await _bulk_targets(resources, caller, data, action):
             if is_over(run.status):
                 continue  # over already (to LangGraph, an interrupted run is over too)
             with contextlib.suppress(Conflict):  # it ended meanwhile

@@ -23,7 +23,7 @@ from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 
 from .. import inputs
-from ..access import check_thread_access
+from ..access.threads import reach_thread
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..quotas import CallerQuotas
@@ -96,7 +96,7 @@ async def _create(
     schedule = checked_schedule(body.schedule)
     payload = {"assistant_id": body.assistant_id, **_run_fields(body)}
     if thread_id is not None:  # its runs go on the thread: the caller must reach it
-        await check_thread_access(resources, caller, thread_id, "read")
+        await reach_thread(resources, caller, thread_id)
     value: dict[str, Any] = {
         "payload": payload,
         "schedule": schedule,

@@ -17,17 +17,15 @@ from litestar.response import Stream
 
 from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound
-from stream_store.run_records import RunRecord
 from stream_store.run_status import ACTIVE
 
 from .. import inputs
-from ..access import check_thread_access
+from ..access.runs import reach_run
+from ..access.threads import reach_thread
 from ..auth import Caller
 from ..budgets import WRITE
 from ..quotas import CallerQuotas
 from ..resources import Resources
-from ..runs import owned_run
-from ..threads import owned_thread
 from .conversions import is_over, run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
@@ -36,19 +34,6 @@ from .views import run_view
 from .wire import MAX_PAGE, Run, RunCreate
 
 __all__ = ["RunsController", "StatelessRunsController"]
-
-
-async def _owned_run(
-    resources: Resources, caller: Caller, thread_id: str, run_id: str, action: str = "read"
-) -> RunRecord:
-    """The caller's run, which LangGraph's paths name under its thread; with a project's auth,
-    as its `threads` handler allows `action` on that thread (server/access.py)."""
-    thread_id = inputs.object_id(thread_id, "thread")
-    await check_thread_access(resources, caller, thread_id, action, {"run_id": run_id})
-    run = await owned_run(resources, run_id, caller)
-    if run.thread_id != thread_id:
-        raise NotFound(f"run {run_id} not found")
-    return run
 
 
 async def _create(
@@ -139,7 +124,7 @@ class RunsController(Controller):
         offset: Annotated[int, Parameter(ge=0)] = 0,
         status: Annotated[str | None, Parameter(query="status", required=False)] = None,
     ) -> list[Run]:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         runs = [
             run_view(r)
             for r in reversed(
@@ -152,7 +137,7 @@ class RunsController(Controller):
 
     @get("/{run_id:str}", summary="A run")
     async def read(self, thread_id: str, run_id: str, resources: Resources, caller: Caller) -> Run:
-        return run_view(await _owned_run(resources, caller, thread_id, run_id))
+        return run_view(await reach_run(resources, caller, run_id, thread_id=thread_id))
 
     @get("/{run_id:str}/join", summary="Wait for a run's outcome")
     async def join(
@@ -163,7 +148,7 @@ class RunsController(Controller):
         caller: Caller,
         cancel_on_disconnect: inputs.FlagQuery = None,
     ) -> Stream:
-        run = await _owned_run(resources, caller, thread_id, run_id)
+        run = await reach_run(resources, caller, run_id, thread_id=thread_id)
         return await wait_response(
             resources, run, inputs.flag(cancel_on_disconnect, "cancel_on_disconnect")
         )
@@ -181,7 +166,7 @@ class RunsController(Controller):
         last_event_id_header: inputs.LastEventIdHeader = None,
         last_event_id_query: inputs.LastEventIdQuery = None,
     ) -> Stream:
-        run = await _owned_run(resources, caller, thread_id, run_id)
+        run = await reach_run(resources, caller, run_id, thread_id=thread_id)
         resume_from = inputs.last_event_id(last_event_id_header, last_event_id_query)
         after, partly_sent = resume_point(resume_from)
         asked = [m for m in (stream_mode or []) if m]
@@ -207,7 +192,8 @@ class RunsController(Controller):
         wait: inputs.FlagQuery = None,
         action: Annotated[str | None, Parameter(required=False)] = None,
     ) -> Response[Any] | Stream:
-        run = await _owned_run(resources, caller, thread_id, run_id, "update")
+        shown = {"action": action or "interrupt", "metadata": {"run_ids": [run_id], "status": None}}
+        run = await reach_run(resources, caller, run_id, "update", shown, thread_id=thread_id)
         if is_over(run.status):
             # an engine run paused at interrupt() is, to LangGraph, a run that ended (`success`)
             status = run_status(run.status)
@@ -228,7 +214,7 @@ class RunsController(Controller):
     async def delete_run(
         self, thread_id: str, run_id: str, resources: Resources, caller: Caller
     ) -> None:
-        run = await _owned_run(resources, caller, thread_id, run_id, "delete")
+        run = await reach_run(resources, caller, run_id, "delete", thread_id=thread_id)
         if run.status == RunStatus.INTERRUPTED:
             # LangGraph's run ended at its interrupt (`success`); runstream's waits: end it
             with contextlib.suppress(Conflict):

@@ -30,7 +30,7 @@ from stream_store.errors import Conflict, NotFound
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecord
 
-from ..access import thread_not_found
+from ..access.threads import thread_not_found
 from ..errors import ApiError
 from ..resources import Resources
 from .command import checked_update

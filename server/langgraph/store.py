@@ -26,6 +26,7 @@ from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 
 from stream_store import limits
+from stream_store.metadata_filters import matches
 from stream_store.store import OwnerStore, owner_store_on, refuse_past_store_caps
 
 from .. import inputs
@@ -150,13 +151,19 @@ class StoreController(Controller):
             "index": data.index,
             "ttl": data.ttl,
         }
-        await caller.authorize("store", "put", value)
+        filters = await caller.authorize("store", "put", value)
         namespace = _namespace(list(value["namespace"]), "namespace", required=True)
         key = _key(value["key"])
         size = len(msgspec.json.encode(data.value))
         # no `ttl`: the project's `store.ttl.default_ttl`, as for the graphs' puts
         ttl = NOT_PROVIDED if data.ttl is None else data.ttl
         async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
+            if filters:  # the value written, and any it replaces, must be within the filter
+                replaced = await store.aget(namespace, key)
+                if not matches(data.value, filters) or (
+                    replaced is not None and not matches(replaced.value, filters)
+                ):
+                    raise ApiError(403, "forbidden", "the item is outside what you may write")
             await store.aput(namespace, key, data.value, index=data.index, ttl=ttl)
 
     @get("/items", summary="An item, or null", dependencies=QUERY)
@@ -170,11 +177,13 @@ class StoreController(Controller):
     ) -> Response[dict[str, Any] | None]:
         labels = _namespace(namespace.split(".") if namespace else [], "namespace")
         value: dict[str, Any] = {"namespace": labels, "key": _key(key)}
-        await caller.authorize("store", "get", value)
+        filters = await caller.authorize("store", "get", value)
         labels = _namespace(list(value["namespace"]), "namespace")
         async with _owner_store(resources, caller) as store:
             refresh = None if refresh_ttl is None else inputs.flag(refresh_ttl, "refresh_ttl")
             item = await store.aget(labels, _key(value["key"]), refresh_ttl=refresh)
+        if item is not None and not matches(item.value, filters):
+            item = None  # one the handler's filter leaves out is not there (LangGraph: ignored)
         return Response(item.dict() if item is not None else None)
 
     @delete("/items", status_code=204, summary="Delete an item", dependencies=WRITE)
@@ -183,10 +192,15 @@ class StoreController(Controller):
             "namespace": _namespace(data.namespace, "namespace"),
             "key": _key(data.key),
         }
-        await caller.authorize("store", "delete", value)
+        filters = await caller.authorize("store", "delete", value)
         namespace = _namespace(list(value["namespace"]), "namespace")
+        key = _key(value["key"])
         async with _owner_store(resources, caller) as store:
-            await store.adelete(namespace, _key(value["key"]))
+            if filters:  # an item the handler's filter leaves out is not there to delete
+                item = await store.aget(namespace, key)
+                if item is None or not matches(item.value, filters):
+                    return
+            await store.adelete(namespace, key)
 
     @post(
         "/items/search",

@@ -22,7 +22,8 @@ from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 
 from .. import inputs
-from ..access import prepare_run, run_assistant
+from ..access.assistants import run_assistant
+from ..access.runs import prepare_run
 from ..auth import Caller
 from ..errors import ApiError
 from ..new_runs import new_run

@@ -14,13 +14,12 @@ from stream_store.metadata_filters import matches
 from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
-from ..access import thread_not_found
+from ..access.threads import reach_thread, thread_not_found
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
 from ..quotas import CallerQuotas
 from ..resources import Resources
-from ..threads import owned_thread
 from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
 from .thread_search import search_threads
@@ -240,7 +239,7 @@ class ThreadsController(Controller):
 
     @get("/{thread_id:str}", summary="A thread, with its current values")
     async def read(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
-        thread = await owned_thread(resources, thread_id, caller, langgraph=True)
+        thread = await reach_thread(resources, caller, thread_id, langgraph=True)
         return await thread_view(resources, thread)
 
     @patch("/{thread_id:str}", summary="Merge metadata into a thread", dependencies=WRITE)
@@ -248,7 +247,7 @@ class ThreadsController(Controller):
         self, thread_id: str, data: ThreadPatch, resources: Resources, caller: Caller
     ) -> Thread:
         value: dict[str, Any] = {"metadata": dict(data.metadata or {})}
-        thread = await owned_thread(resources, thread_id, caller, action="update", value=value)
+        thread = await reach_thread(resources, caller, thread_id, action="update", value=value)
         changes = value.get("metadata") or {}  # as the project's handler left them
         metadata = {**thread.metadata, **changes}
         inputs.metadata(metadata, resources.settings)
@@ -271,7 +270,7 @@ class ThreadsController(Controller):
         is 404 after), as does an interrupted run (runstream's own would wait for a resume);
         their viewers get `cancelled` and the end. A worker still running one is fenced
         (`stream_store.thread_records.delete_langgraph_threads`)."""
-        thread = await owned_thread(resources, thread_id, caller, action="delete")
+        thread = await reach_thread(resources, caller, thread_id, action="delete")
         ids = [thread.thread_id]
         if not await delete_langgraph_threads(
             resources.thread_records,
@@ -296,7 +295,7 @@ class ThreadsController(Controller):
         last_event_id_header: inputs.LastEventIdHeader = None,
         last_event_id_query: inputs.LastEventIdQuery = None,
     ) -> Stream:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         return await thread_stream_response(
             resources,
             quotas,
@@ -314,7 +313,7 @@ class ThreadsController(Controller):
         caller: Caller,
         subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         return await thread_state(resources, thread, inputs.flag(subgraphs, "subgraphs"))
 
     @post(
@@ -326,7 +325,7 @@ class ThreadsController(Controller):
     async def update_state(
         self, thread_id: str, data: StateUpdate, resources: Resources, caller: Caller
     ) -> dict[str, Any]:
-        thread = await owned_thread(resources, thread_id, caller, action="update")
+        thread = await reach_thread(resources, caller, thread_id, action="update")
         return await update_state(resources, thread, data)
 
     @post(
@@ -336,7 +335,7 @@ class ThreadsController(Controller):
         dependencies=WRITE,
     )
     async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         await caller.authorize("threads", "create", {"thread_id": None})  # as LangGraph asks
         return await thread_view(resources, await copy_thread(resources, thread))
 
@@ -349,7 +348,7 @@ class ThreadsController(Controller):
         caller: Caller,
         subgraphs: inputs.FlagQuery = None,
     ) -> ThreadState:
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         checked = checked_checkpoint_id(checkpoint_id)
         return await state_at(
             resources, thread, checked, subgraphs=inputs.flag(subgraphs, "subgraphs")
@@ -364,7 +363,7 @@ class ThreadsController(Controller):
         self, thread_id: str, data: StateCheckpointRequest, resources: Resources, caller: Caller
     ) -> ThreadState:
         where = _where(data.checkpoint)
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         checkpoint_id = where.pop("checkpoint_id", None)
         if checkpoint_id is None and not where.get("checkpoint_ns"):
             # as `RemoteGraph.aget_state` asks: the latest, as LangGraph
@@ -385,7 +384,7 @@ class ThreadsController(Controller):
         before: Annotated[str | None, Parameter(required=False)] = None,
     ) -> list[ThreadState]:
         checked = _before(before)
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         return await state_history(resources, thread, limit, checked)
 
     @post(
@@ -404,5 +403,5 @@ class ThreadsController(Controller):
         body = data or HistoryRequest()
         before = _before(body.before)
         where = _where(body.checkpoint)  # a subgraph's history: its `checkpoint_ns`
-        thread = await owned_thread(resources, thread_id, caller)
+        thread = await reach_thread(resources, caller, thread_id)
         return await state_history(resources, thread, body.limit, before, where)

@@ -1,0 +1,57 @@
+"""Assistants, as every path reaches them: a graph's own (everyone's) and the caller's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stream_store.assistant_records import AssistantRecord
+from stream_store.errors import NotFound
+from stream_store.metadata_filters import matches
+
+from ..auth import Caller
+from ..langgraph.views import assistant_of
+from ..resources import Resources
+
+__all__ = ["allowed_assistant", "run_assistant"]
+
+
+async def allowed_assistant(
+    resources: Resources,
+    caller: Caller,
+    assistant_id: str,
+    action: str = "read",
+    value: dict[str, Any] | None = None,
+) -> AssistantRecord:
+    """The assistant `assistant_id` names (a graph's, or the caller's), once the project's
+    `assistants` handler allowed `action` on it; one its filter leaves out is not found, as
+    one that is not there (404).
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: no such assistant, or filtered out.
+    """
+    filters = await caller.authorize(
+        "assistants", action, {"assistant_id": assistant_id, **(value or {})}
+    )
+    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    if not matches(assistant.metadata, filters):
+        raise NotFound(f"assistant {assistant_id} not found")
+    return assistant
+
+
+async def run_assistant(resources: Resources, caller: Caller, assistant_id: str) -> AssistantRecord:
+    """The assistant a run request names. As LangGraph's `Runs.put`, the project's `assistants`
+    `read` handler is asked about a created assistant only: a graph's own is everyone's.
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: no such assistant, or filtered out.
+    """
+    assistant = await assistant_of(resources, caller.owner, assistant_id)
+    if assistant.owner is not None:
+        filters = await caller.authorize(
+            "assistants", "read", {"assistant_id": assistant.assistant_id}
+        )
+        if not matches(assistant.metadata, filters):
+            raise NotFound(f"assistant {assistant_id} not found")
+    return assistant

@@ -1,0 +1,128 @@
+"""Runs, as every path reaches them. A run is reached through its thread, as on LangGraph's
+server: the project's `threads` handler decides, with LangGraph's action for each operation
+(read: `read`; cancel: `update`; resume and every new run: `create_run`; delete: `delete`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from stream_store.errors import NotFound
+from stream_store.metadata_filters import matches
+from stream_store.run_records import RunRecord
+from stream_store.run_submit import NewRun
+
+from .. import inputs
+from ..auth import Caller
+from ..resources import Resources
+from .threads import allowed_on_thread, thread_not_found
+
+__all__ = ["allowed_runs", "prepare_run", "reach_run", "run_not_found"]
+
+
+def run_not_found(run_id: str) -> NotFound:
+    return NotFound(f"run {run_id} not found")
+
+
+async def reach_run(
+    resources: Resources,
+    caller: Caller,
+    run_id: str,
+    action: str = "read",
+    value: dict[str, Any] | None = None,
+    *,
+    thread_id: str | None = None,
+) -> RunRecord:
+    """The caller's run `run_id` (on `thread_id`, when a path names its thread), once the
+    project's `threads` handler allowed `action` on the run's thread; bound to the log context.
+
+    Raises:
+        InvalidInput: an id is malformed.
+        NotFound: unknown, another owner's, on another thread, or its thread is left out by
+            the handler's filter.
+        ApiError: the handler refused.
+    """
+    if thread_id is not None:
+        thread_id = inputs.object_id(thread_id, "thread")
+    run_id = inputs.object_id(run_id, "run")
+    run = await resources.run_reads.owned_run(run_id, caller.owner)
+    if run is None or thread_id not in (None, run.thread_id):
+        raise run_not_found(run_id)
+    if caller.rules is not None:
+        thread = await resources.thread_records.get_thread(run.thread_id, caller.owner)
+        if thread is None:  # deleted meanwhile
+            raise run_not_found(run_id)
+        try:
+            await allowed_on_thread(caller, thread, action, {"run_id": run_id, **(value or {})})
+        except NotFound:
+            raise run_not_found(run_id) from None
+    structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+    return run
+
+
+async def prepare_run(
+    resources: Resources, caller: Caller, new: NewRun, value: dict[str, Any]
+) -> None:
+    """Before a run is recorded (both dialects, crons included): the project's `threads`
+    `create_run` handler (LangGraph calls it for every run), whose metadata changes land on the
+    run and whose filter the run's thread must match; then the signed-in user into the run's
+    `configurable`, which the worker hands the graph (runner/execute.py).
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: the run's thread is left out by the filter.
+    """
+    if caller.rules is not None:
+        value = {
+            "thread_id": new.thread_id,
+            "run_id": None,
+            "status": "pending",
+            "metadata": new.metadata,
+            **value,
+        }
+        filters = await caller.authorize("threads", "create_run", value)
+        new.metadata = dict(value.get("metadata") or {})
+        if filters and new.thread_id is not None:
+            thread = await resources.thread_records.get_thread(new.thread_id, caller.owner)
+            if thread is not None and not matches(thread.metadata, filters):
+                raise thread_not_found(new.thread_id)
+    if caller.user is not None:
+        configurable = dict(new.config.get("configurable") or {})
+        configurable["langgraph_auth_user"] = caller.user.record()
+        configurable["langgraph_auth_permissions"] = caller.user.permissions
+        new.config = {**new.config, "configurable": configurable}
+
+
+async def allowed_runs(
+    resources: Resources,
+    caller: Caller,
+    runs: list[RunRecord],
+    action: str,
+    value: dict[str, Any],
+) -> list[RunRecord]:
+    """Of the caller's `runs` (a bulk operation's), those the project's `threads` handler
+    allows `action` on: asked once, as LangGraph asks for a bulk cancel, and its filter
+    applied to each run's thread (a run whose thread it leaves out is skipped, as an unknown
+    one).
+
+    Raises:
+        ApiError: the handler refused.
+    """
+    if caller.rules is None:
+        return runs
+    filters = await caller.authorize("threads", action, value)
+    if not filters or not runs:
+        return runs
+    thread_ids = sorted({run.thread_id for run in runs})
+    found = await resources.thread_records.search_threads(
+        caller.owner,
+        metadata={},
+        status=None,
+        limit=len(thread_ids),
+        offset=0,
+        ids=thread_ids,
+        auth_filters=filters,
+    )
+    kept = {thread.thread_id for thread in found}
+    return [run for run in runs if run.thread_id in kept]

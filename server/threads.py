@@ -23,7 +23,7 @@ from stream_store.thread_deletion import delete_thread
 from stream_store.thread_records import ThreadRecord
 
 from . import inputs
-from .access.threads import reach_thread, thread_listing_filters
+from .access.threads import new_thread_filters, reach_thread, thread_listing_filters
 from .auth import Caller
 from .budgets import WRITE
 from .quotas import CallerQuotas
@@ -59,7 +59,7 @@ class ThreadsController(Controller):
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> ThreadOut:
         value: dict[str, Any] = {"thread_id": None, "metadata": dict(data.metadata if data else {})}
-        await caller.authorize("threads", "create", value)  # a project's handler may stamp it
+        await new_thread_filters(caller, value)  # a project's handler may stamp it
         metadata = value.get("metadata") or {}
         inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)  # the same budget as runs

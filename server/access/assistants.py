@@ -12,7 +12,12 @@ from ..auth import Caller
 from ..langgraph.views import assistant_of
 from ..resources import Resources
 
-__all__ = ["allowed_assistant", "run_assistant"]
+__all__ = [
+    "allowed_assistant",
+    "assistant_listing_filters",
+    "new_assistant_filters",
+    "run_assistant",
+]
 
 
 async def allowed_assistant(
@@ -55,3 +60,23 @@ async def run_assistant(resources: Resources, caller: Caller, assistant_id: str)
         if not matches(assistant.metadata, filters):
             raise NotFound(f"assistant {assistant_id} not found")
     return assistant
+
+
+async def new_assistant_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:
+    """The project's `assistants` `create` handler on a new assistant: it may stamp
+    `value["metadata"]`; a filter it returns applies only to an existing assistant a create
+    with `if_exists: do_nothing` would answer with.
+
+    Raises:
+        ApiError: the handler refused.
+    """
+    return await caller.authorize("assistants", "create", value)
+
+
+async def assistant_listing_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:
+    """The filter the project's `assistants` `search` handler puts on a search or count.
+
+    Raises:
+        ApiError: the handler refused.
+    """
+    return await caller.authorize("assistants", "search", value)

@@ -16,7 +16,7 @@ from stream_store.run_submit import NewRun
 from .. import inputs
 from ..auth import Caller
 from ..resources import Resources
-from .threads import allowed_on_thread, thread_not_found
+from .threads import ask_threads, thread_not_found
 
 __all__ = ["allowed_runs", "prepare_run", "reach_run", "run_not_found"]
 
@@ -37,26 +37,32 @@ async def reach_run(
     """The caller's run `run_id` (on `thread_id`, when a path names its thread), once the
     project's `threads` handler allowed `action` on the run's thread; bound to the log context.
 
+    With the thread in the path (LangGraph's routes) the handler is asked first, as on
+    LangGraph's server; by the run's id alone (`/v1`) it is asked once the run, and so its
+    thread, is known.
+
     Raises:
         InvalidInput: an id is malformed.
+        ApiError: the handler refused.
         NotFound: unknown, another owner's, on another thread, or its thread is left out by
             the handler's filter.
-        ApiError: the handler refused.
     """
+    run_id = inputs.object_id(run_id, "run")
+    shown = {"run_id": run_id, **(value or {})}
+    filters = None
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
-    run_id = inputs.object_id(run_id, "run")
+        filters = await ask_threads(caller, action, thread_id, shown)
     run = await resources.run_reads.owned_run(run_id, caller.owner)
     if run is None or thread_id not in (None, run.thread_id):
         raise run_not_found(run_id)
     if caller.rules is not None:
-        thread = await resources.thread_records.get_thread(run.thread_id, caller.owner)
-        if thread is None:  # deleted meanwhile
-            raise run_not_found(run_id)
-        try:
-            await allowed_on_thread(caller, thread, action, {"run_id": run_id, **(value or {})})
-        except NotFound:
-            raise run_not_found(run_id) from None
+        if thread_id is None:
+            filters = await ask_threads(caller, action, run.thread_id, shown)
+        if filters:
+            thread = await resources.thread_records.get_thread(run.thread_id, caller.owner)
+            if thread is None or not matches(thread.metadata, filters):
+                raise run_not_found(run_id)
     structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
     return run
 

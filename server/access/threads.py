@@ -15,7 +15,14 @@ from .. import inputs
 from ..auth import Caller
 from ..resources import Resources
 
-__all__ = ["allowed_on_thread", "reach_thread", "thread_listing_filters", "thread_not_found"]
+__all__ = [
+    "ask_threads",
+    "new_thread_filters",
+    "reach_thread",
+    "thread_listing_filters",
+    "thread_not_found",
+    "threads_to_prune",
+]
 
 
 def thread_not_found(thread_id: str) -> NotFound:
@@ -36,37 +43,38 @@ async def reach_thread(
     on it; bound to the log context. `value`: what else the handler is shown (it may change
     it, as a metadata update's changes); `langgraph`: with its LangGraph status.
 
+    As on LangGraph's server the handler is asked before the thread is read, so a refusal is
+    the same for an id that does not exist; its filter is matched after.
+
     Raises:
         InvalidInput: `thread_id` is not an id.
-        NotFound: unknown, another owner's, or left out by the handler's filter.
         ApiError: the handler refused.
+        NotFound: unknown, another owner's, or left out by the handler's filter.
     """
     thread_id = inputs.object_id(thread_id, "thread")
+    filters = await ask_threads(caller, action, thread_id, value)
     thread = await resources.thread_records.get_thread(thread_id, caller.owner, langgraph=langgraph)
-    if thread is None:
+    if thread is None or not matches(thread.metadata, filters):
         raise thread_not_found(thread_id)
-    await allowed_on_thread(caller, thread, action, value)
     structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
     return thread
 
 
-async def allowed_on_thread(
-    caller: Caller, thread: ThreadRecord, action: str, value: dict[str, Any] | None = None
-) -> None:
-    """The project's `threads` handler on `action` on the caller's own `thread` (a run's, a
-    cron's): a filter it returns must match the thread's metadata.
+async def ask_threads(
+    caller: Caller, action: str, thread_id: str, value: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The project's `threads` handler on `action` on thread `thread_id`: None, or the filter
+    the thread's metadata must match. `value` is shown with the thread's id, and may be
+    changed by the handler.
 
     Raises:
         ApiError: the handler refused.
-        NotFound: the thread is left out by the filter.
     """
     if caller.rules is None:
-        return
+        return None
     shown = value if value is not None else {}
-    shown.setdefault("thread_id", thread.thread_id)
-    filters = await caller.authorize("threads", action, shown)
-    if not matches(thread.metadata, filters):
-        raise thread_not_found(thread.thread_id)
+    shown.setdefault("thread_id", thread_id)
+    return await caller.authorize("threads", action, shown)
 
 
 async def thread_listing_filters(
@@ -79,3 +87,46 @@ async def thread_listing_filters(
         ApiError: the handler refused.
     """
     return await caller.authorize("threads", "search", value if value is not None else {})
+
+
+async def new_thread_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:
+    """The project's `threads` `create` handler on a new thread (both APIs, and a copy):
+    it may stamp `value["metadata"]`; a filter it returns applies only to an existing thread
+    a create with `if_exists: do_nothing` would answer with.
+
+    Raises:
+        ApiError: the handler refused.
+    """
+    return await caller.authorize("threads", "create", value)
+
+
+async def threads_to_prune(
+    resources: Resources, caller: Caller, thread_ids: list[str]
+) -> list[str]:
+    """The ids a prune may go on with, once the project's `threads` `delete` handler allowed
+    it: every one of the caller's threads among them must match its filter, as LangGraph
+    checks before pruning any. Unknown ids and another owner's stay in: the prune skips them.
+
+    Raises:
+        ApiError: the handler refused.
+        NotFound: the filter leaves out one of the caller's threads (nothing is pruned).
+    """
+    filters = await caller.authorize("threads", "delete", {"thread_ids": thread_ids})
+    if filters:
+        found = [
+            len(
+                await resources.thread_records.search_threads(
+                    caller.owner,
+                    metadata={},
+                    status=None,
+                    limit=max(1, len(thread_ids)),
+                    offset=0,
+                    ids=thread_ids,
+                    auth_filters=narrowed,
+                )
+            )
+            for narrowed in (None, filters)
+        ]
+        if found[1] < found[0]:
+            raise NotFound("threads not found")
+    return thread_ids

@@ -37,7 +37,11 @@ from stream_store.run_status import WORKING
 from stream_store.thread_deletion import delete_assistant
 
 from .. import inputs
-from ..access.assistants import allowed_assistant
+from ..access.assistants import (
+    allowed_assistant,
+    assistant_listing_filters,
+    new_assistant_filters,
+)
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -238,7 +242,7 @@ class AssistantsController(Controller):
             "if_exists": data.if_exists,
             "name": data.name,
         }
-        filters = await caller.authorize("assistants", "create", value)  # may stamp metadata
+        filters = await new_assistant_filters(caller, value)  # may stamp metadata
         metadata = value.get("metadata") or {}
         inputs.metadata(metadata, resources.settings)
         _checked_text(data.name, data.description)
@@ -286,9 +290,8 @@ class AssistantsController(Controller):
         data: Annotated[AssistantSearch | None, Body()] = None,
     ) -> Response[list[dict[str, Any]]]:
         body = data or AssistantSearch()
-        filters = await caller.authorize(
-            "assistants",
-            "search",
+        filters = await assistant_listing_filters(
+            caller,
             {
                 "graph_id": body.graph_id,
                 "metadata": body.metadata or {},
@@ -324,8 +327,8 @@ class AssistantsController(Controller):
         data: Annotated[AssistantCount | None, Body()] = None,
     ) -> int:
         body = data or AssistantCount()
-        filters = await caller.authorize(
-            "assistants", "search", {"graph_id": body.graph_id, "metadata": body.metadata or {}}
+        filters = await assistant_listing_filters(
+            caller, {"graph_id": body.graph_id, "metadata": body.metadata or {}}
         )
         return await resources.searched_assistants(caller.owner).count_assistants(
             caller.owner,

@@ -20,9 +20,14 @@ from litestar.params import Body
 from stream_store.assistant_records import AssistantRecord
 from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
-from stream_store.metadata_filters import matches
 
 from .. import inputs
+from ..access.crons import (
+    cron_listing_filters,
+    cron_not_found,
+    new_cron_filters,
+    reach_cron,
+)
 from ..access.threads import reach_thread
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
@@ -34,7 +39,7 @@ from .submit import check_run, checked_run, unprocessable
 from .views import assistant_of
 from .wire import Cron, CronCount, CronCreate, CronPatch, CronRun, CronSearch, RunCreate
 
-__all__ = ["CronsController", "create_for_thread", "cron_view", "owned_cron"]
+__all__ = ["CronsController", "create_for_thread", "cron_view"]
 
 logger = structlog.get_logger()
 
@@ -105,7 +110,7 @@ async def _create(
         "end_time": body.end_time,
         "metadata": dict(body.metadata or {}),
     }
-    await caller.authorize("crons", "create", value)  # may stamp the cron's metadata
+    await new_cron_filters(caller, value)  # may stamp the cron's metadata
     assistant = await _checked_payload(resources, caller.owner, payload, thread_id)
     end_time = _utc(body.end_time)
     await quotas.take_submit(caller.owner)
@@ -210,7 +215,7 @@ class CronsController(Controller):
         _refuse_webhook(data.webhook)
         checked_timezone(data.timezone)
         schedule = checked_schedule(data.schedule) if data.schedule is not None else None
-        current = await owned_cron(
+        current = await reach_cron(
             resources,
             caller,
             cron_id,
@@ -229,7 +234,7 @@ class CronsController(Controller):
             lambda cron: _patched(resources, cron, data, schedule, assistant),
         )
         if updated is None:
-            raise _cron_not_found(cron_id)  # deleted meanwhile
+            raise cron_not_found(cron_id)  # deleted meanwhile
         return cron_view(updated)
 
     @delete(
@@ -240,9 +245,9 @@ class CronsController(Controller):
     )
     async def remove(self, cron_id: str, resources: Resources, caller: Caller) -> None:
         cron_id = inputs.object_id(cron_id, "cron")
-        await owned_cron(resources, caller, cron_id, "delete")
+        await reach_cron(resources, caller, cron_id, "delete")
         if not await resources.cron_records.delete_cron(cron_id, caller.owner):
-            raise _cron_not_found(cron_id)  # deleted meanwhile
+            raise cron_not_found(cron_id)  # deleted meanwhile
 
     @post("/search", status_code=200, summary="The caller's crons", dependencies=QUERY)
     async def search(
@@ -253,9 +258,8 @@ class CronsController(Controller):
     ) -> list[dict[str, Any]]:
         body = data or CronSearch()
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
-        filters = await caller.authorize(
-            "crons",
-            "search",
+        filters = await cron_listing_filters(
+            caller,
             {
                 "assistant_id": body.assistant_id,
                 "thread_id": thread_id,
@@ -298,8 +302,8 @@ class CronsController(Controller):
     ) -> int:
         body = data or CronCount()
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
-        filters = await caller.authorize(
-            "crons", "search", {"assistant_id": body.assistant_id, "thread_id": thread_id}
+        filters = await cron_listing_filters(
+            caller, {"assistant_id": body.assistant_id, "thread_id": thread_id}
         )
         named = await _assistant_named(resources, caller.owner, body.assistant_id)
         if named is None:
@@ -312,29 +316,6 @@ class CronsController(Controller):
             metadata=body.metadata or {},
             auth_filters=filters,
         )
-
-
-def _cron_not_found(cron_id: str) -> NotFound:
-    return NotFound(f"cron {cron_id} not found")
-
-
-async def owned_cron(
-    resources: Resources,
-    caller: Caller,
-    cron_id: str,
-    action: str,
-    value: dict[str, Any] | None = None,
-) -> CronRecord:
-    """The caller's cron (404 for an unknown id or another owner's), once the project's `crons`
-    handler allowed `action` on it (`value`: what else it is shown); one its filter leaves out
-    is not found either, as one that is not there."""
-    cron_id = inputs.object_id(cron_id, "cron")
-    filters = await caller.authorize("crons", action, {"cron_id": cron_id, **(value or {})})
-    cron = await resources.cron_records.get_cron(cron_id, caller.owner)
-    if cron is None or not matches(cron.metadata, filters):
-        raise _cron_not_found(cron_id)
-    structlog.contextvars.bind_contextvars(cron_id=cron.cron_id)
-    return cron
 
 
 async def _assistant_named(

@@ -9,12 +9,18 @@ from litestar import Controller, delete, get, patch, post
 from litestar.params import Body, Parameter
 from litestar.response import Stream
 
-from stream_store.errors import Conflict, NotFound
+from stream_store.errors import Conflict
 from stream_store.metadata_filters import matches
 from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
-from ..access.threads import reach_thread, thread_not_found
+from ..access.threads import (
+    new_thread_filters,
+    reach_thread,
+    thread_listing_filters,
+    thread_not_found,
+    threads_to_prune,
+)
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -115,7 +121,7 @@ class ThreadsController(Controller):
             "metadata": dict(body.metadata or {}),
             "if_exists": body.if_exists,
         }
-        filters = await caller.authorize("threads", "create", value)
+        filters = await new_thread_filters(caller, value)
         metadata = value.get("metadata") or {}
         inputs.metadata(metadata, resources.settings)
         await quotas.take_submit(caller.owner)
@@ -150,9 +156,8 @@ class ThreadsController(Controller):
     ) -> list[Any]:
         body = data or ThreadSearch()
         ids = [inputs.object_id(i, "thread") for i in body.ids] if body.ids else None
-        filters = await caller.authorize(
-            "threads",
-            "search",
+        filters = await thread_listing_filters(
+            caller,
             {
                 "metadata": body.metadata or {},
                 "values": body.values or {},
@@ -179,8 +184,8 @@ class ThreadsController(Controller):
         body = data or ThreadCount()
         if body.values:
             raise ApiError(422, "invalid_request", "counting threads by values is not supported")
-        filters = await caller.authorize(
-            "threads", "search", {"metadata": body.metadata or {}, "status": body.status}
+        filters = await thread_listing_filters(
+            caller, {"metadata": body.metadata or {}, "status": body.status}
         )
         return await resources.searched_threads(caller.owner).count_threads(
             caller.owner, metadata=body.metadata or {}, status=body.status, auth_filters=filters
@@ -201,24 +206,7 @@ class ThreadsController(Controller):
         another caller's are skipped and not counted, as a missing thread is. A thread with a
         queued or running run refuses the whole prune (409) before anything changes."""
         ids = list(dict.fromkeys(inputs.object_id(i, "thread") for i in data.thread_ids))
-        filters = await caller.authorize("threads", "delete", {"thread_ids": ids})
-        if filters:  # every thread must match, as LangGraph checks before pruning any
-            found = [
-                len(
-                    await resources.thread_records.search_threads(
-                        caller.owner,
-                        metadata={},
-                        status=None,
-                        limit=max(1, len(ids)),
-                        offset=0,
-                        ids=ids,
-                        auth_filters=narrowed,
-                    )
-                )
-                for narrowed in (None, filters)
-            ]
-            if found[1] < found[0]:
-                raise NotFound("threads not found")
+        ids = await threads_to_prune(resources, caller, ids)
         if data.strategy == "delete":
             count = await delete_langgraph_threads(
                 resources.thread_records, resources.lifecycle, caller.owner, ids
@@ -336,7 +324,7 @@ class ThreadsController(Controller):
     )
     async def copy(self, thread_id: str, resources: Resources, caller: Caller) -> Thread:
         thread = await reach_thread(resources, caller, thread_id)
-        await caller.authorize("threads", "create", {"thread_id": None})  # as LangGraph asks
+        await new_thread_filters(caller, {"thread_id": None})  # as LangGraph asks
         return await thread_view(resources, await copy_thread(resources, thread))
 
     @get("/{thread_id:str}/state/{checkpoint_id:str}", summary="The thread's state at a checkpoint")

@@ -15,9 +15,12 @@ Each turn:
 - `summarize` folds the older messages into the summary past `summary_after` messages.
 - `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
 
-`pending` is state, which LangGraph lets a thread's owner write (`update_state`, a command's
-`update`): a pending conflict is therefore checked before it is asked, and a fact before it is
-written (`facts.fact_problems`).
+What a client sends is `messages` (`AssistantInput`, the graph's input schema): `summary`,
+`pending` and `turn` are the graph's bookkeeping, which LangGraph drops from a run's input
+(runstream refuses them at submit, as any key the input schema lacks). They are still state,
+which LangGraph lets a thread's owner write (`update_state`, a command's `update`): a pending
+conflict is therefore checked before it is asked, and a fact before it is written
+(`facts.fact_problems`).
 
 The facts live in LangGraph's store under `("memory", "facts")`, in the store of the run's
 owner (runstream keeps each owner's namespaces apart): `/store/items/search` with that prefix
@@ -80,6 +83,7 @@ from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
 __all__ = [
     "NAMESPACE",
     "AssistantContext",
+    "AssistantInput",
     "AssistantState",
     "assistant_builder",
     "conflict_problems",
@@ -116,6 +120,10 @@ def merge_turn(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any
     """The turn's record: each node adds its part (`respond` and `extract` run side by side);
     an empty update (from `grade`) starts the next turn's."""
     return {**current, **update} if update else {}
+
+
+class AssistantInput(MessagesState):
+    """What a run's input may give: the user's messages, nothing of the graph's bookkeeping."""
 
 
 class AssistantState(MessagesState):
@@ -511,11 +519,11 @@ def assistant_builder(
     extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
     confirm_node: Callable[..., Awaitable[dict[str, Any]]] = confirm,
     grade_node: Callable[..., Awaitable[dict[str, Any]]] = grade,
-) -> StateGraph[AssistantState, AssistantContext, AssistantState, AssistantState]:
+) -> StateGraph[AssistantState, AssistantContext, AssistantInput, AssistantState]:
     """The assistant's graph, uncompiled; `extract_node`, `confirm_node` and `grade_node`
     replace those steps (the fault tests wrap them to be killed mid-way)."""
     return (
-        StateGraph(AssistantState, context_schema=AssistantContext)
+        StateGraph(AssistantState, input_schema=AssistantInput, context_schema=AssistantContext)
         .add_node("respond", respond)
         .add_node("extract", extract_node)
         .add_node("confirm", confirm_node)

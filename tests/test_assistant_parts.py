@@ -36,6 +36,7 @@ from runner.assistant.grading import grade_confirmation, grade_extraction, grade
 from runner.assistant.graph import (
     AssistantContext,
     classify_answer,
+    conflict_problems,
     extract_facts,
     memory_prompt,
     offline_reply,
@@ -124,6 +125,32 @@ class TestConflicts:
         assert conflict_with(Fact("location", "Paris", 0.9, "r2"), self.stored) is None
         assert conflict_with(Fact("likes", "jazz", 0.9, "r2"), self.stored) is None
         assert conflict_with(Fact("note", "anything", 0.9, "r2"), self.stored) is None
+
+    def test_a_pending_conflict_is_asked_only_as_extract_stages_it(self) -> None:
+        """`pending` is state its thread's owner can write: what `confirm` will not ask."""
+        ann, bob = Fact("name", "Ann", 0.9, "r1"), Fact("name", "Bob", 0.9, "r2")
+
+        def staged(was: Fact, new: Fact, **changes: Any) -> dict[str, Any]:
+            conflict = {"id": "r2:name", "key": new.key, "staged_at": 1.0}
+            return {**conflict, "old": was.as_value(), "new": new.as_value(), **changes}
+
+        assert conflict_problems(staged(ann, bob)) == []
+        olives = Fact("likes", "olives", 0.9, "r2")
+        assert conflict_problems(staged(self.stored["dislikes:olives"], olives)) == []
+        assert conflict_problems(staged(ann, Fact("name", "B" * 121, 0.9, "r2"))) == [
+            "value too long"
+        ]
+        assert conflict_problems(staged(ann, Fact("name", "B" * 120, 0.9, "r2"))) == []
+        assert conflict_problems(staged(ann, Fact("shoe", "x", 0.9, "r2"), key="shoe")) == [
+            "unknown kind 'shoe'"
+        ]
+        unrelated = "not a contradiction of the old value"
+        assert conflict_problems(staged(ann, Fact("name", "ann", 0.9, "r2"))) == [unrelated]
+        assert conflict_problems(staged(ann, Fact("location", "Oslo", 0.9, "r2"))) == [unrelated]
+        assert conflict_problems(staged(ann, bob, key="location")) == [unrelated]
+        no_old = {**staged(ann, bob), "old": {}}
+        for malformed in ("x", {}, staged(ann, bob, staged_at="1"), no_old):
+            assert conflict_problems(malformed) == ["not a staged conflict"]
 
 
 class TestPrompt:

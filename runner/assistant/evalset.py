@@ -21,7 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.func import entrypoint
 
 from .confirmation import answer_text, confirmation_request, fast_verdict
-from .facts import SINGLE_KINDS, Fact, conflict_with, framing
+from .facts import KINDS, Fact, conflict_with, framing
 from .graph import classify_answer, extract_facts
 
 __all__ = [
@@ -39,7 +39,6 @@ _RUN = "eval"  # the source run the extracted facts are given
 
 Framing = Literal["stated", "likely", "uncertain"]
 Outcome = Literal["no_conflict", "applied", "kept", "asked_again"]
-_KINDS = {*SINGLE_KINDS, "likes", "dislikes", "note"}
 
 
 class ExpectedFact(msgspec.Struct, forbid_unknown_fields=True):
@@ -87,7 +86,7 @@ def _check(evalset: EvalSet) -> None:
             raise EvalSetError(f"{where}: the id is used twice")
         seen.add(case.id)
         for kind in [f.kind for f in case.facts] + [f.kind for f in case.stored]:
-            if kind not in _KINDS:
+            if kind not in KINDS:
                 raise EvalSetError(f"{where}: unknown fact kind {kind!r}")
         if case.stored and case.expect is None:
             raise EvalSetError(f"{where}: stored facts need an `expect`")

@@ -21,12 +21,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "KINDS",
+    "MAX_VALUE",
     "MULTI_KINDS",
     "SINGLE_KINDS",
     "ExtractedFact",
     "Extraction",
     "Fact",
     "conflict_with",
+    "fact_problems",
     "framing",
     "rule_facts",
 ]
@@ -34,6 +37,7 @@ __all__ = [
 Kind = Literal["name", "location", "occupation", "age", "likes", "dislikes", "note"]
 SINGLE_KINDS = frozenset({"name", "location", "occupation", "age"})
 MULTI_KINDS = frozenset({"likes", "dislikes"})
+KINDS = SINGLE_KINDS | MULTI_KINDS | {"note"}
 _KIND_ORDER = ("name", "location", "occupation", "age", "likes", "dislikes", "note")
 _OPPOSITE = {"likes": "dislikes", "dislikes": "likes"}
 
@@ -41,7 +45,7 @@ _OPPOSITE = {"likes": "dislikes", "dislikes": "likes"}
 STATED = 0.9
 HEDGED = 0.6
 _HEDGES = re.compile(r"\b(i think|i guess|i believe|maybe|probably|perhaps)\b", re.IGNORECASE)
-_MAX_VALUE = 120  # characters of one value: longer ones are cut
+MAX_VALUE = 120  # characters of one value (docs/memory.md): longer ones are cut, never stored
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,29 @@ class Fact:
         return fact if fact.value and 0 <= fact.confidence <= 1 else None
 
 
+def fact_problems(value: Any) -> list[str]:
+    """Why `value` (a fact as the store keeps it, `Fact.as_value()`) is not one the assistant
+    may write: an unknown kind, an empty value or one past `MAX_VALUE` characters, a confidence
+    outside [0, 1]. Empty for a good one. Extraction never makes such a fact; a pending
+    conflict is thread state, which its owner can write (`update_state`), so the write checks."""
+    if not isinstance(value, dict):
+        return ["not an object"]
+    problems = []
+    if value.get("kind") not in KINDS:
+        problems.append(f"unknown kind {str(value.get('kind'))[:40]!r}")
+    text = value.get("value")
+    if not isinstance(text, str) or not text.strip():
+        problems.append("empty value")
+    elif len(text) > MAX_VALUE:
+        problems.append("value too long")
+    confidence = value.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        problems.append("no confidence")
+    elif not 0 <= confidence <= 1:
+        problems.append("confidence out of [0, 1]")
+    return problems
+
+
 def framing(confidence: float) -> str:
     """How the prompt frames a fact: stated (>= 0.8), likely (>= 0.5) or uncertain."""
     if confidence >= 0.8:
@@ -146,7 +173,7 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
 
 def _clean(value: str) -> str:
     value = re.sub(r"\s+", " ", value).strip(" '\"")
-    return value[:_MAX_VALUE]
+    return value[:MAX_VALUE]
 
 
 def rule_facts(text: str, source_run: str) -> list[Fact]:

@@ -18,12 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .confirmation import rule_verdict
-from .facts import MULTI_KINDS, SINGLE_KINDS
+from .facts import fact_problems
 
 __all__ = ["Grade", "grade_confirmation", "grade_extraction", "grade_reply"]
-
-_KINDS = SINGLE_KINDS | MULTI_KINDS | {"note"}
-_MAX_VALUE = 120
 
 
 @dataclass(frozen=True)
@@ -55,22 +52,9 @@ def grade_reply(prompt: str, reply: str) -> Grade:
 
 
 def _fact_problems(fact: Any) -> list[str]:
-    if not isinstance(fact, dict):
-        return ["not an object"]
-    problems = []
-    if fact.get("kind") not in _KINDS:
-        problems.append(f"unknown kind {str(fact.get('kind'))[:40]!r}")
-    value = fact.get("value")
-    if not isinstance(value, str) or not value.strip():
-        problems.append("empty value")
-    elif len(value) > _MAX_VALUE:
-        problems.append("value too long")
-    confidence = fact.get("confidence")
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        problems.append("no confidence")
-    elif not 0 <= confidence <= 1:
-        problems.append("confidence out of [0, 1]")
-    if not fact.get("source_run"):
+    """What the write refuses (`facts.fact_problems`), and a fact without its source run."""
+    problems = fact_problems(fact)
+    if isinstance(fact, dict) and not fact.get("source_run"):
         problems.append("no source run")
     return problems
 

@@ -15,6 +15,13 @@ Each turn:
 - `summarize` folds the older messages into the summary past `summary_after` messages.
 - `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
 
+What a client sends is `messages` (`AssistantInput`, the graph's input schema): `summary`,
+`pending` and `turn` are the graph's bookkeeping, which LangGraph drops from a run's input
+(runstream refuses them at submit, as any key the input schema lacks). They are still state,
+which LangGraph lets a thread's owner write (`update_state`, a command's `update`): a pending
+conflict is therefore checked before it is asked, and a fact before it is written
+(`facts.fact_problems`).
+
 The facts live in LangGraph's store under `("memory", "facts")`, in the store of the run's
 owner (runstream keeps each owner's namespaces apart): `/store/items/search` with that prefix
 lists them to their user, `DELETE /store/items` forgets one (docs/memory.md).
@@ -65,6 +72,7 @@ from .facts import (
     Extraction,
     Fact,
     conflict_with,
+    fact_problems,
     framing,
     model_facts,
     rule_facts,
@@ -72,7 +80,15 @@ from .facts import (
 from .grading import Grade, grade_confirmation, grade_extraction, grade_reply
 from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
 
-__all__ = ["NAMESPACE", "AssistantContext", "AssistantState", "assistant_builder", "graph"]
+__all__ = [
+    "NAMESPACE",
+    "AssistantContext",
+    "AssistantInput",
+    "AssistantState",
+    "assistant_builder",
+    "conflict_problems",
+    "graph",
+]
 
 logger = structlog.get_logger()
 
@@ -104,6 +120,10 @@ def merge_turn(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any
     """The turn's record: each node adds its part (`respond` and `extract` run side by side);
     an empty update (from `grade`) starts the next turn's."""
     return {**current, **update} if update else {}
+
+
+class AssistantInput(MessagesState):
+    """What a run's input may give: the user's messages, nothing of the graph's bookkeeping."""
 
 
 class AssistantState(MessagesState):
@@ -228,8 +248,10 @@ async def _stored(store: BaseStore, facts: list[Fact]) -> dict[str, Fact]:
 
 async def remember_once(
     store: BaseStore, key: str, fact: Fact, *, replaces: Fact | None = None
-) -> dict[str, Any]:
-    """Write `fact` (deleting the like or dislike it replaces) once for this run and `key`.
+) -> dict[str, Any] | None:
+    """Write `fact` (deleting the like or dislike it replaces) once for this run and `key`;
+    None, and nothing written, for a fact `facts.fact_problems` refuses (a value past
+    `MAX_VALUE` characters, ...), whatever asked for it.
 
     `once` records the write's stamp in runstream's ledger (its effect cannot use the store: it
     runs inside the ledger's transaction, on the pool the store shares); the store is then
@@ -237,6 +259,10 @@ async def remember_once(
     the run wrote it. A retry therefore writes nothing again, and one killed between the ledger
     and the store completes the write.
     """
+
+    if problems := fact_problems(fact.as_value()):
+        logger.warning("a fact not written", key=fact.key[:120], problems=problems)
+        return None
 
     async def stamp() -> dict[str, Any]:
         return {"key": fact.key, "value": fact.value, "written_at": datetime.now(UTC).isoformat()}
@@ -276,8 +302,43 @@ async def extract_facts(model: BaseChatModel, text: str, run_id: str) -> list[Fa
     return model_facts(answer, run_id) if isinstance(answer, Extraction) else []
 
 
+def _pending(state: AssistantState) -> list[Any]:
+    """The pending conflicts, each still to be checked (`conflict_problems`)."""
+    pending = state.get("pending")
+    return pending if isinstance(pending, list) else []
+
+
 def _alive(conflict: dict[str, Any], context: AssistantContext, now: float) -> bool:
     return now - float(conflict["staged_at"]) < context.conflict_ttl_s
+
+
+def conflict_problems(conflict: Any) -> list[str]:
+    """Why `conflict` (an item of `pending`) is not one to ask about: not shaped as `extract`
+    stages one, a new value the write would refuse, or no contradiction of its old value.
+    Empty for a good one. `pending` is no input, but its thread's owner can write it as any
+    state (`update_state`), so it is read as untrusted."""
+    if not (
+        isinstance(conflict, dict)
+        and isinstance(conflict.get("id"), str)
+        and isinstance(conflict.get("key"), str)
+        and isinstance(conflict.get("staged_at"), int | float)
+        and not isinstance(conflict.get("staged_at"), bool)
+    ):
+        return ["not a staged conflict"]
+    old = Fact.read(conflict.get("old"))
+    if old is None:
+        return ["not a staged conflict"]
+    if problems := fact_problems(conflict.get("new")):
+        return problems
+    new = Fact.from_value(conflict["new"])
+    if new.key != conflict["key"] or conflict_with(new, {old.key: old}) is not old:
+        return ["not a contradiction of the old value"]
+    return []
+
+
+def _dropped(conflict: Any, problems: list[str]) -> dict[str, Any]:
+    key = conflict.get("key") if isinstance(conflict, dict) else None
+    return {"memory": {"event": "conflict_dropped", "key": str(key)[:120], "problems": problems}}
 
 
 async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
@@ -288,8 +349,10 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     run_id = _run_id(get_config())
     now = time.time()
     pending = []
-    for conflict in state.get("pending") or []:
-        if _alive(conflict, context, now):
+    for conflict in _pending(state):
+        if problems := conflict_problems(conflict):
+            writer(_dropped(conflict, problems))
+        elif _alive(conflict, context, now):
             pending.append(conflict)
         else:
             writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
@@ -317,7 +380,8 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
             writer({"memory": {"event": "unchanged", "key": fact.key}})
             continue
         written = await remember_once(store, f"fact:{fact.key}", fact)
-        writer({"memory": {"event": "remembered", **written}})
+        if written is not None:  # extraction cuts values to the limit: always written
+            writer({"memory": {"event": "remembered", **written}})
     return {"pending": pending, "turn": {"extracted": [f.as_value() for f in facts]}}
 
 
@@ -340,11 +404,14 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
 
     Everything before `interrupt()` runs again on resume, so it only reads.
     """
-    pending = state.get("pending") or []
+    pending = _pending(state)
     if not pending:
-        return {}
+        return {"pending": []} if state.get("pending") else {}
     conflict, rest = pending[0], pending[1:]
     writer = get_stream_writer()
+    if problems := conflict_problems(conflict):
+        writer(_dropped(conflict, problems))
+        return {"pending": rest}
     context = _context(runtime)
     old, new = Fact.from_value(conflict["old"]), Fact.from_value(conflict["new"])
     if not _alive(conflict, context, time.time()):
@@ -374,8 +441,9 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     if verdict == "unclear":
         return {"pending": [conflict, *rest], "turn": turn}  # asked again
     store = _store(runtime)
-    if verdict == "yes":
-        await remember_once(store, f"confirm:{conflict['id']}", new, replaces=old)
+    if verdict == "yes" and await remember_once(
+        store, f"confirm:{conflict['id']}", new, replaces=old
+    ):
         said = f"Updated: {new.sentence()}."
     else:
         said = f"Kept: {old.sentence()}."
@@ -388,7 +456,7 @@ def _question(request: dict[str, Any]) -> str:
 
 
 def _after_confirm(state: AssistantState) -> str:
-    return "confirm" if state.get("pending") else "summarize"
+    return "confirm" if _pending(state) else "summarize"
 
 
 # -- summary and grading ---------------------------------------------------------------------
@@ -451,11 +519,11 @@ def assistant_builder(
     extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
     confirm_node: Callable[..., Awaitable[dict[str, Any]]] = confirm,
     grade_node: Callable[..., Awaitable[dict[str, Any]]] = grade,
-) -> StateGraph[AssistantState, AssistantContext, AssistantState, AssistantState]:
+) -> StateGraph[AssistantState, AssistantContext, AssistantInput, AssistantState]:
     """The assistant's graph, uncompiled; `extract_node`, `confirm_node` and `grade_node`
     replace those steps (the fault tests wrap them to be killed mid-way)."""
     return (
-        StateGraph(AssistantState, context_schema=AssistantContext)
+        StateGraph(AssistantState, input_schema=AssistantInput, context_schema=AssistantContext)
         .add_node("respond", respond)
         .add_node("extract", extract_node)
         .add_node("confirm", confirm_node)

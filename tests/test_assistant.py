@@ -21,7 +21,7 @@ from runner.effects import running
 from runner.tools import ToolLedger
 from stream_store.services import open_services
 from stream_store.settings import Settings
-from stream_store.store import OwnerStore
+from stream_store.store import OwnerStore, StoreCaps
 from tests.conftest import StartServer, StartWorker
 from tests.openai_compat import RunningServer
 from tests.processes import ROOT
@@ -317,7 +317,7 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
 
     fact = Fact("name", "Ann", 0.9, run_id)
     async with open_services(settings) as services:
-        store = OwnerStore(services.store, "alice")
+        store = OwnerStore(services.store, "alice", StoreCaps.of(settings))
         run = await services.run_records.get_run(run_id)
         assert run is not None
         retry = msgspec.structs.replace(run, attempt=2)  # the ledger keys by run, not attempt

@@ -427,7 +427,8 @@ class OwnerStore(BaseStore):
                 async with where.transaction():
                     yield where, self._store
             return
-        async with where.connection() as conn, conn.transaction():
+        # in a pipeline, BEGIN goes with the lock and the count: no round trip of its own
+        async with where.connection() as conn, conn.pipeline(), conn.transaction():
             store = AsyncPostgresStore(
                 conn, index=self._store.index_config, ttl=self._store.ttl_config
             )

@@ -315,7 +315,7 @@ async def _stream_built(
         # `runner.effects.once`, `runner.evaluations.record_evaluation` and
         # `runner.models.chat_model()` in any graph's nodes
         with (
-            running(run, state.ledger, services.evaluations),
+            running(run, state.ledger, services.evaluations, max_facts=services.settings.max_facts),
             model_for_run(services.settings, configurable),
         ):
             async for item in stream:

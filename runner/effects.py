@@ -52,16 +52,20 @@ class CurrentRun:
     trace_id: str | None  # the run's trace (its submit span's), which every attempt continues
     ledger: ToolLedger
     evaluations: Evaluations
+    max_facts: int  # RUNSTREAM_MAX_FACTS: facts the memory assistant keeps per user (0: no limit)
 
 
 _current: ContextVar[CurrentRun | None] = ContextVar("runstream_run_effects", default=None)
 
 
 @contextlib.contextmanager
-def running(run: RunRecord, ledger: ToolLedger, evaluations: Evaluations) -> Iterator[None]:
+def running(
+    run: RunRecord, ledger: ToolLedger, evaluations: Evaluations, *, max_facts: int
+) -> Iterator[None]:
     """Within this block (the worker's stream of a run's graph), `once` and
-    `runner.evaluations.record_evaluation` record under `run` as its current attempt;
-    LangGraph's node tasks, started inside it, inherit the variable."""
+    `runner.evaluations.record_evaluation` record under `run` as its current attempt, and the
+    memory assistant keeps at most `max_facts` facts; LangGraph's node tasks, started inside
+    it, inherit the variable."""
     current = CurrentRun(
         run_id=run.run_id,
         thread_id=run.thread_id,
@@ -71,6 +75,7 @@ def running(run: RunRecord, ledger: ToolLedger, evaluations: Evaluations) -> Ite
         trace_id=trace_id_of(run.traceparent),
         ledger=ledger,
         evaluations=evaluations,
+        max_facts=max_facts,
     )
     token = _current.set(current)
     try:

@@ -32,7 +32,7 @@ from stream_store.messages import state_to_json, to_wire_message
 from stream_store.run_records import RunRecord
 from stream_store.services import Services
 from stream_store.settings import Settings
-from stream_store.store import OwnerStore
+from stream_store.store import OwnerStore, StoreCaps
 from stream_store.tracing import (
     context_of,
     record_outcome,
@@ -238,8 +238,9 @@ async def _stream_graph(
         # in every checkpoint the attempt saves (runner/graph_input.py reads them back)
         "metadata": {"run_id": run.run_id, **_resume_mark(run)},
     }
-    # `get_store()` in a node is LangGraph's store as the run's owner sees it (~10 us a copy)
-    store = OwnerStore(services.store, run.owner)
+    # `get_store()` in a node is LangGraph's store as the run's owner sees it (~10 us a copy),
+    # its puts within the owner's caps as the store routes' are
+    store = OwnerStore(services.store, run.owner, StoreCaps.of(services.settings))
     built = state.graphs.graph_for_run(
         run.graph,
         config,  # type: ignore[arg-type]
@@ -314,7 +315,7 @@ async def _stream_built(
         # `runner.effects.once`, `runner.evaluations.record_evaluation` and
         # `runner.models.chat_model()` in any graph's nodes
         with (
-            running(run, state.ledger, services.evaluations),
+            running(run, state.ledger, services.evaluations, max_facts=services.settings.max_facts),
             model_for_run(services.settings, configurable),
         ):
             async for item in stream:

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_CHECKPOINT_BYTES",
     "DEFAULT_MAX_CONCURRENT_QUERIES",
     "DEFAULT_MAX_CRONS",
+    "DEFAULT_MAX_FACTS",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
@@ -177,6 +178,9 @@ DEFAULT_QUERY_TIMEOUT_MS = 5000
 # What one caller keeps in LangGraph's store: items, and bytes of their values.
 DEFAULT_MAX_STORE_ITEMS = 10_000
 DEFAULT_MAX_STORE_BYTES = 100 * 1024 * 1024
+# Facts the memory assistant keeps of one user (runner/assistant): past them it remembers nothing
+# new and says so. On without API keys too: one long message could otherwise state thousands.
+DEFAULT_MAX_FACTS = 200
 # Checkpoints: a state write or a copy is refused on a thread with this many checkpoints, or for
 # a caller whose threads' checkpoints hold this many bytes (runs themselves are never stopped).
 DEFAULT_MAX_THREAD_CHECKPOINTS = 10_000

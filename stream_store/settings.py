@@ -186,6 +186,7 @@ class Settings:
     query_timeout_ms: int = limits.DEFAULT_QUERY_TIMEOUT_MS
     max_store_items: int = limits.DEFAULT_MAX_STORE_ITEMS
     max_store_bytes: int = limits.DEFAULT_MAX_STORE_BYTES
+    max_facts: int = limits.DEFAULT_MAX_FACTS  # the memory assistant's, per user
     max_thread_checkpoints: int = limits.DEFAULT_MAX_THREAD_CHECKPOINTS
     max_checkpoint_bytes: int = limits.DEFAULT_MAX_CHECKPOINT_BYTES
     worker_concurrency: int = 100
@@ -339,6 +340,7 @@ class Settings:
             ),
             max_store_items=per_caller("RUNSTREAM_MAX_STORE_ITEMS", limits.DEFAULT_MAX_STORE_ITEMS),
             max_store_bytes=_int(env, "RUNSTREAM_MAX_STORE_BYTES", limits.DEFAULT_MAX_STORE_BYTES),
+            max_facts=_int(env, "RUNSTREAM_MAX_FACTS", limits.DEFAULT_MAX_FACTS),
             max_thread_checkpoints=per_caller(
                 "RUNSTREAM_MAX_THREAD_CHECKPOINTS", limits.DEFAULT_MAX_THREAD_CHECKPOINTS
             ),

@@ -6,7 +6,9 @@ a label naming the owner in front of every namespace it is given and takes it of
 namespace it returns. No namespace a caller can send reaches another owner's items: the owner's
 label is always the first one, and the store matches namespaces label by label (a prefix ends on
 a label boundary, with `_` and `%` taken literally). The LangGraph API's `/store` routes and the
-graphs a worker runs (`get_store()`, `runtime.store`) both go through it.
+graphs a worker runs (`get_store()`, `runtime.store`) both go through it, and so both meet the
+owner's caps there (`StoreCaps`): a batch that puts is counted with what the owner keeps, in the
+put's own transaction, whichever path sent it.
 
 A project's `store.index` and `store.ttl` (`StoreOptions`) configure it: with an index the
 store embeds items into pgvector's `vector` columns (`store_vectors`) and `search` with a
@@ -20,8 +22,10 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import psycopg
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -40,12 +44,13 @@ from langgraph.store.base import (
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from langgraph.store.postgres.base import ANNIndexConfig, PostgresIndexConfig
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
 from .connections import PgPool, plain_index_builds, table_missing
 from .errors import QuotaExceeded, StoreUnavailable
 from .owner_caps import count_locked
-from .settings import SettingsError
+from .settings import Settings, SettingsError
 
 __all__ = [
     "HALFVEC_MAX_DIMS",
@@ -53,13 +58,13 @@ __all__ = [
     "SWEEP_LOCK",
     "OwnerStore",
     "ReportedEmbeddings",
+    "StoreCaps",
     "StoreOptions",
     "VectorsUnavailable",
     "index_config",
     "open_store",
     "owner_label",
     "owner_store_on",
-    "refuse_past_store_caps",
     "setup_store",
     "sweep_expired_items",
 ]
@@ -238,15 +243,28 @@ async def open_store(pool: PgPool, options: StoreOptions) -> AsyncIterator[Async
         await _stop_tasks(store)
 
 
+@dataclass(frozen=True)
+class StoreCaps:
+    """What one owner may keep in the store, items and bytes of their values (0: no limit):
+    `RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`."""
+
+    max_items: int = 0
+    max_bytes: int = 0
+
+    @classmethod
+    def of(cls, settings: Settings) -> StoreCaps:
+        return cls(max_items=settings.max_store_items, max_bytes=settings.max_store_bytes)
+
+
 @contextlib.asynccontextmanager
 async def owner_store_on(
-    conn: AsyncConnection[DictRow], owner: str, options: StoreOptions
+    conn: AsyncConnection[DictRow], owner: str, options: StoreOptions, caps: StoreCaps
 ) -> AsyncIterator[OwnerStore]:
     """`owner`'s view of the store with every statement on `conn`, in its transaction: the
     server's store routes run there, under their statement timeout (`caller_queries`)."""
     store = AsyncPostgresStore(conn, index=options.index, ttl=options.ttl)
     try:
-        yield OwnerStore(store, owner)
+        yield OwnerStore(store, owner, caps)
     finally:
         await _stop_tasks(store)
 
@@ -267,55 +285,70 @@ async def sweep_expired_items(pool: PgPool) -> int | None:
             await _stop_tasks(store)
 
 
-async def refuse_past_store_caps(
-    conn: AsyncConnection[DictRow],
-    owner: str,
-    item: tuple[tuple[str, ...], str, int],
-    *,
-    max_items: int,
-    max_bytes: int,
+# A put's (namespace, key) as the caller names it, and the bytes of its value as JSON (None:
+# the batch deletes that item)
+Written = dict[tuple[tuple[str, ...], str], int | None]
+
+
+async def _refuse_past_caps(
+    conn: AsyncConnection[DictRow], owner: str, caps: StoreCaps, written: Written
 ) -> None:
-    """Refuse a put of `item` (namespace, key, bytes of its value as JSON) that would leave
-    `owner` with more than `max_items` items or `max_bytes` bytes of values (0: no limit), in
-    `conn`'s transaction before the put, under the owner's lock (held to its end), so that
-    puts at once cannot pass together. An item the put replaces does not count.
+    """Refuse a batch that would leave `owner` with more items or bytes of values than `caps`
+    allow, in `conn`'s transaction before its writes, under the owner's lock (held to its
+    end), so that batches at once cannot pass together. The items the batch replaces or
+    deletes do not count; each it puts does, with its value.
 
     Stored values count as Postgres keeps them (`pg_column_size`, after compression), the new
-    one as its JSON: a little generous to the caller, and no value is read back to count it.
-    An index's vectors do not count (their size follows the project's `dims`, not the
+    ones as their JSON: a little generous to the caller, and no value is read back to count
+    it. An index's vectors do not count (their size follows the project's `dims`, not the
     caller). Items past their TTL count until the sweep deletes them.
 
     Raises:
         QuotaExceeded: 413 `store_full`.
     """
-    if not max_items and not max_bytes:
-        return
-    namespace, key, size = item
     label = owner_label(owner)
-    prefix = ".".join((label, *namespace))
-    pattern = label.replace("_", "\\_") + ".%"  # `_` is a LIKE wildcard; `-` and the rest not
+    sizes = [size for size in written.values() if size is not None]
     kept = await count_locked(
         conn,
         owner,
         "store",
         "SELECT count(*) AS items, coalesce(sum(pg_column_size(value)), 0) AS bytes"
-        " FROM store WHERE prefix LIKE %(pattern)s"
-        " AND NOT (prefix = %(prefix)s AND key = %(key)s)",
-        {"pattern": pattern, "prefix": prefix, "key": key},
+        " FROM store WHERE prefix LIKE %(pattern)s AND (prefix, key) NOT IN"
+        " (SELECT * FROM unnest(%(prefixes)s::text[], %(keys)s::text[]))",
+        {
+            # `_` is a LIKE wildcard; `-` and the rest of the label's alphabet are not
+            "pattern": label.replace("_", "\\_") + ".%",
+            "prefixes": [".".join((label, *namespace)) for namespace, _ in written],
+            "keys": [key for _, key in written],
+        },
     )
     items, stored = int(kept["items"]), int(kept["bytes"])
-    if max_items and items + 1 > max_items:
+    adding = f", this write {len(sizes)}," if len(sizes) > 1 else ""
+    if caps.max_items and items + len(sizes) > caps.max_items:
         raise QuotaExceeded(
-            f"you keep {items} store items and RUNSTREAM_MAX_STORE_ITEMS allows {max_items};"
-            " delete some before putting more",
+            f"you keep {items} store items{adding} and RUNSTREAM_MAX_STORE_ITEMS allows"
+            f" {caps.max_items}; delete some before putting more",
             code="store_full",
         )
-    if max_bytes and stored + size > max_bytes:
+    if caps.max_bytes and stored + sum(sizes) > caps.max_bytes:
         raise QuotaExceeded(
-            f"your store items hold {stored} bytes, this one {size}, and"
-            f" RUNSTREAM_MAX_STORE_BYTES allows {max_bytes}; delete some before putting more",
+            f"your store items hold {stored} bytes, this write {sum(sizes)}, and"
+            f" RUNSTREAM_MAX_STORE_BYTES allows {caps.max_bytes}; delete some before putting"
+            " more",
             code="store_full",
         )
+
+
+def _written(ops: Iterable[Op]) -> Written:
+    """What a batch leaves written, by item: the last put of each (LangGraph's store keeps
+    that one), with its value's size, or None for a delete."""
+    written: Written = {}
+    for op in ops:
+        if isinstance(op, PutOp):
+            written[(op.namespace, op.key)] = (
+                None if op.value is None else len(msgspec.json.encode(op.value, enc_hook=str))
+            )
+    return written
 
 
 async def _stop_tasks(store: AsyncPostgresStore) -> None:
@@ -335,24 +368,74 @@ async def _stop_tasks(store: AsyncPostgresStore) -> None:
 
 
 class OwnerStore(BaseStore):
-    """One owner's view of `store`: namespaces without the owner's label, and only its items."""
+    """One owner's view of `store`: namespaces without the owner's label, only its items, and
+    no put past its `caps`.
+
+    A batch that puts (with caps on) runs on one connection in one transaction: the owner's
+    lock, the count, then the batch, so the count and the put agree. On the pooled store of a
+    worker that is a connection of the pool for the batch alone; on the store of one
+    connection (a store route's) that connection, in its transaction. Reads and deletes take
+    no lock and count nothing: they run as the store runs them.
+    """
 
     supports_ttl = True
 
-    def __init__(self, store: BaseStore, owner: str) -> None:
+    def __init__(self, store: AsyncPostgresStore, owner: str, caps: StoreCaps) -> None:
         self._store = store
+        self._owner = owner
         self._label = owner_label(owner)
+        self._caps = caps
         self.ttl_config = store.ttl_config
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
         scoped = [self._scoped(op) for op in ops]
-        results = await self._store.abatch(scoped)
+        written = _written(ops) if self._caps.max_items or self._caps.max_bytes else {}
+        if any(size is not None for size in written.values()):
+            async with self._writing() as (conn, store):
+                await _refuse_past_caps(conn, self._owner, self._caps, written)
+                results = await store.abatch(scoped)
+        else:
+            results = await self._store.abatch(scoped)
         return [self._unscoped(op, result) for op, result in zip(scoped, results, strict=True)]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        scoped = [self._scoped(op) for op in ops]
-        results = self._store.batch(scoped)
-        return [self._unscoped(op, result) for op, result in zip(scoped, results, strict=True)]
+        """`abatch` on the store's event loop, for a sync node (LangGraph runs those in a
+        thread), so that its puts meet the same caps."""
+        loop = self._store.loop
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: a sync node's
+            here = None
+        if here is loop:
+            raise asyncio.InvalidStateError(
+                "a sync store call on the store's own event loop would wait for ever: use"
+                " `await store.aput(...)` (`aget`, `asearch`, ...)"
+            )
+        return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
+
+    @contextlib.asynccontextmanager
+    async def _writing(
+        self,
+    ) -> AsyncIterator[tuple[AsyncConnection[DictRow], AsyncPostgresStore]]:
+        """A connection in a transaction and the store on it, for one batch that puts."""
+        where = self._store.conn
+        if isinstance(where, AsyncConnection):
+            if where.info.transaction_status == TransactionStatus.INTRANS:
+                yield where, self._store  # a store route's, in the request's transaction
+            else:
+                async with where.transaction():
+                    yield where, self._store
+            return
+        # in a pipeline, BEGIN goes with the lock and the count: no round trip of its own
+        async with where.connection() as conn, conn.pipeline(), conn.transaction():
+            store = AsyncPostgresStore(
+                conn, index=self._store.index_config, ttl=self._store.ttl_config
+            )
+            try:
+                yield conn, store
+            finally:
+                await _stop_tasks(store)
 
     def _scoped(self, op: Op) -> Op:
         match op:

@@ -13,6 +13,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
+from langgraph.store.base import PutOp
 from langgraph.types import interrupt
 
 from runner.evaluations import record_evaluation
@@ -255,4 +256,37 @@ grades_itself = (
     .add_edge(START, "answer")
     .add_edge("answer", "grade")
     .add_edge("grade", END)
+)
+
+
+# Graphs that write their owner's store through `runtime.store`, for its caps
+# (tests/test_store_bounds.py). The message says what: "put 3 x" puts x0, x1, x2 under
+# ("filled",), "delete 1 x" deletes x0; all in one batch, as a graph's `abatch` may hold many.
+# `fills_store_sync` does it from a sync node, which LangGraph runs in a thread.
+def _store_ops(state: MessagesState) -> list[PutOp]:
+    verb, count, prefix = str(state["messages"][-1].content).split()
+    value = (lambda i: {"i": i}) if verb == "put" else (lambda i: None)
+    return [PutOp(("filled",), f"{prefix}{i}", value(i)) for i in range(int(count))]
+
+
+async def fill(state: MessagesState, runtime: Runtime[Any]) -> dict[str, Any]:
+    assert runtime.store is not None
+    await runtime.store.abatch(_store_ops(state))
+    return {"messages": [AIMessage(content="done")]}
+
+
+def fill_sync(state: MessagesState, runtime: Runtime[Any]) -> dict[str, Any]:
+    assert runtime.store is not None
+    runtime.store.batch(_store_ops(state))
+    return {"messages": [AIMessage(content="done")]}
+
+
+fills_store = (
+    StateGraph(MessagesState).add_node("fill", fill).add_edge(START, "fill").add_edge("fill", END)
+)
+fills_store_sync = (
+    StateGraph(MessagesState)
+    .add_node("fill", fill_sync)
+    .add_edge(START, "fill")
+    .add_edge("fill", END)
 )

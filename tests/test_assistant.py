@@ -16,19 +16,35 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from runner.assistant.facts import Fact
-from runner.assistant.graph import NAMESPACE, remember_once
+from runner.assistant.graph import MEMORY_FULL, NAMESPACE, remember_once
 from runner.effects import running
 from runner.tools import ToolLedger
 from stream_store.services import open_services
 from stream_store.settings import Settings
-from stream_store.store import OwnerStore
+from stream_store.store import OwnerStore, StoreCaps
 from tests.conftest import StartServer, StartWorker
 from tests.openai_compat import RunningServer
 from tests.processes import ROOT
 from tests.test_langgraph_api import API_KEYS, client_for, human
+from tests.test_langgraph_store import store_rows
 
 CONFIG = str(ROOT / "runner" / "assistant" / "langgraph.json")
 FACTS = ["memory", "facts"]
+
+
+# The message of issue 31 (99,689 characters, 3,150 notes): with the store's item cap at 100,
+# the assistant wrote every one of them.
+THOUSANDS_OF_FACTS = " ".join(f"Remember that item{n} is mine." for n in range(1, 3151))[:99_689]
+
+
+async def serve_assistant(
+    start_server: StartServer, start_worker: StartWorker, **changes: Any
+) -> tuple[LangGraphClient, LangGraphClient]:
+    """Alice's and bob's SDK clients on a server and worker serving the assistant's project,
+    both with `changes` to their settings."""
+    server = await start_server(api_keys=API_KEYS, config_path=CONFIG, **changes)
+    await start_worker(api_keys=API_KEYS, config_path=CONFIG, **changes)
+    return client_for(server.url, "key-a"), client_for(server.url, "key-b")
 
 
 @pytest.fixture
@@ -36,9 +52,7 @@ async def users(
     start_server: StartServer, start_worker: StartWorker
 ) -> tuple[LangGraphClient, LangGraphClient]:
     """Alice's and bob's SDK clients on a server and worker serving the assistant's project."""
-    server = await start_server(api_keys=API_KEYS, config_path=CONFIG)
-    await start_worker(api_keys=API_KEYS, config_path=CONFIG)
-    return client_for(server.url, "key-a"), client_for(server.url, "key-b")
+    return await serve_assistant(start_server, start_worker)
 
 
 class Turn:
@@ -64,8 +78,14 @@ class Turn:
 
 
 async def turn(
-    sdk: LangGraphClient, thread_id: str, text: str | None = None, **kwargs: Any
+    sdk: LangGraphClient,
+    thread_id: str,
+    text: str | None = None,
+    modes: tuple[str, ...] = ("messages-tuple", "custom", "values"),
+    **kwargs: Any,
 ) -> Turn:
+    """One streamed run; `modes` without `messages-tuple` leaves the answer's tokens out (a
+    long message's echo is thousands)."""
     run_input = human(text) if text is not None else None
     parts = [
         part
@@ -73,7 +93,7 @@ async def turn(
             thread_id,
             "assistant",
             input=run_input,
-            stream_mode=["messages-tuple", "custom", "values"],
+            stream_mode=list(modes),  # type: ignore[arg-type]
             **kwargs,
         )
     ]
@@ -317,11 +337,12 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
 
     fact = Fact("name", "Ann", 0.9, run_id)
     async with open_services(settings) as services:
-        store = OwnerStore(services.store, "alice")
+        store = OwnerStore(services.store, "alice", StoreCaps.of(settings))
         run = await services.run_records.get_run(run_id)
         assert run is not None
         retry = msgspec.structs.replace(run, attempt=2)  # the ledger keys by run, not attempt
-        with running(retry, ToolLedger(services.pool), services.evaluations):
+        ledger = ToolLedger(services.pool)
+        with running(retry, ledger, services.evaluations, max_facts=settings.max_facts):
             again = await remember_once(store, "fact:name", fact)
             restored = await store.aget(NAMESPACE, "name")
             once_more = await remember_once(store, "fact:name", fact)
@@ -330,6 +351,56 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
     assert again["written_at"] == written["value"]["written_at"]
     assert restored is not None and restored.value == written["value"]
     assert unchanged is not None and unchanged.updated_at == restored.updated_at
+
+
+def said_last(done: Turn) -> str:
+    """The text of the thread's last message after the turn."""
+    return str(done.values["messages"][-1]["content"])
+
+
+async def test_a_user_keeps_at_most_max_facts_and_the_assistant_says_when_memory_is_full(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings
+) -> None:
+    """One long message states 3,150 facts: the first `RUNSTREAM_MAX_FACTS` are remembered, the
+    run succeeds, and after its answer the assistant says its memory is full; deleting a fact
+    makes room for a new one (issue 31)."""
+    alice, _ = await serve_assistant(start_server, start_worker, max_facts=20)
+    thread_id = await new_thread(alice)
+    done = await turn(alice, thread_id, THOUSANDS_OF_FACTS, modes=("custom", "values"))
+    assert len(await store_rows(settings)) == 20
+    assert len(done.events("remembered")) == 20
+    assert done.events("memory_full") == [{"event": "memory_full", "kept": 20, "max_facts": 20}]
+    assert said_last(done) == MEMORY_FULL
+    assert (await alice.runs.list(thread_id))[0]["status"] == "success"
+
+    # full, in any thread: a new fact is not remembered, and the assistant says so again
+    thread_id = await new_thread(alice)
+    again = await turn(alice, thread_id, "My name is Ann.")
+    assert again.events("remembered") == [] and said_last(again) == MEMORY_FULL
+    # a turn stating nothing new says nothing of it
+    quiet = await turn(alice, thread_id, "How are you?")
+    assert quiet.events("memory_full") == [] and said_last(quiet) != MEMORY_FULL
+    # the user deletes one: there is room for one more
+    await alice.store.delete_item(FACTS, Fact("note", "item1 is mine", 0.9, "").key)
+    room = await turn(alice, thread_id, "My name is Ann.")
+    assert [e["key"] for e in room.events("remembered")] == ["name"]
+    assert said_last(room) != MEMORY_FULL
+
+
+async def test_a_full_store_stops_the_assistants_facts_and_not_its_run(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings
+) -> None:
+    """The store's own cap (`RUNSTREAM_MAX_STORE_ITEMS`, here below the facts cap) refuses
+    the assistant's writes as it refuses the routes': the facts that fit are kept, the run
+    succeeds and says its memory is full (issue 31: 3,150 facts were written past a cap of
+    100)."""
+    alice, _ = await serve_assistant(start_server, start_worker, max_store_items=20)
+    thread_id = await new_thread(alice)
+    done = await turn(alice, thread_id, THOUSANDS_OF_FACTS, modes=("custom", "values"))
+    assert len(await store_rows(settings)) == 20
+    assert len(done.events("remembered")) == 20
+    assert said_last(done) == MEMORY_FULL
+    assert (await alice.runs.list(thread_id))[0]["status"] == "success"
 
 
 async def test_each_turn_is_graded_after_its_answer_and_the_grades_are_recorded(

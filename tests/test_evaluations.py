@@ -52,7 +52,9 @@ async def claimed_run(services: Services, owner: str = "o") -> RunRecord:
 
 def recorded(services: Services, run: RunRecord) -> Any:
     """Inside `run`'s current attempt, as its graph's nodes are."""
-    return running(run, ToolLedger(services.pool), services.evaluations)
+    return running(
+        run, ToolLedger(services.pool), services.evaluations, max_facts=services.settings.max_facts
+    )
 
 
 async def totals(services: Services) -> dict[str, tuple[int, int, int, float, list[int]]]:

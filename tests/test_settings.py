@@ -42,11 +42,15 @@ class TestSettings:
         for name in shared:
             assert getattr(alone, name) == 0, name
             assert getattr(keyed, name) == getattr(Settings(), name) > 0, name
-        # the bounds on bytes and time protect the machine, callers or not
-        for name in ("max_store_bytes", "max_checkpoint_bytes", "query_timeout_ms"):
+        # the bounds on bytes and time protect the machine, callers or not; so does the
+        # memory assistant's cap on facts (one message could state thousands)
+        for name in ("max_store_bytes", "max_checkpoint_bytes", "query_timeout_ms", "max_facts"):
             assert getattr(alone, name) == getattr(keyed, name) == getattr(Settings(), name)
-        chosen = Settings.from_env({"RUNSTREAM_MAX_SUBMITS_PER_MINUTE": "7"}, env_file="")
-        assert chosen.max_submits_per_minute == 7
+        assert alone.max_facts == 200
+        chosen = Settings.from_env(
+            {"RUNSTREAM_MAX_SUBMITS_PER_MINUTE": "7", "RUNSTREAM_MAX_FACTS": "0"}, env_file=""
+        )
+        assert chosen.max_submits_per_minute == 7 and chosen.max_facts == 0
 
     def test_lists_and_model_choice(self) -> None:
         settings = Settings.from_env(

@@ -4,6 +4,10 @@ A store search with a filter of 20,000 conditions held a pooled connection for 2
 them left every other caller's requests answering 503; a 300 KB key or label was a 500 from
 Postgres's index row limit; and nothing bounded what a caller kept. Each test below failed on
 the code before these bounds.
+
+The caps on what a caller keeps hold for its graphs' writes through `runtime.store` too (issue
+31: with the item cap at 100 a graph wrote 3,150 items while the route answered 413):
+`TestGraphWrites`.
 """
 
 from __future__ import annotations
@@ -13,10 +17,15 @@ from typing import Any
 
 import httpx
 import pytest
+from langgraph.store.base import PutOp
 
 from stream_store import limits
+from stream_store.errors import QuotaExceeded
+from stream_store.services import open_services
 from stream_store.settings import Settings
-from tests.conftest import StartServer, schema_connection
+from stream_store.store import OwnerStore, StoreCaps
+from tests.conftest import StartServer, StartWorker, schema_connection
+from tests.sse import read_events
 from tests.test_caller_limits import ALICE, API_KEYS, BOB
 from tests.test_langgraph_store import store_rows
 
@@ -184,3 +193,130 @@ class TestWhatACallerKeeps:
             assert "RUNSTREAM_MAX_STORE_BYTES" in error["message"], error
             assert await store_rows(settings) == before
             assert (await put(client, "b", {"text": "d" * 100})).status_code == 204
+
+
+FILLS = {
+    "fills_store": "tests.custom_graphs:fills_store",
+    "fills_store_sync": "tests.custom_graphs:fills_store_sync",
+}
+
+
+async def start_with_graphs(
+    start_server: StartServer, start_worker: StartWorker, **changes: Any
+) -> str:
+    """A server and a worker with the store-filling graphs, both with `changes`."""
+    url = await start(start_server, graphs=FILLS, **changes)
+    await start_worker(api_keys=API_KEYS, graphs=FILLS, **changes)
+    return url
+
+
+async def graph_run(
+    client: httpx.AsyncClient, text: str, graph: str = "fills_store", headers: Any = ALICE
+) -> dict[str, Any]:
+    """The record of a run of `graph` with `text` ("put 3 x", "delete 1 x"), once it ended."""
+    body = {"graph": graph, "input": {"messages": [{"role": "user", "content": text}]}}
+    submitted = await client.post("/v1/runs", json=body, headers=headers)
+    assert submitted.status_code == 202, submitted.text
+    run_id = submitted.json()["run_id"]
+    events = await read_events(client, f"/v1/runs/{run_id}/events", headers=headers)
+    assert events[-1].event in ("done", "error"), events[-1]
+    record: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}", headers=headers)).json()
+    return record
+
+
+def assert_store_full(run: dict[str, Any], setting: str = "RUNSTREAM_MAX_STORE_ITEMS") -> None:
+    """The run failed at its store write: the graph's node raised `QuotaExceeded`."""
+    assert run["status"] == "failed", run
+    message = run["error"]["message"]
+    assert message.startswith("QuotaExceeded: ") and setting in message, run["error"]
+
+
+async def keys_of(settings: Settings) -> list[str]:
+    return sorted(row[1] for row in await store_rows(settings))
+
+
+class TestGraphWrites:
+    """A graph's writes through `runtime.store` meet the owner's caps in the same place as the
+    store routes' (`OwnerStore`), counted with them (issue 31)."""
+
+    async def test_a_graphs_store_writes_count_against_the_owners_caps(
+        self, start_server: StartServer, start_worker: StartWorker, settings: Settings
+    ) -> None:
+        url = await start_with_graphs(start_server, start_worker, max_store_items=5)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            for key in ("a", "b"):
+                assert (await put(client, key, {"v": key})).status_code == 204
+            # the graph's batch of three fits beside the route's two
+            assert (await graph_run(client, "put 3 x"))["status"] == "succeeded"
+            assert await keys_of(settings) == ["a", "b", "x0", "x1", "x2"]
+            # the route counts the graph's items ...
+            error = assert_error(await put(client, "c", {"v": "c"}), 413)
+            assert error["code"] == "store_full", error
+            # ... and the graph the route's: two more would be 7 (alone, the graph has 3)
+            before = await store_rows(settings)
+            assert_store_full(await graph_run(client, "put 2 y"))
+            assert await store_rows(settings) == before  # the batch is refused whole
+            # items it replaces do not count; another owner's store is its own
+            assert (await graph_run(client, "put 3 x"))["status"] == "succeeded"
+            assert (await graph_run(client, "put 5 y", headers=BOB))["status"] == "succeeded"
+
+    async def test_a_sync_nodes_store_writes_meet_the_same_caps(
+        self, start_server: StartServer, start_worker: StartWorker, settings: Settings
+    ) -> None:
+        url = await start_with_graphs(start_server, start_worker, max_store_items=3)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            done = await graph_run(client, "put 3 x", graph="fills_store_sync")
+            assert done["status"] == "succeeded", done
+            before = await store_rows(settings)
+            assert_store_full(await graph_run(client, "put 1 y", graph="fills_store_sync"))
+            assert await store_rows(settings) == before
+
+    async def test_deletes_still_work_when_the_store_is_full(
+        self, start_server: StartServer, start_worker: StartWorker, settings: Settings
+    ) -> None:
+        url = await start_with_graphs(start_server, start_worker, max_store_items=3)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            assert (await graph_run(client, "put 3 x"))["status"] == "succeeded"
+            assert_error(await put(client, "a", {"v": "a"}), 413)
+            assert_store_full(await graph_run(client, "put 1 y"))
+            # full: the graph deletes one of its items, the route another
+            assert (await graph_run(client, "delete 1 x"))["status"] == "succeeded"
+            gone = await client.request(
+                "DELETE", "/store/items", json={"namespace": ["filled"], "key": "x1"}, headers=ALICE
+            )
+            assert gone.status_code == 204, gone.text
+            assert await keys_of(settings) == ["x2"]
+            # and there is room again, for either
+            assert (await graph_run(client, "put 1 y"))["status"] == "succeeded"
+            assert (await put(client, "a", {"v": "a"})).status_code == 204
+            assert await keys_of(settings) == ["a", "x2", "y0"]
+
+    async def test_a_batch_counts_each_item_it_leaves_and_their_bytes(
+        self, settings: Settings
+    ) -> None:
+        """One `abatch` is counted whole: the last put of a key is the one kept, a key it
+        deletes frees its place, and its values' bytes add up."""
+        async with open_services(settings) as services:
+            alice = OwnerStore(services.store, "alice", StoreCaps(max_items=3, max_bytes=300))
+            four = [PutOp(("n",), f"k{i}", {"i": i}) for i in range(4)]
+            with pytest.raises(QuotaExceeded, match="this write 4") as refused:
+                await alice.abatch(four)
+            assert refused.value.code == "store_full"
+            assert await keys_of(settings) == []
+            # the same key four times is one item, the value put last
+            await alice.abatch([PutOp(("n",), "k", {"i": i}) for i in range(4)])
+            assert (await alice.aget(("n",), "k")).value == {"i": 3}  # type: ignore[union-attr]
+            # three more would be four; deleting one in the same batch leaves three
+            three = [PutOp(("n",), f"k{i}", {"i": i}) for i in range(3)]
+            with pytest.raises(QuotaExceeded):
+                await alice.abatch(three)
+            await alice.abatch([PutOp(("n",), "k", None), *three])
+            assert await keys_of(settings) == ["k0", "k1", "k2"]
+            # bytes: two values of 200 bytes are past 300 together, whatever each is alone
+            big = [PutOp(("n",), f"k{i}", {"t": "x" * 192}) for i in range(2)]
+            with pytest.raises(QuotaExceeded, match="RUNSTREAM_MAX_STORE_BYTES"):
+                await alice.abatch(big)
+            # reads and deletes never count
+            assert len(await alice.asearch(("n",))) == 3
+            await alice.adelete(("n",), "k0")
+            assert await keys_of(settings) == ["k1", "k2"]

@@ -35,6 +35,7 @@ from stream_store.settings import Settings
 from stream_store.store import (
     SWEEP_LOCK,
     OwnerStore,
+    StoreCaps,
     StoreOptions,
     VectorsUnavailable,
     index_config,
@@ -373,7 +374,7 @@ class TestTheDatabase:
         pool = await open_pg_pool(vector_settings)
         try:
             async with open_store(pool, options) as store:
-                alice = OwnerStore(store, "alice")
+                alice = OwnerStore(store, "alice", StoreCaps())
                 await alice.aput(("docs",), "cat", {"text": "a cat"})
                 await alice.aput(("docs",), "car", {"text": "a fast car"})
                 found = await alice.asearch(("docs",), query="cat")

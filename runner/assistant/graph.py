@@ -8,7 +8,9 @@ Each turn:
   messages), with no model call before the answer's, and streams the answer.
 - `extract`, beside it, reads facts from the user's message (rules offline, structured output
   with a model), writes each new one once (`runner.effects.once`), and stages one that
-  contradicts a stored value as a pending conflict, the old value kept.
+  contradicts a stored value as a pending conflict, the old value kept. A user keeps at most
+  `RUNSTREAM_MAX_FACTS` facts: past them (or when the store refuses a write, `store_full`) no
+  new one is written, and `notice`, after the answer, says so in a short message.
 - `confirm` asks about each pending conflict through `interrupt()` (the human-in-the-loop shape
   the UIs draw buttons for): yes applies the new value, no keeps the old, an unclear answer asks
   again; a conflict older than `conflict_ttl_s` is dropped, the old value kept.
@@ -50,12 +52,13 @@ from langgraph.config import get_config, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 from langgraph.types import interrupt
 
-from runner.effects import once
+from runner.effects import current_run, once
 from runner.evaluations import record_evaluation
 from runner.models import EchoChatModel, chat_model
+from stream_store.errors import QuotaExceeded
 
 from .confirmation import (
     CLASSIFY_PROMPT,
@@ -81,6 +84,7 @@ from .grading import Grade, grade_confirmation, grade_extraction, grade_reply
 from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
 
 __all__ = [
+    "MEMORY_FULL",
     "NAMESPACE",
     "AssistantContext",
     "AssistantInput",
@@ -93,6 +97,11 @@ __all__ = [
 logger = structlog.get_logger()
 
 NAMESPACE = ("memory", "facts")
+# What the assistant says after its answer when it could not remember all it was told
+MEMORY_FULL = (
+    "My memory is full, so I did not remember everything you just told me: delete some of the"
+    " facts I remember about you to make room."
+)
 T = TypeVar("T")
 
 
@@ -246,6 +255,28 @@ async def _stored(store: BaseStore, facts: list[Fact]) -> dict[str, Fact]:
     return found
 
 
+async def _stored_and_kept(
+    store: BaseStore, facts: list[Fact], max_facts: int
+) -> tuple[dict[str, Fact], int]:
+    """`_stored`, and how many items the user keeps under `NAMESPACE` (0 without a cap: not
+    counted). Within the cap one search reads them all, which answers every key at once (a
+    long message may state thousands); past it (the cap lowered since, items put through the
+    store routes) each key is read."""
+    if not max_facts or not facts:
+        return await _stored(store, facts), 0
+    items = await store.asearch(NAMESPACE, limit=max_facts + 1)
+    if len(items) > max_facts:
+        return await _stored(store, facts), len(items)
+    every = {item.key: fact for item in items if (fact := Fact.read(item.value)) is not None}
+    return every, len(items)
+
+
+def _max_facts() -> int:
+    """`RUNSTREAM_MAX_FACTS` of the worker running this run (0: no limit): a server setting, so
+    that no run's input or context can raise it."""
+    return current_run("the assistant's facts").max_facts
+
+
 async def remember_once(
     store: BaseStore, key: str, fact: Fact, *, replaces: Fact | None = None
 ) -> dict[str, Any] | None:
@@ -257,7 +288,8 @@ async def remember_once(
     runs inside the ledger's transaction, on the pool the store shares); the store is then
     written unless it already holds that stamp, which is the case when an earlier attempt of
     the run wrote it. A retry therefore writes nothing again, and one killed between the ledger
-    and the store completes the write.
+    and the store completes the write. The delete and the put are one batch, so a store that
+    refuses the put (`QuotaExceeded`, past the owner's caps) keeps the replaced fact.
     """
 
     if problems := fact_problems(fact.as_value()):
@@ -270,11 +302,12 @@ async def remember_once(
     written: dict[str, Any] = await once(key, stamp, name="remember_fact")
     current = await store.aget(NAMESPACE, fact.key)
     if current is None or current.value.get("written_at") != written["written_at"]:
+        value = {**fact.as_value(), "written_at": written["written_at"]}
+        ttl = (store.ttl_config or {}).get("default_ttl")  # as `aput` without a `ttl`
+        ops = [PutOp(NAMESPACE, fact.key, value, ttl=ttl)]
         if replaces is not None and replaces.key != fact.key:
-            await store.adelete(NAMESPACE, replaces.key)
-        await store.aput(
-            NAMESPACE, fact.key, {**fact.as_value(), "written_at": written["written_at"]}
-        )
+            ops.insert(0, PutOp(NAMESPACE, replaces.key, None))
+        await store.abatch(ops)
     return written
 
 
@@ -358,7 +391,9 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
             writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
     text = _last_user_text(state["messages"])
     facts = await extract_facts(_model(), text, run_id) if text else []
-    stored = await _stored(store, facts)
+    max_facts = _max_facts()
+    stored, kept = await _stored_and_kept(store, facts, max_facts)
+    full = refused = False  # no room for a new fact; the store refused a write
     for fact in facts:
         old = conflict_with(fact, stored)
         if old is not None:
@@ -379,10 +414,32 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
             # nothing new: the same value, as sure or surer (also what a retry finds)
             writer({"memory": {"event": "unchanged", "key": fact.key}})
             continue
-        written = await remember_once(store, f"fact:{fact.key}", fact)
-        if written is not None:  # extraction cuts values to the limit: always written
-            writer({"memory": {"event": "remembered", **written}})
-    return {"pending": pending, "turn": {"extracted": [f.as_value() for f in facts]}}
+        if refused or (same is None and max_facts and kept >= max_facts):
+            full = True  # a fact replacing a stored one still fits; a new one does not
+            continue
+        try:
+            written = await remember_once(store, f"fact:{fact.key}", fact)
+        except QuotaExceeded:  # the owner's store caps (RUNSTREAM_MAX_STORE_ITEMS, _BYTES)
+            full = refused = True
+            continue
+        if written is None:  # refused by `fact_problems` (extraction cuts values: never)
+            continue
+        if same is None:
+            kept += 1
+        writer({"memory": {"event": "remembered", **written}})
+    turn: dict[str, Any] = {"extracted": [f.as_value() for f in facts]}
+    if full:
+        writer({"memory": {"event": "memory_full", "kept": kept, "max_facts": max_facts}})
+        turn["memory_full"] = True
+    return {"pending": pending, "turn": turn}
+
+
+async def notice(state: AssistantState) -> dict[str, Any]:
+    """After the answer (it streams beside the extraction, so it cannot say it), a short
+    message when memory was full and something the user said was not remembered."""
+    if not state.get("turn", {}).get("memory_full"):
+        return {}
+    return {"messages": [AIMessage(content=MEMORY_FULL)]}
 
 
 # -- confirmation ----------------------------------------------------------------------------
@@ -441,10 +498,12 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     if verdict == "unclear":
         return {"pending": [conflict, *rest], "turn": turn}  # asked again
     store = _store(runtime)
-    if verdict == "yes" and await remember_once(
-        store, f"confirm:{conflict['id']}", new, replaces=old
-    ):
-        said = f"Updated: {new.sentence()}."
+    if verdict == "yes":
+        try:
+            written = await remember_once(store, f"confirm:{conflict['id']}", new, replaces=old)
+            said = f"Updated: {new.sentence()}." if written else f"Kept: {old.sentence()}."
+        except QuotaExceeded:  # the owner's store caps: the old value stays
+            said = f"Kept: {old.sentence()}. {MEMORY_FULL}"
     else:
         said = f"Kept: {old.sentence()}."
     said = said.replace("their ", "your ").replace("they ", "you ")
@@ -526,12 +585,14 @@ def assistant_builder(
         StateGraph(AssistantState, input_schema=AssistantInput, context_schema=AssistantContext)
         .add_node("respond", respond)
         .add_node("extract", extract_node)
+        .add_node("notice", notice)
         .add_node("confirm", confirm_node)
         .add_node("summarize", summarize)
         .add_node("grade", grade_node)
         .add_edge(START, "respond")
         .add_edge(START, "extract")
-        .add_edge(["respond", "extract"], "confirm")
+        .add_edge(["respond", "extract"], "notice")
+        .add_edge("notice", "confirm")
         .add_conditional_edges("confirm", _after_confirm, ["confirm", "summarize"])
         .add_edge("summarize", "grade")
         .add_edge("grade", END)

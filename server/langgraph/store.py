@@ -10,9 +10,9 @@ it), and so does the server, with the other labels the store cannot keep. Every 
 
 A caller shapes these queries (a filter, a prefix, an offset), so each runs on the connections
 for such queries (`server.caller_queries`: a pool of their own, a turn per caller, a
-statement timeout), with its filter bounded here; a put counts the caller's items and bytes
-first (`RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`). docs/security.md,
-"Per-caller limits", has the numbers.
+statement timeout), with its filter bounded here. A put meets the caller's caps on items and
+bytes (`RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`) in `OwnerStore` itself, where
+a graph's puts meet them too. docs/security.md, "Per-caller limits", has the numbers.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from litestar import Controller, Response, delete, get, post, put
 
 from stream_store import limits
 from stream_store.metadata_filters import matches
-from stream_store.store import OwnerStore, owner_store_on, refuse_past_store_caps
+from stream_store.store import OwnerStore, StoreCaps, owner_store_on
 
 from .. import inputs
 from ..auth import Caller
@@ -116,22 +116,11 @@ def _depth(value: Any) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _owner_store(
-    resources: Resources, caller: Caller, put: tuple[tuple[str, ...], str, int] | None = None
-) -> AsyncIterator[OwnerStore]:
-    """The caller's store on a connection for its queries, after the room for `put` (namespace,
-    key, bytes of the value) was made."""
+async def _owner_store(resources: Resources, caller: Caller) -> AsyncIterator[OwnerStore]:
+    """The caller's store, within its caps, on a connection for its queries."""
     async with resources.queries.connection(caller.owner) as conn:
-        if put is not None:
-            settings = resources.settings
-            await refuse_past_store_caps(
-                conn,
-                caller.owner,
-                put,
-                max_items=settings.max_store_items,
-                max_bytes=settings.max_store_bytes,
-            )
-        async with owner_store_on(conn, caller.owner, resources.store_options) as store:
+        caps = StoreCaps.of(resources.settings)
+        async with owner_store_on(conn, caller.owner, resources.store_options, caps) as store:
             yield store
 
 
@@ -154,10 +143,9 @@ class StoreController(Controller):
         filters = await caller.authorize("store", "put", value)
         namespace = _namespace(list(value["namespace"]), "namespace", required=True)
         key = _key(value["key"])
-        size = len(msgspec.json.encode(data.value))
         # no `ttl`: the project's `store.ttl.default_ttl`, as for the graphs' puts
         ttl = NOT_PROVIDED if data.ttl is None else data.ttl
-        async with _owner_store(resources, caller, put=(namespace, key, size)) as store:
+        async with _owner_store(resources, caller) as store:
             if filters:  # the value written, and any it replaces, must be within the filter
                 replaced = await store.aget(namespace, key)
                 if not matches(data.value, filters) or (

@@ -555,3 +555,17 @@ async def test_every_counted_route_refuses_once_its_budget_is_spent(
     assert not wrong, "\n".join(wrong)
     assert tried >= 40
     assert [name for name in before if before[name] != after[name]] == []
+
+
+def test_only_the_access_layer_asks_the_projects_auth() -> None:
+    """A handler of either API (or anything else in the server) that asked the project's
+    `@auth.on` itself would be a second door: every ask is in `server/access/`."""
+    server = ROOT / "server"
+    asking = sorted(
+        str(path.relative_to(ROOT))
+        for path in server.rglob("*.py")
+        if ".authorize(" in path.read_text()
+        and path.parent != server / "access"
+        and path != server / "auth.py"  # `Caller.authorize`, which runs the handler
+    )
+    assert asking == []

@@ -17,8 +17,7 @@ a graph's puts meet them too. docs/security.md, "Per-caller limits", has the num
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -26,10 +25,9 @@ from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 
 from stream_store import limits
-from stream_store.metadata_filters import matches
-from stream_store.store import OwnerStore, StoreCaps, owner_store_on
 
 from .. import inputs
+from ..access.store import ask_store, caller_store, check_put, shown
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
 from ..errors import ApiError
@@ -115,15 +113,6 @@ def _depth(value: Any) -> int:
     return 0
 
 
-@contextlib.asynccontextmanager
-async def _owner_store(resources: Resources, caller: Caller) -> AsyncIterator[OwnerStore]:
-    """The caller's store, within its caps, on a connection for its queries."""
-    async with resources.queries.connection(caller.owner) as conn:
-        caps = StoreCaps.of(resources.settings)
-        async with owner_store_on(conn, caller.owner, resources.store_options, caps) as store:
-            yield store
-
-
 class StoreController(Controller):
     """The caller's items in LangGraph's store (long-term memory shared across threads)."""
 
@@ -140,18 +129,14 @@ class StoreController(Controller):
             "index": data.index,
             "ttl": data.ttl,
         }
-        filters = await caller.authorize("store", "put", value)
+        filters = await ask_store(caller, "put", value)
         namespace = _namespace(list(value["namespace"]), "namespace", required=True)
         key = _key(value["key"])
         # no `ttl`: the project's `store.ttl.default_ttl`, as for the graphs' puts
         ttl = NOT_PROVIDED if data.ttl is None else data.ttl
-        async with _owner_store(resources, caller) as store:
+        async with caller_store(resources, caller) as store:
             if filters:  # the value written, and any it replaces, must be within the filter
-                replaced = await store.aget(namespace, key)
-                if not matches(data.value, filters) or (
-                    replaced is not None and not matches(replaced.value, filters)
-                ):
-                    raise ApiError(403, "forbidden", "the item is outside what you may write")
+                check_put(data.value, await store.aget(namespace, key), filters)
             await store.aput(namespace, key, data.value, index=data.index, ttl=ttl)
 
     @get("/items", summary="An item, or null", dependencies=QUERY)
@@ -165,13 +150,11 @@ class StoreController(Controller):
     ) -> Response[dict[str, Any] | None]:
         labels = _namespace(namespace.split(".") if namespace else [], "namespace")
         value: dict[str, Any] = {"namespace": labels, "key": _key(key)}
-        filters = await caller.authorize("store", "get", value)
+        filters = await ask_store(caller, "get", value)
         labels = _namespace(list(value["namespace"]), "namespace")
-        async with _owner_store(resources, caller) as store:
+        async with caller_store(resources, caller) as store:
             refresh = None if refresh_ttl is None else inputs.flag(refresh_ttl, "refresh_ttl")
-            item = await store.aget(labels, _key(value["key"]), refresh_ttl=refresh)
-        if item is not None and not matches(item.value, filters):
-            item = None  # one the handler's filter leaves out is not there (LangGraph: ignored)
+            item = shown(await store.aget(labels, _key(value["key"]), refresh_ttl=refresh), filters)
         return Response(item.dict() if item is not None else None)
 
     @delete("/items", status_code=204, summary="Delete an item", dependencies=WRITE)
@@ -180,14 +163,12 @@ class StoreController(Controller):
             "namespace": _namespace(data.namespace, "namespace"),
             "key": _key(data.key),
         }
-        filters = await caller.authorize("store", "delete", value)
+        filters = await ask_store(caller, "delete", value)
         namespace = _namespace(list(value["namespace"]), "namespace")
         key = _key(value["key"])
-        async with _owner_store(resources, caller) as store:
-            if filters:  # an item the handler's filter leaves out is not there to delete
-                item = await store.aget(namespace, key)
-                if item is None or not matches(item.value, filters):
-                    return
+        async with caller_store(resources, caller) as store:
+            if filters and shown(await store.aget(namespace, key), filters) is None:
+                return  # an item the handler's filter leaves out is not there to delete
             await store.adelete(namespace, key)
 
     @post(
@@ -207,11 +188,11 @@ class StoreController(Controller):
             "query": None,
             "refresh_ttl": data.refresh_ttl,
         }
-        narrowed = await caller.authorize("store", "search", value)
+        narrowed = await ask_store(caller, "search", value)
         prefix = _namespace(list(value["namespace"]), "namespace_prefix")
         # the handler's filter over the caller's: on a field both name, the handler's holds
         conditions = _filter({**(value["filter"] or {}), **(narrowed or {})})
-        async with _owner_store(resources, caller) as store:
+        async with caller_store(resources, caller) as store:
             items = await store.asearch(
                 prefix,
                 query=data.query,
@@ -233,10 +214,10 @@ class StoreController(Controller):
             "limit": data.limit,
             "offset": data.offset,
         }
-        await caller.authorize("store", "list_namespaces", value)
+        await ask_store(caller, "list_namespaces", value)  # no values for a filter to match
         prefix = _namespace(list(value["namespace"]), "prefix") if value["namespace"] else None
         suffix = _namespace(list(value["suffix"]), "suffix") if value["suffix"] else None
-        async with _owner_store(resources, caller) as store:
+        async with caller_store(resources, caller) as store:
             namespaces = await store.alist_namespaces(
                 prefix=prefix,
                 suffix=suffix,

@@ -70,17 +70,29 @@ class GraphRegistry:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GraphRegistry:
-        """The process's graphs: the built-ins, `RUNSTREAM_GRAPHS` and the project's
-        (`RUNSTREAM_CONFIG`), every one imported and checked.
+        """The graphs of a process given only its settings (the tests' servers and workers):
+        its project (`RUNSTREAM_CONFIG`) read here, then as `for_project`. `runstream serve`
+        and `worker` read the project once at their start and call `for_project`.
+
+        Raises:
+            SettingsError: a graph cannot be served (a `ProjectError` names file, key, cause).
+        """
+        path = settings.config_path
+        return cls.for_project(settings, None if path is None else load_project(path))
+
+    @classmethod
+    def for_project(cls, settings: Settings, project: Project | None) -> GraphRegistry:
+        """The process's graphs: the built-ins, `RUNSTREAM_GRAPHS` and those of `project` (the
+        process's langgraph.json, read once), every one imported and checked; the project's
+        env and import paths put in place first (`Project.prepare`, once per process: this is
+        where it is called).
 
         Raises:
             SettingsError: a graph cannot be served (a `ProjectError` names file, key, cause).
         """
         specs: dict[str, str | GraphSource] = dict(settings.graphs)
         auth: GraphSource | None = None
-        project = None
-        if settings.config_path is not None:
-            project = load_project(settings.config_path)
+        if project is not None:
             clash = sorted(set(specs) & set(project.graphs))
             if clash:
                 raise ProjectError(

@@ -40,7 +40,6 @@ __all__ = [
     "StoreTTLSpec",
     "ThreadTTLSpec",
     "load_project",
-    "project_has_auth",
 ]
 
 logger = structlog.get_logger()
@@ -363,16 +362,6 @@ def load_project(file: str | Path) -> Project:
         store_ttl=shape.store.ttl if shape.store else None,
         thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
     )
-
-
-def project_has_auth(config_path: str | None) -> bool:
-    """Whether the project at `config_path` (None: no project) authenticates its callers with
-    its own `auth` (its file read, nothing imported).
-
-    Raises:
-        ProjectError: the file cannot be served.
-    """
-    return config_path is not None and load_project(config_path).auth is not None
 
 
 def _auth_source(path: Path, auth: dict[str, Any] | None, base: Path) -> GraphSource | None:

@@ -17,7 +17,7 @@ from litestar.types import ASGIApp
 from opentelemetry.trace import TracerProvider
 
 from runner.graph_registry import GraphRegistry
-from runner.project import HttpSettings, load_project, project_has_auth
+from runner.project import HttpSettings, Project
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
 
@@ -66,7 +66,7 @@ def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
 
 
 def _lifespan(
-    settings: Settings, tracer_provider: TracerProvider | None, graphs: GraphRegistry | None
+    settings: Settings, tracer_provider: TracerProvider | None, graphs: GraphRegistry
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     """Open the app's connections (`Resources`, `CallerQuotas`) and start its cron scheduler
     when it starts, stop and close them when it stops; the providers below read the
@@ -126,13 +126,6 @@ async def _before_request(request: Request[Any, Any, Any]) -> None:
     refuse_nul_in_url(request.scope["path"], request.scope["query_string"])
 
 
-def _project_auth(settings: Settings, graphs: GraphRegistry | None) -> bool:
-    """Whether the project authenticates callers itself (its langgraph.json `auth`)."""
-    if graphs is not None:
-        return graphs.auth is not None
-    return project_has_auth(settings.config_path)
-
-
 def create_app(
     settings: Settings,
     *,
@@ -141,23 +134,27 @@ def create_app(
 ) -> Litestar:
     """An app whose connections open when it starts and close when it stops.
 
-    `graphs`: the process's graphs, loaded already (`runstream serve` loads them before it
-    listens, to refuse a bad project with one line); None: loaded from `settings` at start.
+    `graphs`: the process's graphs and project, loaded already (`runstream serve` reads the
+    project once and loads them before it listens, to refuse a bad project with one line);
+    None: loaded from `settings` here (the tests' apps), the project read once.
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
 
-    The project's `http` (runner/project.py) is read here: its CORS policy, and its custom app,
-    imported now so that a bad one refuses the start. `serving(app)` is what to run.
+    The project's `http` (runner/project.py) is served from `graphs.project`: its CORS policy,
+    and its custom app, imported now so that a bad one refuses the start. `serving(app)` is
+    what to run.
 
     Raises:
         ProjectError: the project's `http.app` cannot be served.
     """
-    http, custom_app = project_http(settings)
+    if graphs is None:
+        graphs = GraphRegistry.from_settings(settings)
+    http, custom_app = project_http(graphs.project)
     cors = cors_policy(settings, http.cors)
     guard = BrowserGuard.from_settings(
         settings,
         None if cors is None else cors.listed_origins,
-        project_auth=_project_auth(settings, graphs),
+        project_auth=graphs.auth is not None,  # the project's own `auth`
     )
     custom = None
     if custom_app is not None:
@@ -218,18 +215,17 @@ def serving(app: Litestar) -> ASGIApp:
     return with_server_send(app if custom is None else custom.in_front_of(app))
 
 
-def project_http(settings: Settings) -> tuple[HttpSettings, Any]:
-    """The project's `http`, and its custom app imported (None without `http.app`), its env
-    and import paths in place first (the app may use them). A module is imported once per
-    process, so `serve` calls this before it starts children, to refuse a bad app in one line.
+def project_http(project: Project | None) -> tuple[HttpSettings, Any]:
+    """The project's `http`, and its custom app imported (None without `http.app`); its env
+    and import paths are in place already (`GraphRegistry.for_project` put them there). A
+    module is imported once per process, so `serve` calls this before it starts children, to
+    refuse a bad app in one line.
 
     Raises:
         ProjectError: the project's `http.app` cannot be served.
     """
-    if settings.config_path is None:
+    if project is None:
         return HttpSettings(), None
-    project = load_project(settings.config_path)
     if project.http.app is None:
         return project.http, None
-    project.prepare()
     return project.http, load_custom_app(project.http.app)

@@ -29,6 +29,7 @@ from .multiprocess import listening_socket, run_processes
 
 if TYPE_CHECKING:
     from runner.graph_registry import GraphRegistry
+    from runner.project import Project
     from stream_store.store import StoreOptions
 
     from .embedded import EmbeddedServices
@@ -58,15 +59,31 @@ def _announce_model(settings: Settings) -> None:
         logger.info("model", model=settings.model, base_url=settings.openai_base_url or "default")
 
 
-def _load_graphs(settings: Settings) -> GraphRegistry:
-    """The process's graphs, its project's among them, imported and checked.
+def _read_project(settings: Settings) -> Project | None:
+    """The project `settings` name (`RUNSTREAM_CONFIG`, `--config`), read and checked; None
+    without one. The one read of the file in a `runstream` process: each command reads it at
+    its start and hands the `Project` down (to its graphs, its app, its spawned children).
+
+    Raises:
+        ProjectError: the file cannot be served (`runstream` prints the one line, exits 2).
+    """
+    if settings.config_path is None:
+        return None
+    from runner.project import load_project
+
+    return load_project(settings.config_path)
+
+
+def _load_graphs(settings: Settings, project: Project | None) -> GraphRegistry:
+    """The process's graphs, `project`'s among them, imported and checked (the project's env
+    and import paths put in place first: once per process, here).
 
     Raises:
         SettingsError: one cannot be served (`runstream` prints the one line, exits 2).
     """
     from runner.graph_registry import GraphRegistry
 
-    return GraphRegistry.from_settings(settings)
+    return GraphRegistry.for_project(settings, project)
 
 
 def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
@@ -79,9 +96,8 @@ def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
 
 def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     """The HTTP server; with `processes` > 1, that many server processes on one port."""
-    from runner.project import project_has_auth
-
-    project_auth = project_has_auth(settings.config_path)
+    project = _read_project(settings)  # the sign-in decided on the read the graphs come from
+    project_auth = project is not None and project.auth is not None
     if not (settings.auth_enabled or project_auth):
         if not _is_loopback(host):
             logger.error(
@@ -94,11 +110,11 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     # with any sign-in, a signing key is required
     settings.stream_token_keys(project_auth=project_auth)
     settings.require_services()
-    graphs = _load_graphs(settings)  # a bad project refused before anything starts
+    graphs = _load_graphs(settings, project)  # a bad project refused before anything starts
     _check_sign_in(settings, graphs)
     from .app import project_http
 
-    project_http(settings)  # its custom app too (`http.app`), before any child starts
+    project_http(project)  # its custom app too (`http.app`), before any child starts
     _prepare_store(graphs, settings)
     _announce_model(settings)
     logger.info(
@@ -108,34 +124,41 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         processes=processes,
     )
     if processes == 1:
-        return _serve_process(settings, host, port, graphs=graphs)
+        return _serve_process(settings, host, port, graphs)
     sock = listening_socket(host, port)
-    children = [(settings, host, port, index, sock) for index in range(processes)]
+    children = [(settings, project, host, port, index, sock) for index in range(processes)]
     return run_processes("server", _serve_child, children, stop_timeout_s=30)
 
 
-def _serve_child(settings: Settings, host: str, port: int, index: int, sock: socket.socket) -> None:
-    """One child of `serve --processes N` (spawned: it configures its logging anew)."""
+def _serve_child(
+    settings: Settings,
+    project: Project | None,
+    host: str,
+    port: int,
+    index: int,
+    sock: socket.socket,
+) -> None:
+    """One child of `serve --processes N` (spawned: it configures its logging anew, and loads
+    its graphs from the project its parent read)."""
     configure_logging(settings.log_level, settings.log_json, process=index)
-    raise SystemExit(_serve_process(settings, host, port, sock))
+    graphs = _load_graphs(settings, project)
+    raise SystemExit(_serve_process(settings, host, port, graphs, sock))
 
 
 def _serve_process(
     settings: Settings,
     host: str,
     port: int,
+    graphs: GraphRegistry,
     sock: socket.socket | None = None,
-    graphs: GraphRegistry | None = None,
 ) -> int:
-    """One server process: on `sock` when given (shared with its siblings), else it binds;
-    with `graphs` loaded already, or loading them (a spawned child)."""
+    """One server process, its `graphs` loaded: on `sock` when given (shared with its
+    siblings), else it binds."""
     import uvicorn
 
     from .app import create_app, serving
 
     tracer_provider = tracer_provider_from_env("server")
-    if graphs is None:
-        graphs = _load_graphs(settings)
     app = create_app(settings, tracer_provider=tracer_provider, graphs=graphs)
     settle_heap()  # server/heap.py
 
@@ -191,31 +214,31 @@ def worker(
     if settings.worker_metrics_port and last_port > 65535:
         raise SettingsError(f"metrics ports up to {last_port}: past 65535")
     settings.require_services()
-    graphs = _load_graphs(settings)  # a bad project refused before anything starts
+    project = _read_project(settings)
+    graphs = _load_graphs(settings, project)  # a bad project refused before anything starts
     _prepare_store(graphs, settings)
     _announce_model(settings)
     if processes == 1:
         return _worker_process(settings, graphs)
     port = settings.worker_metrics_port
     children = [
-        (replace(settings, worker_metrics_port=port + index if port else 0), index)
+        (replace(settings, worker_metrics_port=port + index if port else 0), project, index)
         for index in range(processes)
     ]
     grace_s = settings.shutdown_grace_s + 30  # the runs' grace, then the hand-backs
     return run_processes("worker", _worker_child, children, stop_timeout_s=grace_s)
 
 
-def _worker_child(settings: Settings, index: int) -> None:
-    """One child of `worker --processes N` (spawned: it configures its logging anew)."""
+def _worker_child(settings: Settings, project: Project | None, index: int) -> None:
+    """One child of `worker --processes N` (spawned: it configures its logging anew, and loads
+    its graphs from the project its parent read)."""
     configure_logging(settings.log_level, settings.log_json, process=index)
-    raise SystemExit(_worker_process(settings))
+    raise SystemExit(_worker_process(settings, _load_graphs(settings, project)))
 
 
-def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> int:
+def _worker_process(settings: Settings, graphs: GraphRegistry) -> int:
     from runner.worker import build_worker
 
-    if graphs is None:  # a spawned child loads its own
-        graphs = _load_graphs(settings)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:  # uvloop's event loop, as uvicorn runs serve on
         import uvloop
@@ -237,20 +260,22 @@ def _worker_process(settings: Settings, graphs: GraphRegistry | None = None) -> 
 def migrate(settings: Settings) -> int:
     """Apply the migrations; with a project, those of its `store.index` too (so `up` finds a
     database without pgvector before it starts a server or a worker)."""
+    return _migrate(settings, _read_project(settings))
+
+
+def _migrate(settings: Settings, project: Project | None) -> int:
+    """`migrate` with the process's project read already (`up` reads it once)."""
     from stream_store.store import StoreOptions
 
     store = StoreOptions()
-    if settings.config_path is not None:  # its embeddings are imported, its graphs are not
-        from runner.project import load_project
+    # With a project's `store`, its embeddings are imported (its graphs are not). A project
+    # without one (the bundled assistant, served by default) needs nothing imported here: `up`
+    # migrates before it starts anything, so this is start-up time.
+    if project is not None and (project.store_index is not None or project.store_ttl is not None):
+        from runner.store_index import store_options
 
-        project = load_project(settings.config_path)
-        # A project without `store` (the bundled assistant, served by default) needs nothing
-        # imported here: `up` migrates before it starts anything, so this is start-up time.
-        if project.store_index is not None or project.store_ttl is not None:
-            from runner.store_index import store_options
-
-            project.prepare()
-            store = store_options(project)
+        project.prepare()
+        store = store_options(project)
     applied = asyncio.run(_apply_migrations(settings, store))
     logger.info("migrated", applied=applied, schema=settings.database_schema)
     return 0
@@ -297,14 +322,13 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from runner.project import project_has_auth
-
     from .embedded import EmbeddedServices
     from .up_record import UpRecord, remove_up_record, write_up_record
 
-    # refuse before starting anything, as `serve` would; the project's file read (its graphs
-    # import in the children)
-    settings.stream_token_keys(project_auth=project_has_auth(settings.config_path))
+    # refuse before starting anything, as `serve` would; the project's file read once here
+    # (its graphs import in the children, which read it themselves)
+    project = _read_project(settings)
+    settings.stream_token_keys(project_auth=project is not None and project.auth is not None)
     # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also when
     # started in the background, where SIGINT is ignored)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -329,7 +353,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
             env["RUNSTREAM_REDIS_URL"] = str(settings.redis_url)
             env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
             print(f"embedded services under {services.data_dir} (kept for the next start)")
-        return _up(settings, host, port, env, processes, services)
+        return _up(settings, project, host, port, env, processes, services)
     except KeyboardInterrupt:
         return 0  # stopped during start-up, as asked
     finally:
@@ -344,6 +368,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _up(
     settings: Settings,
+    project: Project | None,
     host: str,
     port: int,
     env: dict[str, str],
@@ -359,7 +384,7 @@ def _up(
     from .supervisor import SupervisedChild, Supervisor
 
     _announce_model(settings)
-    migrate(settings)
+    _migrate(settings, project)
     exe = [sys.executable, "-m", "server.cli"]
     each = ["--processes", str(processes)]
     # the project `up` resolved (server/cli.py `with_project`), or none: the children do not

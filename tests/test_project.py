@@ -302,3 +302,88 @@ async def test_the_tiny_project_served_by_a_real_server_and_worker(cluster: Clus
     assert {n["id"] for n in drawn["nodes"]} >= {"reply"}
     schemas = await sdk.assistants.get_schemas("with_runtime")
     assert schemas["graph_id"] == "with_runtime"
+
+
+# Imported first by every Python process whose PYTHONPATH starts with its folder (spawned
+# children too): a line for each opening of the file COUNT_OPENS_OF names, with the pid.
+_COUNT_OPENS = """\
+import os
+import sys
+
+_watched = os.environ.get("COUNT_OPENS_OF")
+
+
+def _hook(event, args):
+    if event == "open" and isinstance(args[0], (str, os.PathLike)):
+        if os.fspath(args[0]) == _watched:
+            sys.stderr.write(f"PROJECT FILE READ pid={os.getpid()}\\n")
+
+
+if _watched:
+    sys.addaudithook(_hook)
+"""
+_READ = "PROJECT FILE READ"
+_PREPARED = "the project's env sets runstream settings"  # logged by each `Project.prepare()`
+
+
+def counted_project(folder: Path) -> tuple[Path, dict[str, str]]:
+    """A project that uses every reader of its file (graphs, its own auth, a custom app, an
+    env file), and the environment that counts its file's reads in each process."""
+    projects = ROOT / "tests" / "projects"
+    (folder / "project.env").write_text("RUNSTREAM_NOT_A_SETTING=1\nPROJECT_ONCE=yes\n")
+    path = write_project(
+        folder / "project",
+        {
+            "graphs": {"whoami": f"{projects / 'auth' / 'graph.py'}:graph"},
+            "auth": {"path": f"{projects / 'auth' / 'auth.py'}:auth"},
+            "http": {"app": f"{projects / 'http' / 'app.py'}:app"},
+            "env": "../project.env",
+        },
+    )
+    hook = folder / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_COUNT_OPENS)
+    env = {"COUNT_OPENS_OF": str(path), "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    return path, env
+
+
+def test_an_app_reads_its_project_once_and_prepares_it_once(tmp_path: Path) -> None:
+    path, env = counted_project(tmp_path)
+    script = (
+        "from server.app import create_app\n"
+        "from stream_store.settings import Settings\n"
+        f"create_app(Settings(config_path={str(path)!r}))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTREAM_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(_READ) == 1, done.stderr
+    assert (done.stdout + done.stderr).count(_PREPARED) == 1, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_runstream_serve_reads_the_project_once_and_its_processes_prepare_it_once(
+    cluster: Cluster, tmp_path: Path, processes: int
+) -> None:
+    """The server's sign-in decision, its graphs, its project's auth and custom app come from
+    one read of the file, in the parent; each process puts its env and paths in place once."""
+    path, env = counted_project(tmp_path)
+    server, _ = await cluster.server(processes=processes, RUNSTREAM_CONFIG=str(path), **env)
+    worker = await cluster.ready_worker(RUNSTREAM_CONFIG=str(path), **env)
+    for _ in range(600):  # each server process started (one answering is not all of them)
+        if server.output().count("server ready") == processes:
+            break
+        await asyncio.sleep(0.1)
+    for process, prepared in ((server, processes + (processes > 1)), (worker, 1)):
+        lines = process.output().splitlines()
+        reads = [line for line in lines if _READ in line]
+        assert reads == [f"{_READ} pid={process.pid}"], process.tail()
+        assert sum(_PREPARED in line for line in lines) == prepared, process.tail()

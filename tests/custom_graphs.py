@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from typing import Any, TypedDict
@@ -289,4 +290,29 @@ fills_store_sync = (
     .add_node("fill", fill_sync)
     .add_edge(START, "fill")
     .add_edge("fill", END)
+)
+
+
+# A graph that tries every store operation under the namespace its message names (labels
+# separated by dots), as a graph that wanted another owner's items would, and answers with what
+# it saw (tests/test_one_door.py).
+async def probe(state: MessagesState, runtime: Runtime[Any]) -> dict[str, Any]:
+    assert runtime.store is not None
+    namespace = tuple(str(state["messages"][-1].content).split("."))
+    store = runtime.store
+    seen = {
+        "search": [item.key for item in await store.asearch(namespace)],
+        "get": (item := await store.aget(namespace, "todo")) and item.value,
+        "namespaces": [list(ns) for ns in await store.alist_namespaces(prefix=namespace[:1])],
+    }
+    await store.adelete(namespace, "todo")
+    await store.aput(namespace, "planted", {"by": "probe"})
+    return {"messages": [AIMessage(content=json.dumps(seen))]}
+
+
+probes_store = (
+    StateGraph(MessagesState)
+    .add_node("probe", probe)
+    .add_edge(START, "probe")
+    .add_edge("probe", END)
 )

@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 
 from server.app import create_app
 from stream_store.settings import Settings
+from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.processes import ROOT
 from tests.sse import iter_events
@@ -569,3 +570,45 @@ def test_only_the_access_layer_asks_the_projects_auth() -> None:
         and path != server / "auth.py"  # `Caller.authorize`, which runs the handler
     )
     assert asking == []
+
+
+# -- graph code in the worker -----------------------------------------------------------------
+
+KEYS = {"key-a": "alice", "key-b": "bob"}
+
+
+async def test_graph_code_reaches_only_its_runs_owners_store(
+    settings: Settings, start_server: StartServer, start_worker: StartWorker
+) -> None:
+    """A graph run by bob that names alice's namespace, label and all, in every store call
+    (search, get, list, delete, put) reaches only bob's own store: it sees nothing of alice's,
+    deletes nothing of hers and plants nothing in her namespaces. (The caps graph code meets
+    are tests/test_store_bounds.py's `TestGraphWrites`; `once` and `record_evaluation` outside
+    a run raise `NotInARun`: tests/test_effects.py, tests/test_evaluations.py.)"""
+    graphs = {"probes_store": "tests.custom_graphs:probes_store"}
+    await start_worker(api_keys=KEYS, graphs=graphs)
+    server = await start_server(api_keys=KEYS, graphs=graphs)
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-a")) as alice,
+        httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer("key-b")) as bob,
+    ):
+        body = {"namespace": ["notes"], "key": "todo", "value": {"x": 1}}
+        assert (await alice.put("/store/items", json=body)).status_code == 204
+        before = await alices_items(alice)
+        for named in (f"{owner_label('alice')}.notes", "notes"):
+            said = {"messages": [{"role": "user", "content": named}]}
+            answer = await bob.post(
+                "/runs/wait", json={"assistant_id": "probes_store", "input": said}
+            )
+            assert answer.status_code == 200, answer.text
+            seen = json.loads(answer.json()["messages"][-1]["content"])
+            assert seen == {"search": [], "get": None, "namespaces": []}, named
+        assert await alices_items(alice) == before
+        planted = await bob.post("/store/items/search", json={"namespace_prefix": []})
+        assert {i["key"] for i in planted.json()["items"]} == {"planted"}
+
+
+async def alices_items(alice: httpx.AsyncClient) -> list[Any]:
+    found = await alice.post("/store/items/search", json={"namespace_prefix": []})
+    namespaces = await alice.post("/store/namespaces", json={})
+    return [found.json()["items"], namespaces.json()["namespaces"]]

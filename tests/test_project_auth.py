@@ -96,6 +96,35 @@ class TestResourceRules:
         with pytest.raises(NotFoundError):
             await victor.threads.get_state(private["thread_id"])
 
+    async def test_v1_asks_the_same_handlers_as_langgraphs_routes(
+        self, served: ServerHandle
+    ) -> None:
+        """Issue 31's finding: `/v1` let through what the handlers refuse on LangGraph's
+        routes. A thread `never_delete` keeps is kept on `/v1` too; victor's filter (public
+        threads only) hides a private thread's runs, events and listing on `/v1` as well."""
+        alice = as_user(served.url, "token-alice")
+        thread = await alice.threads.create()
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            kept = await http.delete(
+                f"/v1/threads/{thread['thread_id']}",
+                headers={"Authorization": "Bearer token-alice"},
+            )
+            assert (kept.status_code, kept.json()["error"]["message"]) == (403, "Forbidden")
+            assert (await alice.threads.get(thread["thread_id"]))["thread_id"] == thread[
+                "thread_id"
+            ]
+
+            victor = {"Authorization": "Bearer token-victor"}
+            made = [
+                (await http.post("/v1/threads", json={"metadata": m}, headers=victor)).json()
+                for m in ({"visibility": "public"}, {"visibility": "private"})
+            ]
+            public, private = (t["thread_id"] for t in made)
+            listing = (await http.get("/v1/threads", headers=victor)).json()["threads"]
+            assert [t["thread_id"] for t in listing] == [public]
+            hidden = await http.get(f"/v1/threads/{private}", headers=victor)
+            assert hidden.status_code == 404
+
     async def test_the_graph_sees_the_user(self, served: ServerHandle) -> None:
         alice = as_user(served.url, "token-alice")
         thread = await alice.threads.create()

@@ -10,7 +10,12 @@ Every step is conditional, so any number of workers may run the reaper at once:
   only if the holder's lease ran out), Postgres decides the run's state (`requeue_attempt`
   only moves a run that is still `running` as the attempt that died).
 - A reaper that dies half-way leaves state the next pass completes: a Redis take-over is
-  idempotent, and queued runs are re-enqueued on every pass (arq drops duplicate job ids).
+  idempotent, and queued runs are re-enqueued (a job id already queued is not queued again).
+
+What a pass costs does not grow with the backlog or the workers: one worker at a time takes
+the pass (`take_turn`: SET NX with a TTL of one interval, so N workers make as many passes
+per second as one), and a pass looks at one keyset page of the queued runs (`HEADS_PER_PASS`,
+the next pass going on after the last; a backlog of 10,000 is gone over in 50 passes).
 """
 
 from __future__ import annotations
@@ -40,11 +45,18 @@ __all__ = [
     "hand_back",
     "reap_forever",
     "reap_once",
+    "requeue_queued_heads",
     "retry_planner",
     "take_over_from_gone_workers",
+    "take_turn",
 ]
 
 logger = structlog.get_logger()
+
+# Queued runs one pass looks at (each: up to three round trips); the next goes on after them.
+HEADS_PER_PASS = 200
+# Interrupted runs read per query when their streams are checked (`restore_interrupted`).
+INTERRUPTED_PAGE = 500
 
 
 async def incomplete_messages(
@@ -151,12 +163,35 @@ async def reap_once(state: WorkerState, registry: WorkerRegistry) -> None:
                 await run_records.set_last_event_id(run.run_id, "0-0")
         else:
             await lifecycle.repair(run.run_id)
-    stuck_after_s = max(5.0, 3 * settings.lease_s)
-    for run in await run_records.queued_heads():
+    await requeue_queued_heads(services)
+
+
+async def requeue_queued_heads(services: Services, *, limit: int = HEADS_PER_PASS) -> int:
+    """Queue again the jobs of one page of at most `limit` runs that may go next (a job lost
+    between the record and the queue, or stuck with a dead worker), after the page the last
+    pass saw; how many it looked at."""
+    run_records, events, keys = services.run_records, services.events, services.keys
+    redis = services.clients.queue
+    stuck_after_s = max(5.0, 3 * services.settings.lease_s)
+    after = await redis.get(keys.reaper_heads_after())
+    heads = await run_records.queued_heads(after=after.decode() if after else None, limit=limit)
+    for run in heads:
         if not await events.exists(run.run_id):
-            await lifecycle.restore_stream(run)
+            await services.lifecycle.restore_stream(run)
         fresh = await run_records.redispatch_if_stuck(run.run_id, run.dispatch, stuck_after_s)
         await services.queue.enqueue(fresh or run)
+    if len(heads) < limit:  # the end: the next pass starts again
+        await redis.delete(keys.reaper_heads_after())
+    else:
+        await redis.set(keys.reaper_heads_after(), heads[-1].thread_id, ex=3600)
+    return len(heads)
+
+
+async def take_turn(services: Services, worker_id: str) -> bool:
+    """Whether this worker runs the reaper's pass now: the first to ask in each interval."""
+    interval_ms = max(1, int(services.settings.reaper_interval_s * 1000))
+    turn = services.keys.reaper_turn()
+    return bool(await services.clients.queue.set(turn, worker_id, nx=True, px=interval_ms))
 
 
 async def expire_idle_threads(
@@ -183,10 +218,17 @@ async def expire_idle_threads(
 
 
 async def restore_interrupted(services: Services) -> None:
-    """At start-up: interrupted runs whose stream Redis lost get it back (resume needs it)."""
-    for run in await services.run_records.active_runs():
-        if run.status == RunStatus.INTERRUPTED and not await services.events.exists(run.run_id):
-            await services.lifecycle.restore_stream(run)
+    """Interrupted runs whose stream Redis lost get it back (resume needs it), read a page at a
+    time."""
+    after: str | None = None
+    while True:
+        page = await services.run_records.interrupted_runs(after=after, limit=INTERRUPTED_PAGE)
+        for run in page:
+            if not await services.events.exists(run.run_id):
+                await services.lifecycle.restore_stream(run)
+        if len(page) < INTERRUPTED_PAGE:
+            return
+        after = page[-1].run_id
 
 
 async def reap_forever(state: WorkerState) -> None:
@@ -195,13 +237,14 @@ async def reap_forever(state: WorkerState) -> None:
     passes = 0
     while True:
         try:
-            if passes % 30 == 0:
-                await restore_interrupted(state.services)
-            await reap_once(state, registry)
-            await expire_idle_threads(state.services)
+            if await take_turn(state.services, state.worker_id):
+                if passes % 30 == 0:
+                    await restore_interrupted(state.services)
+                await reap_once(state, registry)
+                await expire_idle_threads(state.services)
+                passes += 1
         except (StoreError, RedisError, OSError) as exc:
             logger.warning("reaper pass failed; retrying", error=str(exc))
         except Exception:
             logger.exception("reaper pass failed")
-        passes += 1
         await asyncio.sleep(interval)

@@ -99,6 +99,17 @@ class KeySpace:
         """String with a TTL: a live worker's last heartbeat (`stream_store.workers.WorkerBeat`)."""
         return f"{self._deployment()}:worker:{worker_id}:beat"
 
+    def reaper_turn(self) -> str:
+        """String with a TTL of one reaper interval: the worker whose pass it is. Whoever sets
+        it (SET NX) runs the pass; the rest skip theirs, so passes do not multiply with
+        workers."""
+        return f"{self._deployment()}:reaper:turn"
+
+    def reaper_heads_after(self) -> str:
+        """String: the thread id after which the next pass looks at queued runs (a keyset
+        cursor; missing: from the start)."""
+        return f"{self._deployment()}:reaper:heads-after"
+
     def queue(self) -> str:
         """The arq queue (a sorted set) that workers of this deployment poll."""
         return f"{self._deployment()}:queue"

@@ -39,7 +39,7 @@ class RunQueue:
         self._enqueue = redis.register_script(_ENQUEUE_JOB)
 
     async def enqueue(self, run: RunRecord) -> None:
-        """Queue the run's job, unless its id is queued or ran already, and wake the workers.
+        """Queue the run's job and wake the workers, unless its id is queued or ran already.
 
         One script call (`scripts/enqueue_job.lua`) does what `ArqRedis.enqueue_job` and a
         PUBLISH would in five round trips; the job is serialized as arq's own.

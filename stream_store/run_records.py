@@ -212,11 +212,22 @@ class RunRecords:
             (age_s,),
         )
 
-    async def queued_heads(self) -> list[RunRecord]:
-        """Per thread, the queued run that may go next (nothing else of its thread in flight)."""
+    async def queued_heads(self, *, after: str | None, limit: int) -> list[RunRecord]:
+        """Per thread, the queued run that may go next (nothing else of its thread in flight):
+        a page of at most `limit`, of the threads after `after` by id (a keyset cursor)."""
+        after_thread = "" if after is None else " AND thread_id > %s"
         return await self._runs(
             f"SELECT DISTINCT ON (thread_id) {RUN_COLUMNS} FROM runstream_runs r"
-            f" WHERE {_MAY_GO_NEXT} ORDER BY thread_id, created_at"
+            f" WHERE {_MAY_GO_NEXT}{after_thread} ORDER BY thread_id, created_at LIMIT %s",
+            ([] if after is None else [after]) + [limit],
+        )
+
+    async def interrupted_runs(self, *, after: str | None, limit: int) -> list[RunRecord]:
+        """A page of at most `limit` interrupted runs, of the run ids after `after`."""
+        after_run = "" if after is None else " AND run_id > %s"
+        return await self._select_runs(
+            f"status = '{RunStatus.INTERRUPTED}'{after_run} ORDER BY run_id LIMIT %s",
+            ([] if after is None else [after]) + [limit],
         )
 
     async def unsettled(self, age_s: float) -> list[RunRecord]:
@@ -226,10 +237,6 @@ class RunRecords:
             " AND settled_at < clock_timestamp() - make_interval(secs => %s)",
             (age_s,),
         )
-
-    async def active_runs(self) -> list[RunRecord]:
-        """Every queued, running or interrupted run (recovery after Redis lost its data)."""
-        return await self._select_runs(f"status IN {sql_list(ACTIVE)}")
 
     # -- what an operator looks at (`runstream status`) ----------------------------------------
 

@@ -22,7 +22,7 @@ from runner.tools import ToolLedger
 from stream_store.run_submit import NewRun
 from stream_store.services import open_services
 from stream_store.settings import Settings
-from stream_store.store import OwnerStore
+from stream_store.store import OwnerStore, StoreCaps
 from tests.conftest import StartServer, StartWorker
 from tests.test_assistant import CONFIG, FACTS, facts_of, new_thread, turn
 from tests.test_langgraph_api import API_KEYS, client_for, human
@@ -192,10 +192,15 @@ async def test_guarantee_a_fact_over_the_limit_is_never_stored(served: Served) -
     # the write: a value one past the limit is refused, one at it is written
     run_id = (await alice.runs.list(thread_id))[0]["run_id"]
     async with open_services(served.settings) as services:
-        store = OwnerStore(services.store, "alice")
+        store = OwnerStore(services.store, "alice", StoreCaps.of(services.settings))
         run = await services.run_records.get_run(run_id)
         assert run is not None
-        with running(run, ToolLedger(services.pool), services.evaluations):
+        with running(
+            run,
+            ToolLedger(services.pool),
+            services.evaluations,
+            max_facts=services.settings.max_facts,
+        ):
             too_long = Fact("note", "y" * (LIMIT + 1), 0.9, run_id)
             assert await remember_once(store, "fact:too-long", too_long) is None
             at_limit = Fact("note", "z" * LIMIT, 0.9, run_id)

@@ -188,8 +188,10 @@ async def requeue_queued_heads(services: Services, *, limit: int = HEADS_PER_PAS
 
 
 async def take_turn(services: Services, worker_id: str) -> bool:
-    """Whether this worker runs the reaper's pass now: the first to ask in each interval."""
-    interval_ms = max(1, int(services.settings.reaper_interval_s * 1000))
+    """Whether this worker runs the reaper's pass now: the first to ask in each interval. The
+    turn lapses a little before the interval ends, so the worker that had it, asking again
+    one interval later, is not refused by its own turn."""
+    interval_ms = max(1, int(services.settings.reaper_interval_s * 900))
     turn = services.keys.reaper_turn()
     return bool(await services.clients.queue.set(turn, worker_id, nx=True, px=interval_ms))
 

@@ -14,11 +14,10 @@ from clients.wire.responses import EvaluationList, EvaluationOut, RunOut
 from server.bodies import ResumeRequest, RunCreate
 from stream_store.evaluations import EvaluationRecord
 from stream_store.run_records import RunRecord
-from stream_store.run_submit import Created, NewRun
-from stream_store.tracing import run_attributes, trace_id_of, traceparent_of
+from stream_store.tracing import trace_id_of
 
 from . import inputs
-from .access.runs import prepare_run, reach_run
+from .access.runs import prepare_run, reach_run, record_run
 from .attach import Attachment, check_resume_point
 from .auth import Caller
 from .budgets import WRITE
@@ -31,7 +30,6 @@ from .resources import Resources
 __all__ = [
     "RunsController",
     "evaluation_list",
-    "record_run",
     "run_out",
     "submit_run",
 ]
@@ -138,26 +136,6 @@ async def submit_run(
     await prepare_run(resources, caller, new, {"multitask_strategy": body.multitask})
     created = await record_run(resources, quotas, new)
     return Response(run_out(resources, created.run), status_code=202 if created.created else 200)
-
-
-async def record_run(
-    resources: Resources, quotas: CallerQuotas, new: NewRun, **log_fields: str
-) -> Created:
-    """Take a submit from the owner's budget and record `new` in the run's trace (both
-    dialects): this span (a child of the request's, which continues the client's
-    `traceparent`) is stored with the run, and every attempt of the run is its child."""
-    with resources.tracer.start_as_current_span("submit run") as span:
-        new.traceparent = traceparent_of(span)
-        await quotas.take_submit(new.owner)
-        created = await resources.lifecycle.submit(new)
-        run = created.run
-        span.set_attributes(run_attributes(run))
-        structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
-        replayed = not created.created
-        logger.info(
-            "run replayed by idempotency key" if replayed else "run submitted", **log_fields
-        )
-    return created
 
 
 class RunsController(Controller):

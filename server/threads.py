@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import structlog
@@ -23,7 +23,7 @@ from stream_store.thread_deletion import delete_thread
 from stream_store.thread_records import ThreadRecord
 
 from . import inputs
-from .access.threads import new_thread_filters, reach_thread, thread_listing_filters
+from .access.threads import create_thread, reach_thread, thread_listing_filters
 from .auth import Caller
 from .budgets import WRITE
 from .quotas import CallerQuotas
@@ -58,15 +58,8 @@ class ThreadsController(Controller):
         caller: Caller,
         data: Annotated[ThreadCreate | None, Body()] = None,
     ) -> ThreadOut:
-        value: dict[str, Any] = {"thread_id": None, "metadata": dict(data.metadata if data else {})}
-        await new_thread_filters(caller, value)  # a project's handler may stamp it
-        metadata = value.get("metadata") or {}
-        inputs.metadata(metadata, resources.settings)
-        await quotas.take_submit(caller.owner)  # the same budget as runs
-        thread = await resources.thread_records.create_thread(caller.owner, metadata)
-        assert thread is not None  # a fresh id is never taken
-        logger.info("thread created", thread_id=thread.thread_id)
-        return thread_out(thread)
+        metadata = dict(data.metadata if data else {})
+        return thread_out(await create_thread(resources, quotas, caller, metadata))
 
     @get("/", summary="The caller's threads, newest first")
     async def list_threads(

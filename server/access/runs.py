@@ -11,14 +11,18 @@ import structlog
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 from stream_store.run_records import RunRecord
-from stream_store.run_submit import NewRun
+from stream_store.run_submit import Created, NewRun
+from stream_store.tracing import run_attributes, traceparent_of
 
 from .. import inputs
 from ..auth import Caller
+from ..quotas import CallerQuotas
 from ..resources import Resources
 from .threads import ask_threads, thread_not_found
 
-__all__ = ["allowed_runs", "prepare_run", "reach_run", "run_not_found"]
+__all__ = ["allowed_runs", "prepare_run", "reach_run", "record_run", "run_not_found"]
+
+logger = structlog.get_logger()
 
 
 def run_not_found(run_id: str) -> NotFound:
@@ -132,3 +136,23 @@ async def allowed_runs(
     )
     kept = {thread.thread_id for thread in found}
     return [run for run in runs if run.thread_id in kept]
+
+
+async def record_run(
+    resources: Resources, quotas: CallerQuotas, new: NewRun, **log_fields: str
+) -> Created:
+    """Take a submit from the owner's budget and record `new` in the run's trace (both
+    dialects): this span (a child of the request's, which continues the client's
+    `traceparent`) is stored with the run, and every attempt of the run is its child."""
+    with resources.tracer.start_as_current_span("submit run") as span:
+        new.traceparent = traceparent_of(span)
+        await quotas.take_submit(new.owner)
+        created = await resources.lifecycle.submit(new)
+        run = created.run
+        span.set_attributes(run_attributes(run))
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, thread_id=run.thread_id)
+        replayed = not created.created
+        logger.info(
+            "run replayed by idempotency key" if replayed else "run submitted", **log_fields
+        )
+    return created

@@ -7,22 +7,26 @@ from typing import Any
 
 import structlog
 
-from stream_store.errors import NotFound
+from stream_store.errors import Conflict, NotFound
 from stream_store.metadata_filters import matches
 from stream_store.thread_records import ThreadRecord
 
 from .. import inputs
 from ..auth import Caller
+from ..quotas import CallerQuotas
 from ..resources import Resources
 
 __all__ = [
     "ask_threads",
+    "create_thread",
     "new_thread_filters",
     "reach_thread",
     "thread_listing_filters",
     "thread_not_found",
     "threads_to_prune",
 ]
+
+logger = structlog.get_logger()
 
 
 def thread_not_found(thread_id: str) -> NotFound:
@@ -87,6 +91,48 @@ async def thread_listing_filters(
         ApiError: the handler refused.
     """
     return await caller.authorize("threads", "search", value if value is not None else {})
+
+
+async def create_thread(
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    metadata: dict[str, Any],
+    *,
+    thread_id: str | None = None,
+    if_exists: str = "raise",
+    langgraph: bool = False,
+) -> ThreadRecord:
+    """A new thread of the caller's (both APIs): the project's `threads` `create` handler,
+    which may stamp its metadata, then the metadata's bounds, then a submit of the caller's
+    budget (the same as runs'). A client-chosen `thread_id` that is taken answers the caller's
+    own thread with `if_exists` `do_nothing` (when the handler's filter shows it), else 409.
+
+    Raises:
+        ApiError: the handler refused.
+        InvalidInput: the metadata is past its bounds.
+        LimitReached: the caller's submits are spent.
+        Conflict: the id is taken.
+    """
+    value: dict[str, Any] = {"thread_id": thread_id, "metadata": dict(metadata)}
+    if langgraph:
+        value["if_exists"] = if_exists
+    filters = await new_thread_filters(caller, value)
+    stamped = value.get("metadata") or {}
+    inputs.metadata(stamped, resources.settings)
+    await quotas.take_submit(caller.owner)
+    thread = await resources.thread_records.create_thread(
+        caller.owner, stamped, thread_id, langgraph=langgraph
+    )
+    if thread is not None:
+        logger.info("thread created", thread_id=thread.thread_id)
+        return thread
+    existing = await resources.thread_records.get_thread(
+        str(thread_id), caller.owner, langgraph=langgraph
+    )
+    if if_exists == "do_nothing" and existing is not None and matches(existing.metadata, filters):
+        return existing
+    raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
 
 
 async def new_thread_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:

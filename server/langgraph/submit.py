@@ -23,13 +23,12 @@ from stream_store.run_submit import Created, NewRun
 
 from .. import inputs
 from ..access.assistants import run_assistant
-from ..access.runs import prepare_run
+from ..access.runs import prepare_run, record_run
 from ..auth import Caller
 from ..errors import ApiError
 from ..new_runs import new_run
 from ..quotas import CallerQuotas
 from ..resources import Resources
-from ..runs import record_run
 from .command import checked_command
 from .conversions import stream_modes
 from .run_context import check_context

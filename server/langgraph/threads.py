@@ -10,11 +10,11 @@ from litestar.params import Body, Parameter
 from litestar.response import Stream
 
 from stream_store.errors import Conflict
-from stream_store.metadata_filters import matches
 from stream_store.thread_deletion import delete_langgraph_threads
 
 from .. import inputs
 from ..access.threads import (
+    create_thread,
     new_thread_filters,
     reach_thread,
     thread_listing_filters,
@@ -115,31 +115,15 @@ class ThreadsController(Controller):
     ) -> Thread:
         body = data or ThreadCreate()
         thread_id = inputs.object_id(body.thread_id, "thread") if body.thread_id else None
-        # the project's handler may stamp metadata on the thread (LangGraph's `value["metadata"]`)
-        value: dict[str, Any] = {
-            "thread_id": thread_id,
-            "metadata": dict(body.metadata or {}),
-            "if_exists": body.if_exists,
-        }
-        filters = await new_thread_filters(caller, value)
-        metadata = value.get("metadata") or {}
-        inputs.metadata(metadata, resources.settings)
-        await quotas.take_submit(caller.owner)
-        thread = await resources.thread_records.create_thread(
-            caller.owner, metadata, thread_id, langgraph=True
+        thread = await create_thread(
+            resources,
+            quotas,
+            caller,
+            dict(body.metadata or {}),
+            thread_id=thread_id,
+            if_exists=body.if_exists or "raise",
+            langgraph=True,
         )
-        if thread is None:
-            existing = await resources.thread_records.get_thread(
-                str(thread_id), caller.owner, langgraph=True
-            )
-            if (
-                body.if_exists == "do_nothing"
-                and existing is not None
-                and matches(existing.metadata, filters)
-            ):
-                return await thread_view(resources, existing)
-            raise Conflict(f"Thread with ID {thread_id} already exists", code="thread_exists")
-        logger.info("thread created", thread_id=thread.thread_id, dialect="langgraph")
         return await thread_view(resources, thread)
 
     @post(

@@ -66,12 +66,13 @@ async def state_of(settings: Settings) -> State:
     redis = Redis.from_url(settings.redis_url)
     try:
         # The submit-rate window counts attempts, refused ones included (docs/protocol.md 3.6):
-        # it is the one key a refused submit may change.
+        # it is the one key a refused submit may change. A worker's reaper takes its turns
+        # (`:reaper:`) on its own.
         keys = sorted(
             [
                 k
                 async for k in redis.scan_iter(match=f"{settings.redis_prefix}:*")
-                if not k.endswith(b":submits")
+                if not k.endswith(b":submits") and b":reaper:" not in k
             ]
         )
         dumps = {key: await redis.dump(key) for key in keys}

@@ -24,7 +24,7 @@ from tests.test_bad_input import State, state_of
 from tests.test_langgraph_api import client_for, human, messages_of
 from tests.test_owner_matrix import checkpoint_rows
 
-WORKER_KEYS = re.compile(rb":(worker:[^:]+:beat|workers|queue:health-check)$")
+WORKER_KEYS = re.compile(rb":(worker:[^:]+:beat|workers|queue:health-check|reaper:[^:]+)$")
 
 
 @dataclass
@@ -37,8 +37,8 @@ class Api:
     thread_id: str
 
     async def snapshot(self) -> tuple[State, tuple[int, int]]:
-        """The test's state, but for the keys a live worker rewrites on its own (its beat and
-        health check)."""
+        """The test's state, but for the keys a live worker rewrites on its own (its beat,
+        health check and reaper's turn)."""
         state = await state_of(self.settings)
         redis = {k: v for k, v in state.redis.items() if not WORKER_KEYS.search(k)}
         return replace(state, redis=redis), await checkpoint_rows(self.settings)

@@ -389,7 +389,7 @@ _TABLES = (
     "checkpoint_writes",
 )
 # Keys that move by themselves or count requests: the workers' beats, the callers' windows.
-_MOVING = (b":worker:", b":workers", b":health-check", b":caller:", b":queue")
+_MOVING = (b":worker:", b":workers", b":health-check", b":caller:", b":queue", b":reaper:")
 
 
 async def alices_state(settings: Settings) -> dict[str, Any]:
@@ -558,18 +558,18 @@ async def test_every_counted_route_refuses_once_its_budget_is_spent(
     assert [name for name in before if before[name] != after[name]] == []
 
 
-def test_only_the_access_layer_asks_the_projects_auth() -> None:
+def test_only_the_access_layer_asks_the_projects_auth_or_counts_a_submit() -> None:
     """A handler of either API (or anything else in the server) that asked the project's
-    `@auth.on` itself would be a second door: every ask is in `server/access/`."""
+    `@auth.on` itself, or counted a submit itself, would be a second door: every ask and every
+    submit count is in `server/access/`."""
     server = ROOT / "server"
-    asking = sorted(
-        str(path.relative_to(ROOT))
-        for path in server.rglob("*.py")
-        if ".authorize(" in path.read_text()
-        and path.parent != server / "access"
-        and path != server / "auth.py"  # `Caller.authorize`, which runs the handler
-    )
-    assert asking == []
+    for call, owner in ((".authorize(", server / "auth.py"), (".take_submit(", None)):
+        found = sorted(
+            str(path.relative_to(ROOT))
+            for path in server.rglob("*.py")
+            if call in path.read_text() and path.parent != server / "access" and path != owner
+        )
+        assert found == [], call
 
 
 # -- graph code in the worker -----------------------------------------------------------------

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_store.assistant_records import AssistantRecord
+from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 
 from ..auth import Caller
 from ..langgraph.views import assistant_of
+from ..quotas import CallerQuotas
 from ..resources import Resources
 
 __all__ = [
     "allowed_assistant",
     "assistant_listing_filters",
     "new_assistant_filters",
+    "record_assistant",
     "run_assistant",
 ]
 
@@ -60,6 +62,22 @@ async def run_assistant(resources: Resources, caller: Caller, assistant_id: str)
         if not matches(assistant.metadata, filters):
             raise NotFound(f"assistant {assistant_id} not found")
     return assistant
+
+
+async def record_assistant(
+    resources: Resources, quotas: CallerQuotas, caller: Caller, fields: AssistantFields
+) -> AssistantRecord | None:
+    """Record a new assistant of the caller's: a submit of its budget, then the row under the
+    caller's cap (`RUNSTREAM_MAX_ASSISTANTS`); None when its id was taken meanwhile.
+
+    Raises:
+        LimitReached: the caller's submits are spent.
+        Conflict: the caller keeps as many assistants as the cap allows.
+    """
+    await quotas.take_submit(caller.owner)
+    return await resources.assistant_records.create_assistant(
+        fields, owner=caller.owner, limit=resources.settings.max_assistants
+    )
 
 
 async def new_assistant_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,15 +7,22 @@ from typing import Any
 
 import structlog
 
-from stream_store.cron_records import CronRecord
+from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 
 from .. import inputs
 from ..auth import Caller
+from ..quotas import CallerQuotas
 from ..resources import Resources
 
-__all__ = ["cron_listing_filters", "cron_not_found", "new_cron_filters", "reach_cron"]
+__all__ = [
+    "cron_listing_filters",
+    "cron_not_found",
+    "new_cron_filters",
+    "reach_cron",
+    "record_cron",
+]
 
 
 def cron_not_found(cron_id: str) -> NotFound:
@@ -53,6 +60,22 @@ async def new_cron_filters(caller: Caller, value: dict[str, Any]) -> None:
         ApiError: the handler refused.
     """
     await caller.authorize("crons", "create", value)
+
+
+async def record_cron(
+    resources: Resources, quotas: CallerQuotas, caller: Caller, fields: CronFields, graph: str
+) -> CronRecord:
+    """Record a new cron of the caller's: a submit of its budget, then the row under the
+    caller's cap (`RUNSTREAM_MAX_CRONS`).
+
+    Raises:
+        LimitReached: the caller's submits are spent.
+        Conflict: the caller keeps as many crons as the cap allows.
+    """
+    await quotas.take_submit(caller.owner)
+    return await resources.cron_records.create_cron(
+        fields, owner=caller.owner, graph=graph, limit=resources.settings.max_crons
+    )
 
 
 async def cron_listing_filters(caller: Caller, value: dict[str, Any]) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from ..access.assistants import (
     allowed_assistant,
     assistant_listing_filters,
     new_assistant_filters,
+    record_assistant,
 )
 from ..auth import Caller
 from ..budgets import QUERY, WRITE
@@ -250,8 +251,10 @@ class AssistantsController(Controller):
         with contextlib.suppress(NotFound):
             existing = await assistant_of(resources, caller.owner, assistant_id)
         if existing is None:
-            await quotas.take_submit(caller.owner)
-            created = await resources.assistant_records.create_assistant(
+            created = await record_assistant(
+                resources,
+                quotas,
+                caller,
                 AssistantFields(
                     assistant_id=assistant_id,
                     graph=graph,
@@ -261,8 +264,6 @@ class AssistantsController(Controller):
                     context=context,
                     metadata=metadata,
                 ),
-                owner=caller.owner,
-                limit=resources.settings.max_assistants,
             )
             if created is not None:
                 logger.info("assistant created", assistant_id=assistant_id, graph=graph)

@@ -27,6 +27,7 @@ from ..access.crons import (
     cron_not_found,
     new_cron_filters,
     reach_cron,
+    record_cron,
 )
 from ..access.threads import reach_thread
 from ..auth import Caller
@@ -113,8 +114,10 @@ async def _create(
     await new_cron_filters(caller, value)  # may stamp the cron's metadata
     assistant = await _checked_payload(resources, caller.owner, payload, thread_id)
     end_time = _utc(body.end_time)
-    await quotas.take_submit(caller.owner)
-    cron = await resources.cron_records.create_cron(
+    cron = await record_cron(
+        resources,
+        quotas,
+        caller,
         CronFields(
             assistant_id=assistant.assistant_id if assistant.owner is not None else None,
             thread_id=thread_id,
@@ -127,9 +130,7 @@ async def _create(
             end_time=end_time,
             next_run_date=next_run(schedule, timezone, datetime.now(UTC), end_time),
         ),
-        owner=caller.owner,
-        graph=assistant.graph,
-        limit=resources.settings.max_crons,
+        assistant.graph,
     )
     logger.info("cron created", cron_id=cron.cron_id, thread_id=thread_id)
     return cron_view(cron)

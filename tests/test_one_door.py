@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -30,13 +30,13 @@ import pytest
 from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
-from server.app import create_app
 from stream_store.settings import Settings
 from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.processes import ROOT
 from tests.sse import iter_events
 from tests.test_bad_input import send
+from tests.test_owner_matrix import route_table
 
 PROJECT = ROOT / "tests" / "projects" / "door" / "langgraph.json"
 
@@ -69,7 +69,6 @@ class Route:
     reach: Reach
     requests: tuple[Build, ...] = ()
     budget: Budget | None = None  # the per-minute budget the route counts against, if any
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 def at(template: str, body: Any = None) -> Build:
@@ -277,19 +276,8 @@ ROUTES: dict[tuple[str, str], Route] = {
 }
 
 
-def served_routes(settings: Settings) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves (HEAD and OPTIONS are Litestar's own)."""
-    app = create_app(settings)
-    return {
-        (method, route.path)
-        for route in app.routes
-        for method in getattr(route, "methods", ())
-        if method not in ("HEAD", "OPTIONS")
-    }
-
-
 def test_every_served_route_is_in_the_matrix(settings: Settings) -> None:
-    served = served_routes(replace_config(settings))
+    served = route_table(replace_config(settings))
     missing = sorted(served - set(ROUTES))
     assert not missing, f"add these routes to tests/test_one_door.py's matrix: {missing}"
     gone = sorted(set(ROUTES) - served)
@@ -298,10 +286,8 @@ def test_every_served_route_is_in_the_matrix(settings: Settings) -> None:
         assert route.reach is Reach.PUBLIC or route.requests, (method, path)
 
 
-def replace_config(settings: Settings, **changes: Any) -> Settings:
-    from dataclasses import replace
-
-    return replace(settings, config_path=str(PROJECT), **changes)
+def replace_config(settings: Settings) -> Settings:
+    return replace(settings, config_path=str(PROJECT))
 
 
 # -- alice's data, and what must not change -------------------------------------------------

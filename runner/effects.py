@@ -2,17 +2,20 @@
 
 A worker that dies mid-run hands it to another attempt, which runs again the steps whose
 checkpoint was not saved: a tool that sent an email would send it twice. `await once(key,
-effect)` records the effect's result under (run, key) in the same Postgres transaction that
-runs it (runstream's write-once ledger, `runner.tools`, which the built-in graphs' `save_note`
-uses); a later attempt reaching the same key gets the recorded result back and the effect does
-not run again. The run and attempt come from a context variable the worker sets around the
-graph's stream (`running`), so any node of any graph can call it, with no runstream context;
-`runner.evaluations.record_evaluation` reads the same variable (`current_run`).
+effect)` claims (run, key) in runstream's write-once ledger (`runner.tools`), runs the effect
+with no database connection held (it may be slow, or use the store), and records its result
+(JSON); a later attempt reaching the same key gets the recorded result back, decoded as the
+first call's was, and the effect does not run again. The run and attempt come from a context
+variable the worker sets around the graph's stream (`running`), so any node of any graph can
+call it, with no runstream context; `runner.evaluations.record_evaluation` reads the same
+variable (`current_run`).
 
-The guarantee: once the ledger's transaction committed, the effect never runs again for that
-run and key. An effect outside runstream's Postgres that finished just before its worker died
-(before the commit) runs again: make it idempotent by the key (an idempotency key of the API
-it calls), as `runner.tools` says.
+The guarantee: once the result is recorded, the effect never runs again for that run and key.
+An effect whose worker died after the claim and before the record runs again in the next
+attempt: make one outside runstream's Postgres idempotent by the key (an idempotency key of
+the API it calls), as `runner.tools` says. A result that is not JSON cannot be recorded: the
+call raises `EffectNotRecorded`, and so does every later call with the key, without running
+the effect again.
 """
 
 from __future__ import annotations
@@ -22,9 +25,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-
-from psycopg import AsyncConnection
-from psycopg.rows import DictRow
 
 from stream_store.evaluations import Evaluations
 from stream_store.run_records import RunRecord
@@ -104,11 +104,7 @@ async def once(key: str, effect: Callable[[], Awaitable[Any]], *, name: str = "e
         NotInARun: called outside a run of runstream's worker.
     """
     run = current_run("runner.effects.once")
-
-    async def in_ledger(_conn: AsyncConnection[DictRow]) -> Any:
-        return await effect()
-
-    execution = await run.ledger.execute(
-        run_id=run.run_id, tool_call_id=key, tool=name, attempt=run.attempt, effect=in_ledger
+    execution = await run.ledger.once(
+        run_id=run.run_id, key=key, tool=name, attempt=run.attempt, effect=effect
     )
     return execution.result

@@ -225,6 +225,12 @@ MIGRATIONS: list[str] = [
     END
     $$;
     """,
+    # `once` in two phases (runner/tools.py `ToolLedger.once`): the claim commits before the
+    # effect runs, and the effect's outcome is recorded after it: its JSON result, or why it
+    # could not be recorded (a result that is not JSON), which a replay raises again.
+    """
+    ALTER TABLE runstream_tool_executions ADD COLUMN error text;
+    """,
 ]
 
 

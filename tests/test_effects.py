@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,8 +12,13 @@ import httpx
 import pytest
 
 from runner.effects import NotInARun, once
+from runner.tools import EffectNotRecorded
+from stream_store.run_records import RunRecord
+from stream_store.services import Services, open_services
 from stream_store.settings import Settings
+from stream_store.store import OwnerStore, StoreCaps
 from tests.processes import Cluster
+from tests.test_evaluations import claimed_run, recorded
 from tests.test_faults import WatchedRun, body, wait_for
 from tests.test_graph_runtime import PROJECT
 
@@ -49,3 +56,126 @@ async def test_a_user_effect_runs_once_across_a_worker_kill(
     assert results == [{"result": {"sent": 1}}, {"result": {"sent": 1}}]  # the second replayed
     assert events[-1].event == "done", events[-1]
     assert sent.read_text() == "sent\n"
+
+
+# -- the two phases (issue 34): no connection held while the effect runs ----------------------
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    async with open_services(settings) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def one_connection(settings: Settings) -> AsyncIterator[Services]:
+    """Services on a pool of one connection: an effect that waited for a connection `once`
+    held would wait for ever."""
+    async with open_services(settings, pool_size=1) as opened:
+        yield opened
+
+
+async def test_a_slow_effect_that_uses_the_pool_holds_no_connection(
+    one_connection: Services,
+) -> None:
+    run = await claimed_run(one_connection)
+
+    async def effect(i: int) -> int:
+        await asyncio.sleep(0.2)
+        async with one_connection.pool.connection() as conn:  # the one connection of the pool
+            await conn.execute("SELECT 1")
+        return i
+
+    with recorded(one_connection, run):
+        async with asyncio.timeout(30):  # a deadlock fails here instead of hanging
+            done = await asyncio.gather(*(once(f"k{i}", lambda i=i: effect(i)) for i in range(3)))
+    assert done == [0, 1, 2]
+
+
+async def test_an_effect_may_use_the_store(one_connection: Services) -> None:
+    run = await claimed_run(one_connection)
+    store = OwnerStore(one_connection.store, run.owner, StoreCaps.of(one_connection.settings))
+
+    async def remember() -> str:
+        await store.aput(("notes",), "n", {"text": "kept"})
+        return "put"
+
+    with recorded(one_connection, run):
+        async with asyncio.timeout(30):
+            assert await once("note", remember) == "put"
+    item = await store.aget(("notes",), "n")
+    assert item is not None and item.value == {"text": "kept"}
+
+
+async def test_a_replay_answers_what_the_first_call_answered(services: Services) -> None:
+    ran: list[int] = []
+
+    async def effect() -> tuple[int, int]:
+        ran.append(1)
+        return (1, 2)
+
+    first = await claimed_run(services)
+    with recorded(services, first):
+        answered = await once("pair", effect)
+    second = await next_attempt(services, first)
+    with recorded(services, second):
+        replayed = await once("pair", effect)
+    assert answered == replayed == [1, 2]  # a tuple is recorded as JSON: a list, both times
+    assert ran == [1]
+
+
+async def test_a_result_that_is_not_json_is_refused_and_the_effect_never_runs_again(
+    services: Services,
+) -> None:
+    ran: list[int] = []
+
+    async def effect() -> object:
+        ran.append(1)
+        return object()
+
+    first = await claimed_run(services)
+    with recorded(services, first), pytest.raises(EffectNotRecorded, match="not JSON"):
+        await once("opaque", effect)
+    second = await next_attempt(services, first)
+    with recorded(services, second), pytest.raises(EffectNotRecorded, match="not JSON"):
+        await once("opaque", effect)
+    assert ran == [1]
+
+
+async def test_an_effect_that_failed_may_be_tried_again_and_a_dead_attempts_claim_is_taken_over(
+    services: Services,
+) -> None:
+    tries: list[str] = []
+
+    async def flaky() -> str:
+        tries.append("try")
+        if len(tries) == 1:
+            raise ConnectionError("the API was down")
+        return "sent"
+
+    first = await claimed_run(services)
+    with recorded(services, first):
+        with pytest.raises(ConnectionError):
+            await once("send", flaky)
+        assert await once("send", flaky) == "sent"  # a node's retry in the same attempt
+    # a claim its attempt never recorded (the worker died mid-effect) goes to the next attempt
+    async with services.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO runstream_tool_executions (run_id, tool_call_id, tool, attempt)"
+            " VALUES (%s, 'orphan', 'effect', %s)",
+            (first.run_id, first.attempt),
+        )
+    second = await next_attempt(services, first)
+    with recorded(services, second):
+        assert await once("orphan", flaky) == "sent"
+        assert await once("send", flaky) == "sent"  # recorded: replayed
+    assert tries == ["try", "try", "try"]
+
+
+async def next_attempt(services: Services, run: RunRecord) -> RunRecord:
+    """The run handed to a new attempt, as the reaper hands a dead worker's run on."""
+    queued = await services.run_records.requeue_attempt(run.run_id, run.attempt)
+    assert queued is not None
+    claimed = await services.lifecycle.claim(run.run_id)
+    assert claimed is not None and claimed.attempt == run.attempt + 1
+    return claimed

@@ -60,7 +60,7 @@ class TestRuleExtraction:
                 [("name", "Ann", 0.9), ("location", "Paris", 0.9)],
             ),
             ("call me Al", [("name", "Al", 0.9)]),
-            ("I moved to New York last year", [("location", "New York last year", 0.9)]),
+            ("I moved to New York last year", [("location", "New York", 0.9)]),
             ("I work as a nurse", [("occupation", "nurse", 0.9)]),
             ("I am 42 years old", [("age", "42", 0.9)]),
             (
@@ -78,6 +78,41 @@ class TestRuleExtraction:
         ],
     )
     def test_the_documented_phrasings(self, text: str, facts: list[tuple[str, str, float]]) -> None:
+        assert found(text) == facts
+
+    @pytest.mark.parametrize(
+        ("text", "facts"),
+        [
+            ("I'm Priya and I'm from Porto", [("name", "Priya", 0.9), ("location", "Porto", 0.9)]),
+            ("I'm 41", [("age", "41", 0.9)]),
+            ("I kind of like techno", [("likes", "techno", 0.6)]),
+            ("I really don't like cilantro", [("dislikes", "cilantro", 0.9)]),
+            ("I think I might move to Lisbon", [("location", "Lisbon", 0.3)]),
+            ("I suppose I live in Braga", [("location", "Braga", 0.6)]),
+            ("I live in Faro now.", [("location", "Faro", 0.9)]),
+            ("I moved to Braga in the spring.", [("location", "Braga", 0.9)]),
+            ("I've lived in Oslo since 2019.", [("location", "Oslo", 0.9)]),
+            (
+                "My name's Kenji. I'm a software engineer.",
+                [("name", "Kenji", 0.9), ("occupation", "software engineer", 0.9)],
+            ),
+            (
+                "I can't stand loud music, I enjoy swimming",
+                [("dislikes", "loud music", 0.9), ("likes", "swimming", 0.9)],
+            ),
+            (
+                "remember that my sister's birthday is in May",
+                [("note", "my sister's birthday is in May", 0.9)],
+            ),
+            ("I'm tired today. I'm 5 minutes away. I'm a bit lost.", []),
+            ("I'm going to the gym. I might go to Rome for a weekend.", []),
+            ("Would I like Paris? Can you call me a taxi?", []),
+        ],
+    )
+    def test_phrasings_past_the_first_list_hedges_and_clause_ends(
+        self, text: str, facts: list[tuple[str, str, float]]
+    ) -> None:
+        """Issue 33: these stored nothing, a hedge's confidence, or a value running on."""
         assert found(text) == facts
 
     def test_the_last_statement_of_a_key_wins_and_facts_name_their_run(self) -> None:

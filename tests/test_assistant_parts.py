@@ -21,6 +21,7 @@ from runner.assistant.confirmation import (
     answer_text,
     confirmation_request,
     fast_verdict,
+    never_yes,
     rule_verdict,
 )
 from runner.assistant.facts import (
@@ -43,6 +44,7 @@ from runner.assistant.graph import (
     turn_grades,
 )
 from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
+from runner.models import EchoChatModel
 from runner.project import load_project
 from tests.processes import ROOT
 
@@ -244,7 +246,7 @@ class TestAnswers:
             ("Y!", "yes", "yes"),
             ("yeah", "yes", "yes"),
             ("Correct.", "yes", "yes"),
-            ("that's right", "yes", "unclear"),
+            ("that's right", "yes", "yes"),
             ("no", "no", "no"),
             ("Nope.", "no", "no"),
             ("no, it's still Paris", "unclear", "no"),
@@ -257,6 +259,47 @@ class TestAnswers:
     def test_fast_path_then_classifier_rule(self, text: str, fast: str, rule: str) -> None:
         assert fast_verdict(text) == fast
         assert rule_verdict(text) == rule
+
+    @pytest.mark.parametrize(
+        ("text", "verdict"),
+        [
+            ("please don't update it", "no"),
+            ("Absolutely not.", "no"),
+            ("Not now", "no"),
+            ("of course not", "no"),
+            ("I'd rather not", "no"),
+            ("don't", "no"),
+            ("no way", "no"),
+            ("not yet", "no"),
+            ("Sure, but not now", "no"),
+            ("Yes... actually no, don't.", "no"),
+            ("Update it now? Please don't.", "no"),
+            ("I don\u2019t think so", "no"),
+            ("hmm", "unclear"),
+            ("maybe", "unclear"),
+            ("I'm not sure", "unclear"),
+            ("let me think about it, update later", "unclear"),
+            ("I wouldn't say no", "unclear"),
+            ("It's not wrong", "unclear"),
+            ("not no", "unclear"),
+            ("Don't keep the old one", "unclear"),
+            ("yes?", "unclear"),
+        ],
+    )
+    async def test_a_negation_refusal_deferral_or_hedge_is_never_a_yes(
+        self, text: str, verdict: str
+    ) -> None:
+        """Issue 33: "please don't update it", "Absolutely not." and "Not now" were a yes (the
+        first word, "update" / "now" anywhere); the fast path and the rules now fail safe."""
+        assert fast_verdict(text) != "yes"
+        assert rule_verdict(text) == verdict
+        assert await classify_answer(EchoChatModel(), "Update it?", text) == verdict
+        assert never_yes(text) is not None
+
+    async def test_a_models_yes_to_such_an_answer_asks_again(self) -> None:
+        model = scripted(Classification(verdict="yes"), Classification(verdict="yes"))
+        assert await classify_answer(model, "Update it?", "please don't update it") == "unclear"
+        assert await classify_answer(model, "Update it?", "I moved there in May") == "yes"
 
     def test_a_decision_or_text_is_read(self) -> None:
         request = confirmation_request(Fact("name", "Ann", 0.9, "r"), Fact("name", "Bob", 0.9, "s"))

@@ -68,6 +68,7 @@ from .confirmation import (
     confirmation_request,
     fast_verdict,
     rule_verdict,
+    safe_verdict,
 )
 from .facts import (
     EXTRACTION_PROMPT,
@@ -447,13 +448,15 @@ async def notice(state: AssistantState) -> dict[str, Any]:
 
 async def classify_answer(model: BaseChatModel, question: str, answer: str) -> Verdict:
     """An answer the fast path left unclear: by rule offline, by a structured-output call with
-    a model (unclear when that call fails: the question is asked again)."""
+    a model (unclear when that call fails: the question is asked again). Either way a yes for
+    an answer with a negation, refusal, deferral or hedge in it is unclear
+    (`confirmation.safe_verdict`): memory is never updated on such an answer."""
     if _offline(model):
-        return rule_verdict(answer)
+        return safe_verdict(answer, rule_verdict(answer))
     classifier = _quiet(model.with_structured_output(Classification, method="function_calling"))
     prompt = CLASSIFY_PROMPT.format(question=question, answer=answer)
     result = await _aside("classification", classifier.ainvoke([HumanMessage(prompt)]), None)
-    return result.verdict if isinstance(result, Classification) else "unclear"
+    return safe_verdict(answer, result.verdict) if isinstance(result, Classification) else "unclear"
 
 
 async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:

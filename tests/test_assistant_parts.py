@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableLambda
 
 from runner.assistant.confirmation import (
     Classification,
+    Judgement,
     answer_text,
     confirmation_request,
     fast_verdict,
@@ -33,12 +34,18 @@ from runner.assistant.facts import (
     model_facts,
     rule_facts,
 )
-from runner.assistant.grading import grade_confirmation, grade_extraction, grade_reply
+from runner.assistant.grading import (
+    grade_confirmation,
+    grade_extraction,
+    grade_reply,
+    judge_answer,
+)
 from runner.assistant.graph import (
     AssistantContext,
     classify_answer,
     conflict_problems,
     extract_facts,
+    judge_with_model,
     memory_prompt,
     offline_reply,
     turn_grades,
@@ -337,18 +344,54 @@ class TestGraders:
             "2": ["not an object"],
         }
 
-    def test_a_confirmation_is_graded_against_the_rules_reading_of_the_answer(self) -> None:
-        def graded(answer: str, verdict: str, by: str) -> tuple[float, bool | None, str]:
-            found = grade_confirmation(
-                2, {"key": "name", "answer": answer, "verdict": verdict, "by": by}
-            )
-            assert found.kind == "confirmation" and found.key == "confirmation:2"
-            return found.score, found.passed, found.detail["rules"]
+    def test_a_confirmation_is_graded_by_a_judge_that_is_not_the_classifier(self) -> None:
+        """Issue 33: the grade compared the verdict with the classifier's own rules, so
+        "please don't update it" read as yes was graded 1.0, passed. The judge is another
+        reader: a wrong verdict is failed, whoever made it (the fast path too)."""
 
-        assert graded("Yes!", "yes", "fast_path") == (1.0, True, "yes")
-        assert graded("I moved there last month", "yes", "classifier") == (1.0, True, "yes")
-        assert graded("No, I still live in Paris", "yes", "classifier") == (0.0, False, "no")
-        assert graded("hmm, let me think", "no", "classifier") == (0.5, None, "unclear")
+        def graded(
+            answer: str, verdict: str, by: str = "classifier", judged: Any = None
+        ) -> tuple[float, bool | None, str, str]:
+            record = {"key": "occupation", "answer": answer, "verdict": verdict, "by": by}
+            found = grade_confirmation(2, record, judged)
+            assert found.kind == "confirmation" and found.key == "confirmation:2"
+            assert (found.detail["verdict"], found.detail["by"]) == (verdict, by)
+            return found.score, found.passed, found.detail["expected"], found.detail["judge"]
+
+        for refused in ("please don't update it", "Absolutely not.", "Not now", "not yet"):
+            assert graded(refused, "yes") == (0.0, False, "no", "rules")
+            assert graded(refused, "no") == (1.0, True, "no", "rules")
+        assert graded("I wouldn't say no", "yes") == (0.0, False, "unclear", "rules")
+        assert graded("I wouldn't say no", "unclear") == (1.0, True, "unclear", "rules")
+        assert graded("Yes!", "yes", "fast_path") == (1.0, True, "yes", "rules")
+        assert graded("I moved there last month", "yes") == (1.0, True, "yes", "rules")
+        assert graded("I moved there last month", "no") == (0.0, False, "yes", "rules")
+        assert graded("No, I still live in Paris", "yes") == (0.0, False, "no", "rules")
+        assert graded("I moved there last month", "unclear") == (0.5, None, "yes", "rules")
+        # a model judge's reading, when there is one, is the reference
+        assert graded("whatever", "yes", judged=("no", "model")) == (0.0, False, "no", "model")
+
+    @pytest.mark.parametrize(
+        ("text", "verdict"),
+        [
+            ("please don't update it", "no"),
+            ("Absolutely not.", "no"),
+            ("Not now", "no"),
+            ("of course not", "no"),
+            ("I'd rather not", "no"),
+            ("no way", "no"),
+            ("Nope, leave it", "no"),
+            ("hmm", "unclear"),
+            ("It isn't untrue", "unclear"),
+            ("I can hardly say no", "unclear"),
+            ("Why?", "unclear"),
+            ("yes", "yes"),
+            ("Sure, I switched jobs", "yes"),
+            ("I changed my mind about them", "yes"),
+        ],
+    )
+    def test_the_judge_reads_answers_on_its_own(self, text: str, verdict: str) -> None:
+        assert judge_answer(text) == verdict
 
     def test_a_turn_is_graded_on_what_it_did(self) -> None:
         grades = turn_grades({"prompt": "hi", "reply": "hi", "extracted": []})
@@ -393,6 +436,13 @@ class TestWithAModel:
             ("location", "Lisbon", 0.7, "run-3")
         ]
         assert model.asked[0][-1].content == "we settled in Lisbon"
+
+    async def test_a_model_judges_a_confirmation_with_its_own_prompt(self) -> None:
+        model = scripted(Judgement(verdict="no"))
+        record = {"key": "occupation", "answer": "Absolutely not."}
+        assert await judge_with_model(model, record) == "no"
+        assert "Absolutely not." in model.asked[0][0].content
+        assert "strictly" in model.asked[0][0].content
 
     async def test_an_ambiguous_answer_is_classified_by_the_model(self) -> None:
         model = scripted(Classification(verdict="no"))

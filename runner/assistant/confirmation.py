@@ -236,6 +236,24 @@ CLASSIFY_PROMPT = (
 )
 
 
+class Judgement(BaseModel):
+    """A check of another reader's verdict: what the user's answer says, read strictly."""
+
+    verdict: Verdict = Field(
+        description="yes only for a plain consent; no for a refusal, negation or deferral;"
+        " unclear for a hedge, a question, a double negative or anything else"
+    )
+
+
+JUDGE_PROMPT = (
+    "You check how an assistant read a user's answer. The user was asked whether to replace"
+    " the remembered value of their {key} with a new one, and answered: {answer}\n"
+    "Read it strictly. yes: only a plain consent with no negation, hedge or condition. no: a"
+    " refusal, any negation of the update, or a deferral (not now, not yet, later). unclear:"
+    " a hedge, a question, a double negative, or anything you cannot tell."
+)
+
+
 def answer_text(request: dict[str, Any], value: Any) -> str:
     """A resume value as the text to read: "yes" / "no" for an approve / reject decision."""
     if isinstance(value, str):

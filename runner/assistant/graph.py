@@ -62,7 +62,9 @@ from stream_store.errors import QuotaExceeded
 
 from .confirmation import (
     CLASSIFY_PROMPT,
+    JUDGE_PROMPT,
     Classification,
+    Judgement,
     Verdict,
     answer_text,
     confirmation_request,
@@ -547,23 +549,47 @@ async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -
     return {"summary": summary, "messages": removed}
 
 
-def turn_grades(turn: dict[str, Any]) -> list[Grade]:
+def turn_grades(
+    turn: dict[str, Any], judged: list[tuple[Verdict, str] | None] | None = None
+) -> list[Grade]:
     """The grades of one turn: its reply, its extraction and each answer to a conflict
-    question, when it had them."""
+    question, when it had them (`judged`: a model judge's reading of each answer, in order;
+    the rules judge `grading.judge_answer` for one it lacks)."""
     grades = []
     if "reply" in turn:
         grades.append(grade_reply(str(turn.get("prompt", "")), str(turn["reply"])))
     if "extracted" in turn:
         grades.append(grade_extraction(turn["extracted"]))
     for index, confirmation in enumerate(turn.get("confirmations", [])):
-        grades.append(grade_confirmation(index, confirmation))
+        judgement = judged[index] if judged and index < len(judged) else None
+        grades.append(grade_confirmation(index, confirmation, judgement))
     return grades
 
 
+async def judge_with_model(model: BaseChatModel, confirmation: dict[str, Any]) -> Verdict | None:
+    """A model judge's reading of one answer (`Judgement`, a prompt of its own, not the
+    classifier's); None when its call fails (the rules judge grades it then)."""
+    judge = _quiet(model.with_structured_output(Judgement, method="function_calling"))
+    prompt = JUDGE_PROMPT.format(
+        key=str(confirmation.get("key", ""))[:120], answer=str(confirmation.get("answer", ""))
+    )
+    result = await _aside("judge", judge.ainvoke([HumanMessage(prompt)]), None)
+    return result.verdict if isinstance(result, Judgement) else None
+
+
 async def grade(state: AssistantState) -> dict[str, Any]:
-    """Grade the turn after its answer streamed; recorded once per run and key."""
+    """Grade the turn after its answer streamed; recorded once per run and key. With a model,
+    each answer to a conflict question is judged by the model (`judge_with_model`)."""
     writer = get_stream_writer()
-    for result in turn_grades(state.get("turn", {})):
+    turn = state.get("turn", {})
+    judged: list[tuple[Verdict, str] | None] = []
+    confirmations = turn.get("confirmations", [])
+    model = _model() if confirmations else None
+    if model is not None and not _offline(model):
+        for confirmation in confirmations:
+            verdict = await judge_with_model(model, confirmation)
+            judged.append((verdict, "model") if verdict is not None else None)
+    for result in turn_grades(turn, judged):
         writer(
             {"evaluation": {"kind": result.kind, "score": result.score, "passed": result.passed}}
         )

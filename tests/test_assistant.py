@@ -297,6 +297,10 @@ async def test_a_conflict_left_past_its_time_is_dropped_and_the_old_value_kept(
     assert late.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
     assert late.events("confirmation") == []
     assert (await facts_of(alice))["name"]["value"] == "Ann"
+    # the late answer is told so (issue 33: it was dropped in silence)
+    assert late.values["messages"][-1]["content"] == (
+        "That question expired before your answer, so nothing was changed. Kept: your name is Ann."
+    )
 
     # unanswered, then a new message after the time: dropped at the start of that turn
     await turn(alice, thread_id, "My name is Bob.", context=short)

@@ -44,6 +44,7 @@ from runner.assistant.graph import (
     AssistantContext,
     classify_answer,
     conflict_problems,
+    expired_message,
     extract_facts,
     judge_with_model,
     memory_prompt,
@@ -400,6 +401,22 @@ class TestGraders:
             ("extraction", "extraction", True),
         ]
         assert turn_grades({}) == []  # a resume that only confirmed: nothing of a reply to grade
+        confirmed = {
+            "confirmations": [
+                {"key": "name", "answer": "Absolutely not.", "verdict": "yes", "by": "classifier"}
+            ]
+        }
+        assert [g.passed for g in turn_grades(confirmed)] == [False]
+        assert [g.passed for g in turn_grades(confirmed, [("yes", "model")])] == [True]
+
+    def test_a_late_answer_is_told_the_question_expired_and_what_was_kept(self) -> None:
+        ann, bob = Fact("name", "Ann", 0.9, "r1"), Fact("name", "Bob", 0.9, "r2")
+        paris = Fact("location", "Paris", 0.9, "r1")
+        expired = [{"old": ann.as_value(), "new": bob.as_value()}, {"old": paris.as_value()}]
+        assert expired_message(expired) == (
+            "That question expired before your answer, so nothing was changed. Kept: your name"
+            " is Ann; you live in Paris."
+        )
 
 
 class ScriptedModel(GenericFakeChatModel):

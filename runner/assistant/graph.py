@@ -13,7 +13,8 @@ Each turn:
   new one is written, and `notice`, after the answer, says so in a short message.
 - `confirm` asks about each pending conflict through `interrupt()` (the human-in-the-loop shape
   the UIs draw buttons for): yes applies the new value, no keeps the old, an unclear answer asks
-  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept.
+  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept (a late answer
+  is told so: `expired_message`).
 - `summarize` folds the older messages into the summary past `summary_after` messages.
 - `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
 
@@ -476,9 +477,18 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
         return {"pending": rest}
     context = _context(runtime)
     old, new = Fact.from_value(conflict["old"]), Fact.from_value(conflict["new"])
-    if not _alive(conflict, context, time.time()):
-        writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
-        return {"pending": rest}
+    now = time.time()
+    if not _alive(conflict, context, now):
+        # a late answer (the question was asked when it was staged): say it expired, and what
+        # was kept, for it and for every other expired one, in one message
+        expired = [
+            conflict,
+            *(c for c in rest if not conflict_problems(c) and not _alive(c, context, now)),
+        ]
+        for gone in expired:
+            writer({"memory": {"event": "conflict_expired", "key": gone["key"]}})
+        rest = [c for c in rest if c not in expired]
+        return {"pending": rest, "messages": [AIMessage(content=expired_message(expired))]}
     request = confirmation_request(old, new)
     answer = answer_text(request, interrupt(request))
     verdict, decided_by = fast_verdict(answer), "fast_path"
@@ -513,6 +523,13 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
         said = f"Kept: {old.sentence()}."
     said = said.replace("their ", "your ").replace("they ", "you ")
     return {"pending": rest, "turn": turn, "messages": [AIMessage(content=said)]}
+
+
+def expired_message(expired: list[dict[str, Any]]) -> str:
+    """What a late answer gets: the question expired, and what was kept."""
+    kept = "; ".join(Fact.from_value(c["old"]).sentence() for c in expired)
+    said = f"That question expired before your answer, so nothing was changed. Kept: {kept}."
+    return said.replace("their ", "your ").replace("they ", "you ")
 
 
 def _question(request: dict[str, Any]) -> str:

@@ -444,7 +444,7 @@ def evaluate(settings: Settings, path: str | None, *, as_json: bool = False) -> 
     scores (docs/memory.md, "Evaluating the memory"). Needs no Redis or Postgres."""
     from pathlib import Path
 
-    from runner.assistant.evalset import DEFAULT_SET, EvalSetError, load_evalset, score_evalset
+    from runner.assistant.evalset import DEFAULT_SET, EvalSetError, load_evalset, score_all
     from runner.assistant.evalset import as_json as json_of
     from runner.models import make_chat_model
 
@@ -454,6 +454,6 @@ def evaluate(settings: Settings, path: str | None, *, as_json: bool = False) -> 
         print(f"runstream eval: {exc}", file=sys.stderr)
         return 2
     model = make_chat_model(settings, {})
-    scores = asyncio.run(score_evalset(model, evalset.cases))
+    scores = asyncio.run(score_all(model, evalset))
     print(json_of(scores) if as_json else f"model: {settings.model}\n{scores.report()}")
     return 0

@@ -232,6 +232,44 @@ async def test_an_ambiguous_answer_goes_to_the_classifier_and_an_unclear_one_ask
     assert (await facts_of(alice))["name"]["value"] == "Bob"
 
 
+async def test_a_refused_or_deferred_update_is_never_applied_and_a_wrong_yes_is_not_graded(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    """Issue 33's report: after "librarian" then "stonemason", "please don't update it",
+    "Absolutely not." and "Not now" applied the update, and the grade passed it. Each now
+    keeps the old value, a hedge asks again, and each answer's grade is the judge's."""
+    alice, _ = users
+    await turn(alice, await new_thread(alice), "For the record, I work as a librarian.")
+    thread_id = await new_thread(alice)
+    career = "Career change! I work as a stonemason, believe it or not."
+    for answer in ("please don't update it", "Absolutely not.", "Not now"):
+        await turn(alice, thread_id, career)
+        request = await _interrupt_of(alice, thread_id)
+        assert request["action_requests"][0]["args"]["new"] == "stonemason"
+        done = await turn(alice, thread_id, command={"resume": answer})
+        assert done.events("confirmation")[0]["verdict"] == "no", answer
+        assert done.values["messages"][-1]["content"] == "Kept: you work as librarian."
+        assert (await facts_of(alice))["occupation"]["value"] == "librarian"
+    await turn(alice, thread_id, career)
+    asked = await turn(alice, thread_id, command={"resume": "hmm, I wouldn't say no"})
+    assert asked.events("confirmation")[0]["verdict"] == "unclear"
+    assert (await alice.threads.get(thread_id))["status"] == "interrupted"
+    await turn(alice, thread_id, command={"resume": "yes"})
+    assert (await facts_of(alice))["occupation"]["value"] == "stonemason"
+    graded = (await alice.http.get(f"/v1/threads/{thread_id}/evaluations"))["evaluations"]
+    confirmations = [e for e in graded if e["kind"] == "confirmation"]
+    assert [
+        (e["detail"]["verdict"], e["detail"]["expected"], e["passed"]) for e in confirmations
+    ] == [
+        ("no", "no", True),
+        ("no", "no", True),
+        ("no", "no", True),
+        ("unclear", "unclear", True),
+        ("yes", "yes", True),
+    ]
+    assert {e["detail"]["judge"] for e in confirmations} == {"rules"}
+
+
 async def test_liking_what_was_disliked_is_a_conflict_too(
     users: tuple[LangGraphClient, LangGraphClient],
 ) -> None:
@@ -259,6 +297,10 @@ async def test_a_conflict_left_past_its_time_is_dropped_and_the_old_value_kept(
     assert late.events("conflict_expired") == [{"event": "conflict_expired", "key": "name"}]
     assert late.events("confirmation") == []
     assert (await facts_of(alice))["name"]["value"] == "Ann"
+    # the late answer is told so (issue 33: it was dropped in silence)
+    assert late.values["messages"][-1]["content"] == (
+        "That question expired before your answer, so nothing was changed. Kept: your name is Ann."
+    )
 
     # unanswered, then a new message after the time: dropped at the start of that turn
     await turn(alice, thread_id, "My name is Bob.", context=short)

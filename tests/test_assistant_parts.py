@@ -18,9 +18,11 @@ from langchain_core.runnables import RunnableLambda
 
 from runner.assistant.confirmation import (
     Classification,
+    Judgement,
     answer_text,
     confirmation_request,
     fast_verdict,
+    never_yes,
     rule_verdict,
 )
 from runner.assistant.facts import (
@@ -32,17 +34,25 @@ from runner.assistant.facts import (
     model_facts,
     rule_facts,
 )
-from runner.assistant.grading import grade_confirmation, grade_extraction, grade_reply
+from runner.assistant.grading import (
+    grade_confirmation,
+    grade_extraction,
+    grade_reply,
+    judge_answer,
+)
 from runner.assistant.graph import (
     AssistantContext,
     classify_answer,
     conflict_problems,
+    expired_message,
     extract_facts,
+    judge_with_model,
     memory_prompt,
     offline_reply,
     turn_grades,
 )
 from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
+from runner.models import EchoChatModel
 from runner.project import load_project
 from tests.processes import ROOT
 
@@ -60,7 +70,7 @@ class TestRuleExtraction:
                 [("name", "Ann", 0.9), ("location", "Paris", 0.9)],
             ),
             ("call me Al", [("name", "Al", 0.9)]),
-            ("I moved to New York last year", [("location", "New York last year", 0.9)]),
+            ("I moved to New York last year", [("location", "New York", 0.9)]),
             ("I work as a nurse", [("occupation", "nurse", 0.9)]),
             ("I am 42 years old", [("age", "42", 0.9)]),
             (
@@ -78,6 +88,41 @@ class TestRuleExtraction:
         ],
     )
     def test_the_documented_phrasings(self, text: str, facts: list[tuple[str, str, float]]) -> None:
+        assert found(text) == facts
+
+    @pytest.mark.parametrize(
+        ("text", "facts"),
+        [
+            ("I'm Priya and I'm from Porto", [("name", "Priya", 0.9), ("location", "Porto", 0.9)]),
+            ("I'm 41", [("age", "41", 0.9)]),
+            ("I kind of like techno", [("likes", "techno", 0.6)]),
+            ("I really don't like cilantro", [("dislikes", "cilantro", 0.9)]),
+            ("I think I might move to Lisbon", [("location", "Lisbon", 0.3)]),
+            ("I suppose I live in Braga", [("location", "Braga", 0.6)]),
+            ("I live in Faro now.", [("location", "Faro", 0.9)]),
+            ("I moved to Braga in the spring.", [("location", "Braga", 0.9)]),
+            ("I've lived in Oslo since 2019.", [("location", "Oslo", 0.9)]),
+            (
+                "My name's Kenji. I'm a software engineer.",
+                [("name", "Kenji", 0.9), ("occupation", "software engineer", 0.9)],
+            ),
+            (
+                "I can't stand loud music, I enjoy swimming",
+                [("dislikes", "loud music", 0.9), ("likes", "swimming", 0.9)],
+            ),
+            (
+                "remember that my sister's birthday is in May",
+                [("note", "my sister's birthday is in May", 0.9)],
+            ),
+            ("I'm tired today. I'm 5 minutes away. I'm a bit lost.", []),
+            ("I'm going to the gym. I might go to Rome for a weekend.", []),
+            ("Would I like Paris? Can you call me a taxi?", []),
+        ],
+    )
+    def test_phrasings_past_the_first_list_hedges_and_clause_ends(
+        self, text: str, facts: list[tuple[str, str, float]]
+    ) -> None:
+        """Issue 33: these stored nothing, a hedge's confidence, or a value running on."""
         assert found(text) == facts
 
     def test_the_last_statement_of_a_key_wins_and_facts_name_their_run(self) -> None:
@@ -209,7 +254,7 @@ class TestAnswers:
             ("Y!", "yes", "yes"),
             ("yeah", "yes", "yes"),
             ("Correct.", "yes", "yes"),
-            ("that's right", "yes", "unclear"),
+            ("that's right", "yes", "yes"),
             ("no", "no", "no"),
             ("Nope.", "no", "no"),
             ("no, it's still Paris", "unclear", "no"),
@@ -222,6 +267,47 @@ class TestAnswers:
     def test_fast_path_then_classifier_rule(self, text: str, fast: str, rule: str) -> None:
         assert fast_verdict(text) == fast
         assert rule_verdict(text) == rule
+
+    @pytest.mark.parametrize(
+        ("text", "verdict"),
+        [
+            ("please don't update it", "no"),
+            ("Absolutely not.", "no"),
+            ("Not now", "no"),
+            ("of course not", "no"),
+            ("I'd rather not", "no"),
+            ("don't", "no"),
+            ("no way", "no"),
+            ("not yet", "no"),
+            ("Sure, but not now", "no"),
+            ("Yes... actually no, don't.", "no"),
+            ("Update it now? Please don't.", "no"),
+            ("I don\u2019t think so", "no"),
+            ("hmm", "unclear"),
+            ("maybe", "unclear"),
+            ("I'm not sure", "unclear"),
+            ("let me think about it, update later", "unclear"),
+            ("I wouldn't say no", "unclear"),
+            ("It's not wrong", "unclear"),
+            ("not no", "unclear"),
+            ("Don't keep the old one", "unclear"),
+            ("yes?", "unclear"),
+        ],
+    )
+    async def test_a_negation_refusal_deferral_or_hedge_is_never_a_yes(
+        self, text: str, verdict: str
+    ) -> None:
+        """Issue 33: "please don't update it", "Absolutely not." and "Not now" were a yes (the
+        first word, "update" / "now" anywhere); the fast path and the rules now fail safe."""
+        assert fast_verdict(text) != "yes"
+        assert rule_verdict(text) == verdict
+        assert await classify_answer(EchoChatModel(), "Update it?", text) == verdict
+        assert never_yes(text) is not None
+
+    async def test_a_models_yes_to_such_an_answer_asks_again(self) -> None:
+        model = scripted(Classification(verdict="yes"), Classification(verdict="yes"))
+        assert await classify_answer(model, "Update it?", "please don't update it") == "unclear"
+        assert await classify_answer(model, "Update it?", "I moved there in May") == "yes"
 
     def test_a_decision_or_text_is_read(self) -> None:
         request = confirmation_request(Fact("name", "Ann", 0.9, "r"), Fact("name", "Bob", 0.9, "s"))
@@ -259,18 +345,54 @@ class TestGraders:
             "2": ["not an object"],
         }
 
-    def test_a_confirmation_is_graded_against_the_rules_reading_of_the_answer(self) -> None:
-        def graded(answer: str, verdict: str, by: str) -> tuple[float, bool | None, str]:
-            found = grade_confirmation(
-                2, {"key": "name", "answer": answer, "verdict": verdict, "by": by}
-            )
-            assert found.kind == "confirmation" and found.key == "confirmation:2"
-            return found.score, found.passed, found.detail["rules"]
+    def test_a_confirmation_is_graded_by_a_judge_that_is_not_the_classifier(self) -> None:
+        """Issue 33: the grade compared the verdict with the classifier's own rules, so
+        "please don't update it" read as yes was graded 1.0, passed. The judge is another
+        reader: a wrong verdict is failed, whoever made it (the fast path too)."""
 
-        assert graded("Yes!", "yes", "fast_path") == (1.0, True, "yes")
-        assert graded("I moved there last month", "yes", "classifier") == (1.0, True, "yes")
-        assert graded("No, I still live in Paris", "yes", "classifier") == (0.0, False, "no")
-        assert graded("hmm, let me think", "no", "classifier") == (0.5, None, "unclear")
+        def graded(
+            answer: str, verdict: str, by: str = "classifier", judged: Any = None
+        ) -> tuple[float, bool | None, str, str]:
+            record = {"key": "occupation", "answer": answer, "verdict": verdict, "by": by}
+            found = grade_confirmation(2, record, judged)
+            assert found.kind == "confirmation" and found.key == "confirmation:2"
+            assert (found.detail["verdict"], found.detail["by"]) == (verdict, by)
+            return found.score, found.passed, found.detail["expected"], found.detail["judge"]
+
+        for refused in ("please don't update it", "Absolutely not.", "Not now", "not yet"):
+            assert graded(refused, "yes") == (0.0, False, "no", "rules")
+            assert graded(refused, "no") == (1.0, True, "no", "rules")
+        assert graded("I wouldn't say no", "yes") == (0.0, False, "unclear", "rules")
+        assert graded("I wouldn't say no", "unclear") == (1.0, True, "unclear", "rules")
+        assert graded("Yes!", "yes", "fast_path") == (1.0, True, "yes", "rules")
+        assert graded("I moved there last month", "yes") == (1.0, True, "yes", "rules")
+        assert graded("I moved there last month", "no") == (0.0, False, "yes", "rules")
+        assert graded("No, I still live in Paris", "yes") == (0.0, False, "no", "rules")
+        assert graded("I moved there last month", "unclear") == (0.5, None, "yes", "rules")
+        # a model judge's reading, when there is one, is the reference
+        assert graded("whatever", "yes", judged=("no", "model")) == (0.0, False, "no", "model")
+
+    @pytest.mark.parametrize(
+        ("text", "verdict"),
+        [
+            ("please don't update it", "no"),
+            ("Absolutely not.", "no"),
+            ("Not now", "no"),
+            ("of course not", "no"),
+            ("I'd rather not", "no"),
+            ("no way", "no"),
+            ("Nope, leave it", "no"),
+            ("hmm", "unclear"),
+            ("It isn't untrue", "unclear"),
+            ("I can hardly say no", "unclear"),
+            ("Why?", "unclear"),
+            ("yes", "yes"),
+            ("Sure, I switched jobs", "yes"),
+            ("I changed my mind about them", "yes"),
+        ],
+    )
+    def test_the_judge_reads_answers_on_its_own(self, text: str, verdict: str) -> None:
+        assert judge_answer(text) == verdict
 
     def test_a_turn_is_graded_on_what_it_did(self) -> None:
         grades = turn_grades({"prompt": "hi", "reply": "hi", "extracted": []})
@@ -279,6 +401,22 @@ class TestGraders:
             ("extraction", "extraction", True),
         ]
         assert turn_grades({}) == []  # a resume that only confirmed: nothing of a reply to grade
+        confirmed = {
+            "confirmations": [
+                {"key": "name", "answer": "Absolutely not.", "verdict": "yes", "by": "classifier"}
+            ]
+        }
+        assert [g.passed for g in turn_grades(confirmed)] == [False]
+        assert [g.passed for g in turn_grades(confirmed, [("yes", "model")])] == [True]
+
+    def test_a_late_answer_is_told_the_question_expired_and_what_was_kept(self) -> None:
+        ann, bob = Fact("name", "Ann", 0.9, "r1"), Fact("name", "Bob", 0.9, "r2")
+        paris = Fact("location", "Paris", 0.9, "r1")
+        expired = [{"old": ann.as_value(), "new": bob.as_value()}, {"old": paris.as_value()}]
+        assert expired_message(expired) == (
+            "That question expired before your answer, so nothing was changed. Kept: your name"
+            " is Ann; you live in Paris."
+        )
 
 
 class ScriptedModel(GenericFakeChatModel):
@@ -315,6 +453,13 @@ class TestWithAModel:
             ("location", "Lisbon", 0.7, "run-3")
         ]
         assert model.asked[0][-1].content == "we settled in Lisbon"
+
+    async def test_a_model_judges_a_confirmation_with_its_own_prompt(self) -> None:
+        model = scripted(Judgement(verdict="no"))
+        record = {"key": "occupation", "answer": "Absolutely not."}
+        assert await judge_with_model(model, record) == "no"
+        assert "Absolutely not." in model.asked[0][0].content
+        assert "strictly" in model.asked[0][0].content
 
     async def test_an_ambiguous_answer_is_classified_by_the_model(self) -> None:
         model = scripted(Classification(verdict="no"))

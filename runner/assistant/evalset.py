@@ -6,6 +6,12 @@ must happen to them (no conflict, or a conflict answered yes / no / unclearly). 
 through the assistant's own steps, not copies: `extract_facts` (rules offline, structured
 output with a model), `conflict_with`, the confirmation's fast path and `classify_answer`, so
 the scores are those of the configured model as the assistant uses it.
+
+Its `heldout` section, which the rules were not written from, is scored apart: answers to one
+conflict question labelled yes / no / unclear (the confirmation's accuracy, the yes verdicts
+where the label is not, and whether the grader, `grading.grade_confirmation` with its judge,
+fails a yes to each answer that is not one), and extraction cases of phrasings outside the
+documented list.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ import msgspec
 from langchain_core.language_models import BaseChatModel
 from langgraph.func import entrypoint
 
-from .confirmation import answer_text, confirmation_request, fast_verdict
+from runner.models import EchoChatModel
+
+from .confirmation import Verdict, answer_text, confirmation_request, fast_verdict
 from .facts import KINDS, Fact, conflict_with, framing
-from .graph import classify_answer, extract_facts
+from .grading import grade_confirmation
+from .graph import classify_answer, extract_facts, judge_with_model
 
 __all__ = [
     "DEFAULT_SET",
@@ -31,6 +40,7 @@ __all__ = [
     "EvalSetError",
     "Scores",
     "load_evalset",
+    "score_all",
     "score_evalset",
 ]
 
@@ -68,10 +78,33 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     expect: Expect | None = None
 
 
+class HeldOutAnswer(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    answer: Any  # a resume value, as `Case.answer`
+    verdict: Verdict  # what a careful reader reads: yes, no (keep) or unclear (ask again)
+
+
+class StatedFact(msgspec.Struct, forbid_unknown_fields=True):
+    kind: str
+    value: str
+
+
+class HeldOut(msgspec.Struct, forbid_unknown_fields=True):
+    """Cases the rules were not tuned on: answers to one conflict question (`stored`, then
+    `new`), each labelled with its verdict, and extraction cases."""
+
+    stored: StatedFact
+    new: StatedFact
+    answers: list[HeldOutAnswer] = []
+    cases: list[Case] = []
+    about: str = ""
+
+
 class EvalSet(msgspec.Struct, forbid_unknown_fields=True):
     version: int
     cases: list[Case]
     about: str = ""
+    heldout: HeldOut | None = None
 
 
 class EvalSetError(ValueError):
@@ -80,7 +113,19 @@ class EvalSetError(ValueError):
 
 def _check(evalset: EvalSet) -> None:
     seen: set[str] = set()
-    for case in evalset.cases:
+    heldout = evalset.heldout
+    if heldout is not None:
+        for fact in (heldout.stored, heldout.new):
+            if fact.kind not in KINDS:
+                raise EvalSetError(f"heldout: unknown fact kind {fact.kind!r}")
+        old, new = _heldout_facts(heldout)
+        if conflict_with(new, {old.key: old}) is None:
+            raise EvalSetError("heldout: `new` does not contradict `stored`")
+        for answer in heldout.answers:
+            if answer.id in seen:
+                raise EvalSetError(f"answer {answer.id!r}: the id is used twice")
+            seen.add(answer.id)
+    for case in [*evalset.cases, *(heldout.cases if heldout else [])]:
         where = f"case {case.id!r}"
         if case.id in seen:
             raise EvalSetError(f"{where}: the id is used twice")
@@ -97,6 +142,13 @@ def _check(evalset: EvalSet) -> None:
             raise EvalSetError(f"{where}: a conflict needs an `answer` and `expect.key`")
         if conflicting and not case.stored:
             raise EvalSetError(f"{where}: a conflict needs stored facts")
+
+
+def _heldout_facts(heldout: HeldOut) -> tuple[Fact, Fact]:
+    return (
+        Fact(heldout.stored.kind, heldout.stored.value, 0.9, ""),
+        Fact(heldout.new.kind, heldout.new.value, 0.9, _RUN),
+    )
 
 
 def load_evalset(path: Path = DEFAULT_SET) -> EvalSet:
@@ -142,6 +194,7 @@ class Scores:
     false_positives: int = 0
     false_negatives: int = 0
     model_failures: int = 0
+    heldout: HeldOutScores | None = None
 
     @property
     def precision(self) -> float:
@@ -175,6 +228,8 @@ class Scores:
             f" ({sum(bool(r.correct) for r in cases)} of {len(cases)})",
             f"model calls failed: {self.model_failures}",
         ]
+        if self.heldout is not None:
+            lines += self.heldout.report_lines()
         for r in self.results:
             wrong = []
             if r.missed:
@@ -188,6 +243,73 @@ class Scores:
             if wrong:
                 lines.append(f"  {r.id}: " + "; ".join(wrong))
         return "\n".join(lines)
+
+
+@dataclass
+class AnswerResult:
+    id: str
+    verdict: str  # what the assistant decided (fast path, then the classifier)
+    expected: str  # the label
+    decided_by: str
+    graded: bool | None  # the grader's pass/fail of the assistant's verdict
+    caught: bool  # a yes for this answer would be recorded as failed by the grader
+
+
+@dataclass
+class HeldOutScores:
+    """The held-out section's figures: the confirmation's accuracy on the labelled answers
+    (and how many were a yes the label is not: an update against the user), the grader's
+    check of them, and extraction on phrasings outside the documented list."""
+
+    answers: list[AnswerResult] = field(default_factory=list)
+    extraction: Scores = field(default_factory=lambda: Scores())
+
+    @property
+    def confirmation_accuracy(self) -> float:
+        right = sum(a.verdict == a.expected for a in self.answers)
+        return right / len(self.answers) if self.answers else 1.0
+
+    @property
+    def wrong_yes(self) -> int:
+        return sum(a.verdict == "yes" and a.expected != "yes" for a in self.answers)
+
+    @property
+    def not_yes(self) -> list[AnswerResult]:
+        return [a for a in self.answers if a.expected != "yes"]
+
+    @property
+    def caught(self) -> int:
+        return sum(a.caught for a in self.not_yes)
+
+    @property
+    def wrong_graded_passed(self) -> int:
+        """Answers decided wrongly that the grader nevertheless passed."""
+        return sum(a.verdict != a.expected and a.graded is True for a in self.answers)
+
+    def report_lines(self) -> list[str]:
+        right = sum(a.verdict == a.expected for a in self.answers)
+        ext = self.extraction
+        lines = [
+            f"held-out confirmation accuracy: {self.confirmation_accuracy:.3f}"
+            f" ({right} of {len(self.answers)}); yes where the answer was not: {self.wrong_yes}",
+            f"held-out grader: a wrong yes recorded as failed for {self.caught} of"
+            f" {len(self.not_yes)} answers; wrong verdicts passed: {self.wrong_graded_passed}",
+            f"held-out extraction precision: {ext.precision:.3f}"
+            f" ({ext.true_positives} of {ext.true_positives + ext.false_positives})",
+            f"held-out extraction recall: {ext.recall:.3f}"
+            f" ({ext.true_positives} of {ext.true_positives + ext.false_negatives})",
+        ]
+        for a in self.answers:
+            if a.verdict != a.expected:
+                lines.append(
+                    f"  answer {a.id}: {a.verdict} ({a.decided_by}), expected {a.expected}"
+                )
+        for r in ext.results:
+            if r.missed or r.spurious:
+                wrong = [("missed " + ", ".join(r.missed)) if r.missed else ""]
+                wrong.append(("extracted " + ", ".join(r.spurious)) if r.spurious else "")
+                lines.append(f"  {r.id}: " + "; ".join(w for w in wrong if w))
+        return lines
 
 
 def _label(kind: str, value: str, how: str) -> str:
@@ -245,6 +367,38 @@ async def score_case(model: BaseChatModel, case: Case) -> CaseResult:
     return result
 
 
+async def _decide(model: BaseChatModel, request: dict[str, Any], value: Any) -> tuple[str, str]:
+    """The assistant's verdict on one answer, as `confirm` reaches it, and who decided."""
+    answer = answer_text(request, value)
+    verdict, decided_by = fast_verdict(answer), "fast_path"
+    if verdict == "unclear":
+        question = str(request["action_requests"][0]["description"])
+        verdict, decided_by = await classify_answer(model, question, answer), "classifier"
+    return verdict, decided_by
+
+
+async def score_answer(model: BaseChatModel, heldout: HeldOut, item: HeldOutAnswer) -> AnswerResult:
+    """One labelled answer: the assistant's verdict, and the grader's grade of it and of a yes
+    (a model judge with a model, as `grade` judges; the rules judge offline)."""
+    old, new = _heldout_facts(heldout)
+    request = confirmation_request(old, new)
+    verdict, decided_by = await _decide(model, request, item.answer)
+    answer = answer_text(request, item.answer)
+    judged: tuple[Verdict, str] | None = None
+    if not isinstance(model, EchoChatModel):
+        record = {"key": new.key, "answer": answer}
+        judged_verdict = await judge_with_model(model, record)
+        judged = (judged_verdict, "model") if judged_verdict is not None else None
+
+    def graded(as_verdict: str) -> bool | None:
+        record = {"key": new.key, "answer": answer, "verdict": as_verdict, "by": decided_by}
+        return grade_confirmation(0, record, judged).passed
+
+    return AnswerResult(
+        item.id, verdict, item.verdict, decided_by, graded(verdict), graded("yes") is False
+    )
+
+
 async def score_evalset(model: BaseChatModel, cases: Sequence[Case]) -> Scores:
     """Every case run with `model`, one after another, and the set's figures.
 
@@ -278,10 +432,69 @@ async def score_evalset(model: BaseChatModel, cases: Sequence[Case]) -> Scores:
     return scores
 
 
+async def score_heldout(model: BaseChatModel, heldout: HeldOut) -> HeldOutScores:
+    """The held-out section's figures with `model` (each answer run as a LangGraph entrypoint,
+    as `score_evalset` runs a case)."""
+
+    @entrypoint()
+    async def run_answer(index: int) -> AnswerResult:
+        return await score_answer(model, heldout, heldout.answers[index])
+
+    scores = HeldOutScores(extraction=await score_evalset(model, heldout.cases))
+    for index in range(len(heldout.answers)):
+        result: AnswerResult | None = None
+        async for mode, chunk in run_answer.astream(index, stream_mode=["custom", "values"]):
+            if mode == "values" and isinstance(chunk, AnswerResult):
+                result = chunk
+            elif isinstance(chunk, dict) and "memory" in chunk:
+                scores.extraction.model_failures += 1
+        if result is None:
+            raise RuntimeError(f"answer {heldout.answers[index].id!r} gave no result")
+        scores.answers.append(result)
+    return scores
+
+
+async def score_all(model: BaseChatModel, evalset: EvalSet) -> Scores:
+    """The set's figures, and its held-out section's when it has one (`runstream eval`)."""
+    scores = await score_evalset(model, evalset.cases)
+    if evalset.heldout is not None:
+        scores.heldout = await score_heldout(model, evalset.heldout)
+        scores.model_failures += scores.heldout.extraction.model_failures
+    return scores
+
+
+def _heldout_json(heldout: HeldOutScores | None) -> dict[str, Any] | None:
+    if heldout is None:
+        return None
+    ext = heldout.extraction
+    return {
+        "confirmation_accuracy": heldout.confirmation_accuracy,
+        "answers": len(heldout.answers),
+        "wrong_yes": heldout.wrong_yes,
+        "grader_caught": heldout.caught,
+        "grader_caught_of": len(heldout.not_yes),
+        "grader_passed_wrong": heldout.wrong_graded_passed,
+        "precision": ext.precision,
+        "recall": ext.recall,
+        "cases": len(ext.results),
+        "wrong_answers": [
+            {"id": a.id, "verdict": a.verdict, "expected": a.expected, "by": a.decided_by}
+            for a in heldout.answers
+            if a.verdict != a.expected
+        ],
+        "wrong": [
+            {"id": r.id, "missed": r.missed, "extracted": r.spurious}
+            for r in ext.results
+            if r.missed or r.spurious
+        ],
+    }
+
+
 def as_json(scores: Scores) -> str:
     """The figures and the cases that were not right, as JSON (`runstream eval --json`)."""
     return json.dumps(
         {
+            "heldout": _heldout_json(scores.heldout),
             "precision": scores.precision,
             "recall": scores.recall,
             "conflict_accuracy": scores.conflict_accuracy,

@@ -41,10 +41,22 @@ KINDS = SINGLE_KINDS | MULTI_KINDS | {"note"}
 _KIND_ORDER = ("name", "location", "occupation", "age", "likes", "dislikes", "note")
 _OPPOSITE = {"likes": "dislikes", "dislikes": "likes"}
 
-# Confidence of a plain statement, and of one hedged ("I think", "maybe", "probably", ...).
+# Confidence of a plain statement, of one hedged ("I think", "maybe", "I suppose", "kind of"),
+# and of one that says what may be ("might", "someday", "I'll move to"): framed stated, likely
+# and uncertain (`framing`).
 STATED = 0.9
 HEDGED = 0.6
-_HEDGES = re.compile(r"\b(i think|i guess|i believe|maybe|probably|perhaps)\b", re.IGNORECASE)
+UNCERTAIN = 0.3
+_HEDGES = re.compile(
+    r"\b(i think|i guess|i believe|i suppose|i reckon|i feel like|maybe|probably|perhaps"
+    r"|kind of|kinda|sort of|sorta)\b",
+    re.IGNORECASE,
+)
+_MAYBES = re.compile(
+    r"\b(might|(?:i|we) (?:may|could)|someday|some day|one day|eventually|thinking of"
+    r"|thinking about|considering|planning to|plan to|hoping to|hope to)\b",
+    re.IGNORECASE,
+)
 MAX_VALUE = 120  # characters of one value (docs/memory.md): longer ones are cut, never stored
 
 
@@ -155,46 +167,144 @@ def conflict_with(fact: Fact, stored: dict[str, Fact]) -> Fact | None:
 
 # -- offline extraction ----------------------------------------------------------------------
 
-# A value ends at punctuation or at a conjunction starting another clause ("... and I live in")
-_VALUE = r"(?P<value>[^.!?,;\n]+?)(?=\s+(?:and|but|so|because|though)\b|[.!?,;\n]|$)"
-_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("name", re.compile(rf"\bmy name is {_VALUE}", re.IGNORECASE)),
-    ("name", re.compile(rf"\bcall me {_VALUE}", re.IGNORECASE)),
-    ("location", re.compile(rf"\bi live in {_VALUE}", re.IGNORECASE)),
-    ("location", re.compile(rf"\bi moved to {_VALUE}", re.IGNORECASE)),
-    ("occupation", re.compile(rf"\bi work as (?:an? )?{_VALUE}", re.IGNORECASE)),
-    ("age", re.compile(r"\bi am (?P<value>\d{1,3}) years old", re.IGNORECASE)),
-    ("dislikes", re.compile(rf"\bi (?:don't|do not|dont) like {_VALUE}", re.IGNORECASE)),
-    ("dislikes", re.compile(rf"\bi hate {_VALUE}", re.IGNORECASE)),
-    ("likes", re.compile(rf"(?<!n't )(?<!not )\bi (?:really )?(?:like|love) {_VALUE}", re.I)),
-    ("note", re.compile(r"\bremember that (?P<value>[^.!?\n]+)", re.IGNORECASE)),
+# A value ends at punctuation or at a word starting another clause ("... and I live in"), and
+# leaves out a trailing time ("Faro now", "Braga in the spring", "Oslo since 2019": `_clean`)
+_VALUE = (
+    r"(?P<value>[^.!?,;\n]+?)(?=\s+(?:and|but|so|because|though|although|or|when|while"
+    r"|where|which|who|since|until|if)\b|[.!?,;\n]|$)"
+)
+_END = r"(?=\s*(?:[.!?,;\n]|$|\band\b|\bbut\b|\bso\b))"  # a one-word value's end
+_I_AM = r"\bi(?:'m|\u2019m| am)"
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_TRAILING = re.compile(
+    r"\s+(?:(?:right |just )?now|nowadays|these days|today|currently|at the moment|anymore"
+    r"|again|too|also|as well|for now|someday|some day|one day|eventually|soon|though"
+    r"|for (?:a|an|the|some|many|several|\d+)\b.*|since\b.*|ago\b.*"
+    r"|(?:last|next|this|every) (?:year|month|week|spring|summer|autumn|fall|winter|\w+day)\b.*"
+    rf"|in (?:the )?(?:spring|summer|autumn|fall|winter|{_MONTHS}|\d{{4}})\b.*"
+    r"|(?:a|an|one|two|three|four|five|six|\d+) (?:years?|months?|weeks?|days?) ago\b.*)$",
+    re.IGNORECASE,
+)
+# Words after "I'm" that are not a name ("I'm Sorry", "I'm Fine"), and after "I'm a" that are
+# not an occupation ("I'm a bit lost", "I'm a big fan of")
+_NOT_NAMES = frozenset(
+    (
+        *("fine", "sorry", "good", "great", "okay", "ok", "tired", "happy", "sad", "here"),
+        *("back", "done", "ready", "sure", "not", "just", "so", "very", "also", "still"),
+        *("busy", "home", "well", "bored", "hungry", "lost", "glad", "afraid", "new", "in"),
+    )
+)
+_NOT_OCCUPATIONS = (
+    r"(?!(?:bit|little|lot|fan|big|huge|great|good|bad|real|total|complete|few|couple|kind"
+    r"|sort|mess|person|member|part|guest|user|human|man|woman|girl|boy|mother|father"
+    r"|parent|student of)\b)"
+)
+_I = re.IGNORECASE
+_RULES: list[tuple[str, re.Pattern[str], float]] = [
+    ("name", re.compile(rf"\bmy name(?: is|'s|\u2019s) {_VALUE}", _I), STATED),
+    ("name", re.compile(rf"\bcall me {_VALUE}", _I), STATED),
+    # "I'm Priya": a capitalised word on its own, so written case-sensitively
+    ("name", re.compile(rf"(?i:{_I_AM}) (?P<value>[A-Z][\w-]+){_END}"), STATED),
+    ("location", re.compile(rf"\bi live in {_VALUE}", _I), STATED),
+    ("location", re.compile(rf"\bi moved to {_VALUE}", _I), STATED),
+    ("location", re.compile(rf"\bi(?:'ve|\u2019ve| have) lived in {_VALUE}", _I), STATED),
+    ("location", re.compile(rf"(?:{_I_AM}) (?:from|based in) {_VALUE}", _I), STATED),
+    (
+        "location",
+        re.compile(
+            r"\bi(?:'ll|\u2019ll| will| might| may| could| would| am going to|'m going to"
+            rf"| plan to| hope to| want to)(?: \w+)? (?:move|relocate) to {_VALUE}",
+            _I,
+        ),
+        UNCERTAIN,
+    ),
+    ("location", re.compile(rf"(?:{_I_AM}) moving to {_VALUE}", _I), UNCERTAIN),
+    ("occupation", re.compile(rf"\bi work as (?:an? )?{_VALUE}", _I), STATED),
+    ("occupation", re.compile(rf"(?:{_I_AM}) an? {_NOT_OCCUPATIONS}{_VALUE}", _I), STATED),
+    ("age", re.compile(rf"(?:{_I_AM}) (?P<value>\d{{1,3}})(?: years? old)?{_END}", _I), STATED),
+    ("age", re.compile(r"\bi am (?P<value>\d{1,3}) years old", _I), STATED),
+    (
+        "dislikes",
+        re.compile(
+            rf"\bi (?:really |just |also |still |honestly )?(?:don't|don\u2019t|do not|dont)"
+            rf" (?:really )?(?:like|enjoy|love) (?!to\b){_VALUE}",
+            _I,
+        ),
+        STATED,
+    ),
+    (
+        "dislikes",
+        re.compile(
+            rf"\bi (?:really )?(?:hate|dislike|detest|can't stand|can\u2019t stand"
+            rf"|cannot stand|can not stand) {_VALUE}",
+            _I,
+        ),
+        STATED,
+    ),
+    (
+        "dislikes",
+        re.compile(rf"(?:{_I_AM}) not (?:really )?(?:a|much of a) fan of {_VALUE}", _I),
+        STATED,
+    ),
+    (
+        "likes",
+        re.compile(
+            rf"(?<!n't )(?<!not )\bi (?:really |also |just |kind of |kinda |sort of |do )?"
+            rf"(?:like|love|enjoy|adore) {_VALUE}",
+            _I,
+        ),
+        STATED,
+    ),
+    ("likes", re.compile(rf"(?:{_I_AM}) (?:a )?(?:big |huge )?fan of {_VALUE}", _I), STATED),
+    ("note", re.compile(r"\bremember that (?P<value>[^.!?\n]+)", _I), STATED),
 ]
+# A sentence asking something ("Would I like Paris?", "Can you call me a taxi?") states nothing
+_QUESTION = re.compile(
+    r"^\W*(?:would|can|could|do|does|did|is|are|am|will|what|who|how|why|where|when|should"
+    r"|may|shall|have|has|which)\b[^?]*\?\s*$",
+    _I,
+)
 
 
-def _clean(value: str) -> str:
+def _clean(value: str, kind: str = "note") -> str:
     value = re.sub(r"\s+", " ", value).strip(" '\"")
+    if kind != "note":  # a note is kept as said ("my sister's birthday is in May")
+        while (cut := _TRAILING.sub("", value)) != value:
+            value = cut
+        if kind == "name" and value.split()[0].casefold() in _NOT_NAMES:
+            return ""
     return value[:MAX_VALUE]
+
+
+def _confidence(sentence: str) -> float:
+    if _MAYBES.search(sentence):
+        return UNCERTAIN
+    return HEDGED if _HEDGES.search(sentence) else STATED
 
 
 def rule_facts(text: str, source_run: str) -> list[Fact]:
     """The facts the documented phrasings state in `text`, in the order they appear; one fact
-    per store key (the last statement of a key wins). Each sentence is read on its own, hedged
-    ones ("I think my name is ...") with a lower confidence."""
+    per store key (the last statement of a key wins). Each sentence is read on its own: one
+    asking something states nothing; one hedged ("I think my name is ...", "I suppose")
+    gives a lower confidence, one saying what may be ("I might move to ...") a lower still."""
     found: dict[str, tuple[int, Fact]] = {}
     offset = 0
     for sentence in re.split(r"(?<=[.!?;\n])", text):
-        confidence = HEDGED if _HEDGES.search(sentence) else STATED
+        if _QUESTION.match(sentence):
+            offset += len(sentence)
+            continue
+        sure = _confidence(sentence)
         taken: list[tuple[int, int]] = []
-        for kind, pattern in _RULES:
+        for kind, pattern, most in _RULES:
             for match in pattern.finditer(sentence):
                 span = match.span()
                 if any(span[0] < end and start < span[1] for start, end in taken):
                     continue  # "I don't like" is not also an "I like"
                 taken.append(span)
-                value = _clean(match.group("value"))
+                value = _clean(match.group("value"), kind)
                 if not value:
                     continue
-                fact = Fact(kind, value, confidence, source_run)
+                fact = Fact(kind, value, min(sure, most), source_run)
                 found[fact.key] = (offset + span[0], fact)
         offset += len(sentence)
     return [fact for _, fact in sorted(found.values(), key=lambda pair: pair[0])]

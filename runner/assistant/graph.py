@@ -13,7 +13,8 @@ Each turn:
   new one is written, and `notice`, after the answer, says so in a short message.
 - `confirm` asks about each pending conflict through `interrupt()` (the human-in-the-loop shape
   the UIs draw buttons for): yes applies the new value, no keeps the old, an unclear answer asks
-  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept.
+  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept (a late answer
+  is told so: `expired_message`).
 - `summarize` folds the older messages into the summary past `summary_after` messages.
 - `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
 
@@ -62,12 +63,15 @@ from stream_store.errors import QuotaExceeded
 
 from .confirmation import (
     CLASSIFY_PROMPT,
+    JUDGE_PROMPT,
     Classification,
+    Judgement,
     Verdict,
     answer_text,
     confirmation_request,
     fast_verdict,
     rule_verdict,
+    safe_verdict,
 )
 from .facts import (
     EXTRACTION_PROMPT,
@@ -447,13 +451,15 @@ async def notice(state: AssistantState) -> dict[str, Any]:
 
 async def classify_answer(model: BaseChatModel, question: str, answer: str) -> Verdict:
     """An answer the fast path left unclear: by rule offline, by a structured-output call with
-    a model (unclear when that call fails: the question is asked again)."""
+    a model (unclear when that call fails: the question is asked again). Either way a yes for
+    an answer with a negation, refusal, deferral or hedge in it is unclear
+    (`confirmation.safe_verdict`): memory is never updated on such an answer."""
     if _offline(model):
-        return rule_verdict(answer)
+        return safe_verdict(answer, rule_verdict(answer))
     classifier = _quiet(model.with_structured_output(Classification, method="function_calling"))
     prompt = CLASSIFY_PROMPT.format(question=question, answer=answer)
     result = await _aside("classification", classifier.ainvoke([HumanMessage(prompt)]), None)
-    return result.verdict if isinstance(result, Classification) else "unclear"
+    return safe_verdict(answer, result.verdict) if isinstance(result, Classification) else "unclear"
 
 
 async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
@@ -471,9 +477,18 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
         return {"pending": rest}
     context = _context(runtime)
     old, new = Fact.from_value(conflict["old"]), Fact.from_value(conflict["new"])
-    if not _alive(conflict, context, time.time()):
-        writer({"memory": {"event": "conflict_expired", "key": conflict["key"]}})
-        return {"pending": rest}
+    now = time.time()
+    if not _alive(conflict, context, now):
+        # a late answer (the question was asked when it was staged): say it expired, and what
+        # was kept, for it and for every other expired one, in one message
+        expired = [
+            conflict,
+            *(c for c in rest if not conflict_problems(c) and not _alive(c, context, now)),
+        ]
+        for gone in expired:
+            writer({"memory": {"event": "conflict_expired", "key": gone["key"]}})
+        rest = [c for c in rest if c not in expired]
+        return {"pending": rest, "messages": [AIMessage(content=expired_message(expired))]}
     request = confirmation_request(old, new)
     answer = answer_text(request, interrupt(request))
     verdict, decided_by = fast_verdict(answer), "fast_path"
@@ -510,6 +525,13 @@ async def confirm(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     return {"pending": rest, "turn": turn, "messages": [AIMessage(content=said)]}
 
 
+def expired_message(expired: list[dict[str, Any]]) -> str:
+    """What a late answer gets: the question expired, and what was kept."""
+    kept = "; ".join(Fact.from_value(c["old"]).sentence() for c in expired)
+    said = f"That question expired before your answer, so nothing was changed. Kept: {kept}."
+    return said.replace("their ", "your ").replace("they ", "you ")
+
+
 def _question(request: dict[str, Any]) -> str:
     return str(request["action_requests"][0].get("description", ""))
 
@@ -544,23 +566,47 @@ async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -
     return {"summary": summary, "messages": removed}
 
 
-def turn_grades(turn: dict[str, Any]) -> list[Grade]:
+def turn_grades(
+    turn: dict[str, Any], judged: list[tuple[Verdict, str] | None] | None = None
+) -> list[Grade]:
     """The grades of one turn: its reply, its extraction and each answer to a conflict
-    question, when it had them."""
+    question, when it had them (`judged`: a model judge's reading of each answer, in order;
+    the rules judge `grading.judge_answer` for one it lacks)."""
     grades = []
     if "reply" in turn:
         grades.append(grade_reply(str(turn.get("prompt", "")), str(turn["reply"])))
     if "extracted" in turn:
         grades.append(grade_extraction(turn["extracted"]))
     for index, confirmation in enumerate(turn.get("confirmations", [])):
-        grades.append(grade_confirmation(index, confirmation))
+        judgement = judged[index] if judged and index < len(judged) else None
+        grades.append(grade_confirmation(index, confirmation, judgement))
     return grades
 
 
+async def judge_with_model(model: BaseChatModel, confirmation: dict[str, Any]) -> Verdict | None:
+    """A model judge's reading of one answer (`Judgement`, a prompt of its own, not the
+    classifier's); None when its call fails (the rules judge grades it then)."""
+    judge = _quiet(model.with_structured_output(Judgement, method="function_calling"))
+    prompt = JUDGE_PROMPT.format(
+        key=str(confirmation.get("key", ""))[:120], answer=str(confirmation.get("answer", ""))
+    )
+    result = await _aside("judge", judge.ainvoke([HumanMessage(prompt)]), None)
+    return result.verdict if isinstance(result, Judgement) else None
+
+
 async def grade(state: AssistantState) -> dict[str, Any]:
-    """Grade the turn after its answer streamed; recorded once per run and key."""
+    """Grade the turn after its answer streamed; recorded once per run and key. With a model,
+    each answer to a conflict question is judged by the model (`judge_with_model`)."""
     writer = get_stream_writer()
-    for result in turn_grades(state.get("turn", {})):
+    turn = state.get("turn", {})
+    judged: list[tuple[Verdict, str] | None] = []
+    confirmations = turn.get("confirmations", [])
+    model = _model() if confirmations else None
+    if model is not None and not _offline(model):
+        for confirmation in confirmations:
+            verdict = await judge_with_model(model, confirmation)
+            judged.append((verdict, "model") if verdict is not None else None)
+    for result in turn_grades(turn, judged):
         writer(
             {"evaluation": {"kind": result.kind, "score": result.score, "passed": result.passed}}
         )

@@ -288,10 +288,10 @@ async def remember_once(
     None, and nothing written, for a fact `facts.fact_problems` refuses (a value past
     `MAX_VALUE` characters, ...), whatever asked for it.
 
-    `once` records the write's stamp in runstream's ledger (its effect cannot use the store: it
-    runs inside the ledger's transaction, on the pool the store shares); the store is then
-    written unless it already holds that stamp, which is the case when an earlier attempt of
-    the run wrote it. A retry therefore writes nothing again, and one killed between the ledger
+    `once` records the write's stamp in runstream's ledger; the store is then written unless
+    it already holds that stamp, which is the case when an earlier attempt of the run wrote
+    it (the stamp, not the store's write, is the effect: a store that refuses the write, full,
+    is not a recorded outcome, so the next turn may try again). A retry therefore writes nothing again, and one killed between the ledger
     and the store completes the write. The delete and the put are one batch, so a store that
     refuses the put (`QuotaExceeded`, past the owner's caps) keeps the replaced fact.
     """

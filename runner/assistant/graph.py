@@ -290,10 +290,9 @@ async def remember_once(
 
     `once` records the write's stamp in runstream's ledger; the store is then written unless
     it already holds that stamp, which is the case when an earlier attempt of the run wrote
-    it (the stamp, not the store's write, is the effect: a store that refuses the write, full,
-    is not a recorded outcome, so the next turn may try again). A retry therefore writes nothing again, and one killed between the ledger
-    and the store completes the write. The delete and the put are one batch, so a store that
-    refuses the put (`QuotaExceeded`, past the owner's caps) keeps the replaced fact.
+    it. A retry therefore writes nothing again, and one killed between the ledger and the
+    store completes the write. The delete and the put are one batch, so a store that refuses
+    the put (`QuotaExceeded`, past the owner's caps) keeps the replaced fact.
     """
 
     if problems := fact_problems(fact.as_value()):

@@ -323,7 +323,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from pathlib import Path
 
     from .embedded import EmbeddedServices
-    from .up_folder import hold_data_folder
+    from .up_folder import SIGNING_KEY_FILE, hold_data_folder, kept_secret
     from .up_record import UpRecord, remove_up_record, write_up_record
 
     # refuse before starting anything, as `serve` would; the project's file read once here
@@ -340,6 +340,10 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     record: Path | None = None
     try:
         record = write_up_record(data_dir, UpRecord(pid=os.getpid(), address=address))
+        if project_auth and not (settings.signing_key or settings.signing_keys):
+            # the one-command local run: a key of its own, kept with its services' data
+            settings = replace(settings, signing_key=kept_secret(data_dir, SIGNING_KEY_FILE))
+            env["RUNSTREAM_SIGNING_KEY"] = settings.signing_key
         settings.stream_token_keys(project_auth=project_auth)
         # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also
         # when started in the background, where SIGINT is ignored)

@@ -3,7 +3,9 @@
 `up` takes an exclusive lock (`flock`) on `up.lock` in its data folder before it starts
 anything and holds it for its life (the kernel drops it when the process ends, however it
 ends): a second `up` on the same folder is refused in one line naming the running one's pid
-and address (from its `up.json`, `server/up_record.py`). Nothing here follows a symbolic link.
+and address (from its `up.json`, `server/up_record.py`). Secrets `up` makes for itself (the
+signing key of a project with `auth.path`) are kept in 0600 files beside it, created once and
+read at each later start. Nothing here follows a symbolic link.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 from pathlib import Path
 
 from stream_store.settings import SettingsError
 
 from .up_record import read_up_record
 
-__all__ = ["DataFolderLock", "hold_data_folder", "private_folder"]
+__all__ = ["DataFolderLock", "hold_data_folder", "kept_secret", "private_folder"]
 
 _LOCK = "up.lock"
+SIGNING_KEY_FILE = "signing_key"
 
 
 def private_folder(path: Path) -> Path:
@@ -67,3 +71,21 @@ def hold_data_folder(data_dir: Path) -> DataFolderLock:
             "folder with RUNSTREAM_DATA_DIR"
         ) from None
     return DataFolderLock(fd, path)
+
+
+def kept_secret(data_dir: Path, name: str, *, nbytes: int = 32) -> str:
+    """The secret kept in `data_dir/name` (0600), made at the first call: random, hex."""
+    path = data_dir / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "r") as existing:
+            secret = existing.read().strip()
+        if not secret:
+            raise SettingsError(f"{path} is empty: remove it to have a new one made") from None
+        return secret
+    secret = secrets.token_hex(nbytes)
+    with os.fdopen(fd, "w") as created:
+        created.write(secret + "\n")
+    return secret

@@ -1,9 +1,13 @@
-"""`runstream up`'s data folder: one `up` at a time on it (issue 32)."""
+"""`runstream up`'s data folder: one `up` at a time on it, and the signing key it keeps there
+for a project with `auth.path` (issue 32)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -13,7 +17,10 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.test_up import launch_up, start_up, stop_up
+from tests.processes import ROOT
+from tests.test_up import launch_up, start_up, stop_up, up_env
+
+AUTH_PROJECT = ROOT / "tests" / "projects" / "auth" / "langgraph.json"
 
 
 @pytest.fixture
@@ -45,3 +52,40 @@ async def test_a_second_up_on_the_same_folder_is_refused_in_one_line(base: Path)
         assert "up.lock" in os.listdir(data_dir) and (data_dir / "up.json").exists()
     finally:
         stop_up(first)
+
+
+@pytest.mark.slow
+async def test_up_makes_and_keeps_a_signing_key_for_a_project_with_auth(base: Path) -> None:
+    data_dir, port = base / "rs", free_port()
+    args = ("--processes", "1", "--config", str(AUTH_PROJECT))
+    keys = []
+    for _ in range(2):
+        process = await start_up(data_dir, port, *args, log=base / "up.log")
+        try:
+            headers = {"Authorization": "Bearer token-alice"}
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                answer = await http.post("/threads", json={}, headers=headers)
+                assert answer.status_code == 200, answer.text
+        finally:
+            stop_up(process)
+        key = data_dir / "signing_key"
+        assert stat.S_IMODE(key.lstat().st_mode) == 0o600
+        keys.append(key.read_text())
+    assert keys[0] == keys[1] and len(keys[0].strip()) == 64  # made once, kept
+
+
+def test_serve_still_requires_a_signing_key_for_a_project_with_auth(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--config", str(AUTH_PROJECT)],
+        cwd=ROOT,
+        env=up_env(tmp_path / "rs"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        "runstream: the project's auth (auth.path) is set but RUNSTREAM_SIGNING_KEY is not"
+        in done.stderr
+    )
+    assert not (tmp_path / "rs").exists()  # serve keeps nothing of its own

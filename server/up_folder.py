@@ -27,10 +27,18 @@ SIGNING_KEY_FILE = "signing_key"
 
 
 def private_folder(path: Path) -> Path:
-    """`path` made if missing (0700), and refused if it is a symbolic link or not a folder."""
+    """`path` made if missing (0700), and refused if it is a symbolic link or not a folder;
+    ours (as root, a folder an older `up` gave to `nobody` is taken back: the folder only)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.is_symlink() or not path.is_dir():
-        raise SettingsError(f"{path} is not a folder (a symbolic link?): remove it")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        raise SettingsError(f"{path} is not a folder (a symbolic link?): remove it") from None
+    try:
+        if os.geteuid() == 0 and os.fstat(fd).st_uid != 0:
+            os.fchown(fd, 0, 0)
+    finally:
+        os.close(fd)
     return path
 
 

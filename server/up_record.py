@@ -4,7 +4,8 @@
 folder's lock (`server/up_folder.py`), with its pid and address, again with the embedded
 services' URLs once they are up, and removes it when it stops; `runstream status` reads it for
 a URL that `RUNSTREAM_REDIS_URL` or `RUNSTREAM_DATABASE_URL` does not set, and so finds the
-services `up`'s own server and worker use. A record whose process is gone (an `up` killed
+services `up`'s own server and worker use. The URLs carry the embedded services' password
+(`server/embedded.py`): the record is 0600. A record whose process is gone (an `up` killed
 before it could remove it) is ignored.
 """
 

@@ -1,5 +1,6 @@
 """The embedded services `runstream up` starts, run as root: nothing chowned through a link,
-no predictable shared path, logs of ours, both services as `nobody` (issue 32)."""
+no predictable shared path, logs of ours, both services as `nobody`, and a password for both
+that another local account cannot read (issue 32)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
+import redis
+from redis import Redis
 
 from server.embedded import EmbeddedServices
 
@@ -129,3 +135,42 @@ def test_a_postgres_home_no_longer_ours_is_not_used_again(closed_base: Path) -> 
         for home in (first, second):
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{parts.username or ''}@{parts.hostname}:{parts.port}").geturl()
+
+
+def test_both_services_take_a_password_kept_in_the_data_folder(base: Path) -> None:
+    data_dir = base / "rs"
+    services = EmbeddedServices(data_dir)
+    try:
+        redis_url, database_url = services.start()
+        assert redis_url and database_url
+        secret = (data_dir / "services-secret").read_text().strip()
+        found = (data_dir / "services-secret").lstat()
+        assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (0, 0o600) and len(secret) == 64
+        assert f":{secret}@" in redis_url and f":{secret}@" in database_url
+        assert Redis.from_url(redis_url).ping()
+        psycopg.connect(database_url).close()
+        with pytest.raises(redis.AuthenticationError):
+            Redis.from_url(_without_password(redis_url)).ping()
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(_without_password(database_url)).close()
+        for _, process in services.processes:  # not on a command line `ps` shows everyone
+            assert secret.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+        if shutil.which("runuser"):  # another local account: no secret to read, no way in
+            another = subprocess.run(
+                ["runuser", "-u", "nobody", "--", "cat", str(data_dir / "services-secret")],
+                capture_output=True,
+            )
+            assert another.returncode != 0 and secret.encode() not in another.stdout
+    finally:
+        services.stop()
+    again = EmbeddedServices(data_dir)  # the next start: the same secret, the old data
+    try:
+        redis_url, database_url = again.start()
+        assert f":{secret}@" in str(redis_url) and f":{secret}@" in str(database_url)
+    finally:
+        again.stop()

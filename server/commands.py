@@ -323,27 +323,44 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     from pathlib import Path
 
     from .embedded import EmbeddedServices
+    from .up_folder import SIGNING_KEY_FILE, hold_data_folder, kept_secret
     from .up_record import UpRecord, remove_up_record, write_up_record
 
     # refuse before starting anything, as `serve` would; the project's file read once here
     # (its graphs import in the children, which read it themselves)
     project = _read_project(settings)
-    settings.stream_token_keys(project_auth=project is not None and project.auth is not None)
-    # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also when
-    # started in the background, where SIGINT is ignored)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    project_auth = project is not None and project.auth is not None
+    settings.stream_token_keys()  # the operator's own sign-in takes the operator's key
+    # one `up` per data folder, for this process's life: before anything is started there
+    data_dir = Path(settings.data_dir).resolve()
+    lock = hold_data_folder(data_dir)
+    address = f"http://{host}:{port}"
     env = dict(os.environ)
-    services = EmbeddedServices(Path(settings.data_dir))
+    services = EmbeddedServices(data_dir)
     record: Path | None = None
     try:
+        record = write_up_record(data_dir, UpRecord(pid=os.getpid(), address=address))
+        if project_auth and not (settings.signing_key or settings.signing_keys):
+            # the one-command local run: a key of its own, kept with its services' data
+            settings = replace(settings, signing_key=kept_secret(data_dir, SIGNING_KEY_FILE))
+            env["RUNSTREAM_SIGNING_KEY"] = settings.signing_key
+        settings.stream_token_keys(project_auth=project_auth)
+        # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also
+        # when started in the background, where SIGINT is ignored)
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         if not (settings.redis_url and settings.database_url):
             redis_url, database_url = services.start(
                 redis=not settings.redis_url, postgres=not settings.database_url
             )
             record = write_up_record(
-                services.data_dir,
-                UpRecord(pid=os.getpid(), redis_url=redis_url, database_url=database_url),
+                data_dir,
+                UpRecord(
+                    pid=os.getpid(),
+                    address=address,
+                    redis_url=redis_url,
+                    database_url=database_url,
+                ),
             )
             settings = replace(
                 settings,
@@ -360,6 +377,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         if record is not None:
             remove_up_record(record)
         services.stop()
+        lock.release()
 
 
 def _interrupt(signum: int, frame: object) -> None:

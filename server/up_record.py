@@ -1,10 +1,11 @@
 """Where `runstream up`'s embedded Valkey and Postgres listen, for the commands run beside it.
 
-`up` writes `up.json` into its data folder (default `./.runstream/`) once its embedded services
-are up, and removes it when it stops; `runstream status` reads it for a URL that
-`RUNSTREAM_REDIS_URL` or `RUNSTREAM_DATABASE_URL` does not set, and so finds the services `up`'s
-own server and worker use. The record holds only the embedded services' URLs (loopback, trust
-authentication: no secret) and `up`'s pid; a record whose process is gone (an `up` killed
+`up` writes `up.json` into its data folder (default `./.runstream/`) as soon as it holds the
+folder's lock (`server/up_folder.py`), with its pid and address, again with the embedded
+services' URLs once they are up, and removes it when it stops; `runstream status` reads it for
+a URL that `RUNSTREAM_REDIS_URL` or `RUNSTREAM_DATABASE_URL` does not set, and so finds the
+services `up`'s own server and worker use. The URLs carry the embedded services' password
+(`server/embedded.py`): the record is 0600. A record whose process is gone (an `up` killed
 before it could remove it) is ignored.
 """
 
@@ -26,6 +27,7 @@ _NAME = "up.json"
 
 class UpRecord(msgspec.Struct, kw_only=True):
     pid: int  # the `runstream up` that started the services
+    address: str | None = None  # where its server listens, http://host:port
     redis_url: str | None = None  # None: not embedded (up was given a URL)
     database_url: str | None = None
 
@@ -38,8 +40,11 @@ def write_up_record(data_dir: str | Path, record: UpRecord) -> Path:
     """Write the record whole (a reader never sees half of it); returns its path."""
     path = _path(data_dir)
     partial = path.with_suffix(".partial")
-    partial.write_bytes(msgspec.json.encode(record))
-    partial.chmod(0o600)
+    with contextlib.suppress(FileNotFoundError):
+        partial.unlink()  # a file or a link left there: never written through
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(partial, flags, 0o600), "wb") as output:
+        output.write(msgspec.json.encode(record))
     partial.replace(path)
     return path
 

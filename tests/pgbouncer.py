@@ -8,6 +8,7 @@ is configured as a deployment behind PgBouncer is (`RUNSTREAM_DATABASE_POOL_MODE
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -22,7 +23,7 @@ __all__ = ["PgBouncer"]
 
 _CONFIG = """\
 [databases]
-* = host={host} port={port} user={user}
+* = host={host} port={port} user={user}{password}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -60,14 +61,17 @@ class PgBouncer:
                 host=target.hostname or "127.0.0.1",
                 port=target.port or 5432,
                 user=target.username or "postgres",
+                # the embedded PostgreSQL's password (server/embedded.py), when it has one
+                password=f" password={target.password}" if target.password else "",
                 listen=self.port,
                 log=self._dir / "pgbouncer.log",
             )
         )
-        os.chmod(config, 0o644)
+        os.chmod(config, 0o600)  # it may hold the embedded PostgreSQL's password
         command = [binary, str(config)]
         if os.geteuid() == 0:
             command[1:1] = ["-u", "postgres"]  # pgbouncer refuses to run as root
+            os.chown(config, pwd.getpwnam("postgres").pw_uid, -1)
             os.chmod(self._dir, 0o777)  # ... and writes its log here as postgres
         self._process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT

@@ -68,7 +68,7 @@ def stop_up(process: Popen) -> str:
 
 
 def children_using(data_dir: Path) -> list[str]:
-    listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    listing = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     return [line for line in listing.splitlines() if str(data_dir) in line]
 
 
@@ -91,7 +91,7 @@ _CHILDREN = {
 def children_of(up_pid: int) -> dict[str, int]:
     """The pids of `up`'s children: `serve`, `worker`, `valkey`, `postgres`."""
     listing = subprocess.run(
-        ["ps", "-o", "pid=,args=", "--ppid", str(up_pid)], capture_output=True, text=True
+        ["ps", "-ww", "-o", "pid=,args=", "--ppid", str(up_pid)], capture_output=True, text=True
     ).stdout
     children = {}
     for line in listing.splitlines():

@@ -34,6 +34,7 @@ from .cors import cors_policy
 from .custom_routes import CustomRoutes, load_custom_app
 from .errors import EXCEPTION_HANDLERS
 from .event_stream import with_server_send
+from .header_limit import bounded_head
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
 from .langgraph.cron_scheduler import running_scheduler
@@ -205,14 +206,17 @@ def create_app(
         logging_config=None,
     )
     app.state.custom_routes = custom
+    app.state.max_header_bytes = settings.max_header_bytes
     return app
 
 
 def serving(app: Litestar) -> ASGIApp:
     """The ASGI app a server runs: the project's custom routes in front of runstream's
-    (server/custom_routes.py), each request's scope holding the server's `send`."""
+    (server/custom_routes.py), each request's scope holding the server's `send`, and a head
+    over `RUNSTREAM_MAX_HEADER_BYTES` refused before either (server/header_limit.py)."""
     custom: CustomRoutes | None = app.state.custom_routes
-    return with_server_send(app if custom is None else custom.in_front_of(app))
+    routes = with_server_send(app if custom is None else custom.in_front_of(app))
+    return bounded_head(routes, app.state.max_header_bytes)
 
 
 def project_http(project: Project | None) -> tuple[HttpSettings, Any]:

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENT_QUERIES",
     "DEFAULT_MAX_CRONS",
     "DEFAULT_MAX_FACTS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
@@ -134,6 +135,10 @@ EVALUATIONS_MAX_PER_RUN = 1000
 EVALUATION_KINDS_PER_GRAPH_IN_METRICS = 20
 
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
+
+# A request's head (request line and headers), in bytes: past it, 431 before any route runs.
+# Browsers send a few KiB (cookies included); Node.js refuses past 16 KiB, nginx past 32 KiB.
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000  # characters (code points) of one input message's content
 DEFAULT_MAX_RUN_MESSAGES = 1000  # input messages of one run

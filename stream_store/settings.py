@@ -162,6 +162,7 @@ class Settings:
     viewer_queue_size: int = 4096
     viewer_cut_off_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
+    max_header_bytes: int = limits.DEFAULT_MAX_HEADER_BYTES  # request line and headers
     max_message_chars: int = limits.DEFAULT_MAX_MESSAGE_CHARS
     max_run_messages: int = limits.DEFAULT_MAX_RUN_MESSAGES
     max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
@@ -290,6 +291,9 @@ class Settings:
             viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
             viewer_cut_off_s=_int(env, "RUNSTREAM_VIEWER_CUT_OFF_MS", 10_000, minimum=100) / 1000,
             max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+            max_header_bytes=_int(
+                env, "RUNSTREAM_MAX_HEADER_BYTES", limits.DEFAULT_MAX_HEADER_BYTES, minimum=4096
+            ),
             max_message_chars=_int(
                 env, "RUNSTREAM_MAX_MESSAGE_CHARS", limits.DEFAULT_MAX_MESSAGE_CHARS, minimum=1
             ),

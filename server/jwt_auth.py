@@ -19,7 +19,7 @@ from litestar import Request
 
 from stream_store.settings import Settings
 
-from .auth import Caller, Unauthorized
+from .auth import Caller, Unauthorized, bounded_credential
 from .errors import ApiError
 
 __all__ = ["JwtSignIn"]
@@ -57,7 +57,7 @@ class JwtSignIn:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized("a JWT is required (header Authorization: Bearer <jwt>)")
-        return Caller(owner=await self.subject(token))
+        return Caller.signed_in(await self.subject(bounded_credential(token)))
 
     async def subject(self, token: str) -> str:
         """The verified token's `sub`.

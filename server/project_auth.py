@@ -134,6 +134,7 @@ class ProjectAuth:
         Raises:
             ApiError: it refused (its 401 or 403 and detail), it raised a ValueError (400, as
                 LangGraph answers), or anything else (500, logged).
+            Unauthorized: the identity is refused (`Caller.signed_in`).
         """
         kwargs = self._arguments(request)
         try:
@@ -152,7 +153,7 @@ class ProjectAuth:
             raise
         except ValueError as exc:
             raise ApiError(400, "invalid_request", str(exc)) from None
-        return Caller(owner=user.identity, user=user, rules=self)
+        return Caller.signed_in(user.identity, user=user, rules=self)
 
     # -- authorization -----------------------------------------------------------------------
 

@@ -243,6 +243,7 @@ class Settings:
         endpoint = openai_key or env.get("OPENAI_BASE_URL")
         model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if endpoint else "fake")
         api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
+        _check_api_keys(api_keys)
         signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
         signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")
         if signing_key and signing_keys:
@@ -436,6 +437,20 @@ class Settings:
         if self.jwt_jwks_url:
             return "RUNSTREAM_JWT_JWKS_URL"
         return "RUNSTREAM_API_KEYS"
+
+
+def _check_api_keys(api_keys: dict[str, str]) -> None:
+    """Each key's owner is a caller's identity (`limits.identity_problem`), each key a bearer
+    credential no longer than a presented one may be."""
+    for key, owner in api_keys.items():
+        problem = limits.identity_problem(owner)
+        if problem is not None:
+            raise SettingsError(f"RUNSTREAM_API_KEYS: the owner {owner!r} is refused: {problem}")
+        if len(key) > limits.BEARER_TOKEN_MAX_CHARS:
+            raise SettingsError(
+                f"RUNSTREAM_API_KEYS: a key is longer than {limits.BEARER_TOKEN_MAX_CHARS}"
+                " characters"
+            )
 
 
 def _check_jwt(

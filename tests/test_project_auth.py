@@ -58,6 +58,20 @@ class TestSigningIn:
         assert missing.value.response.status_code == 404
         assert [t["thread_id"] for t in await alice.threads.search()] == [thread["thread_id"]]
 
+    @pytest.mark.parametrize("token", ["token-nul", "token-long"])
+    async def test_an_identity_no_owner_can_carry_is_a_401(
+        self, served: ServerHandle, token: str
+    ) -> None:
+        """A NUL in the identity was a 500 on a create, 3,000 characters a 503 on every write
+        (the owner indexes' row size): refused where the caller is made."""
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            for method, path in [("POST", "/threads"), ("POST", "/v1/threads")]:
+                answer = await http.request(
+                    method, path, json={}, headers={"Authorization": f"Bearer {token}"}
+                )
+                assert answer.status_code == 401, answer.text[:200]
+                assert "identity is refused" in answer.text
+
 
 class TestResourceRules:
     async def test_a_create_handler_stamps_the_threads_metadata(self, served: ServerHandle) -> None:

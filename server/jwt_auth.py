@@ -73,7 +73,14 @@ class JwtSignIn:
                     lambda: jwks.get_signing_key_from_jwt(token)
                 )
                 key: Any = signing_key.key
-                algorithms = _JWKS_ALGORITHMS
+                # The key's own algorithm only: an RS256 token whose `kid` names an EC key is
+                # refused by PyJWT (`InvalidAlgorithmError`), not handed an EC key to use as RSA.
+                if signing_key.algorithm_name not in _JWKS_ALGORITHMS:
+                    raise Unauthorized(
+                        f"the JWT's key in the JWKS is for {signing_key.algorithm_name},"
+                        f" not one of {', '.join(_JWKS_ALGORITHMS)}"
+                    )
+                algorithms = [signing_key.algorithm_name]
             else:
                 key, algorithms = self._secret, _HMAC_ALGORITHMS
             required = ["sub"]

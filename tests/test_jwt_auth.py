@@ -227,3 +227,18 @@ class TestJwks:
             assert "signature does not verify" in refused.json()["detail"]
             hs256 = await http.post("/threads/search", json={}, headers=bearer(token("carol")))
             assert hs256.status_code == 401  # a JWKS deployment takes no HS256 token
+
+    async def test_a_kid_naming_a_key_of_another_algorithm_is_a_401(
+        self, start_server: StartServer, jwks_url: str, rsa_key: rsa.RSAPrivateKey
+    ) -> None:
+        """An RS256 token whose `kid` names the JWKS's EC key was a 500 (PyJWT handed the EC
+        key to RSA): a token that does not verify, 401."""
+        served = await start_server(jwt_jwks_url=jwks_url, jwt_audience=AUDIENCE)
+        mixed = token("carol", key=rsa_key, algorithm="RS256", kid="ec-1")
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            refused = await http.post("/threads/search", json={}, headers=bearer(mixed))
+            assert refused.status_code == 401, refused.text
+            assert "invalid JWT" in refused.json()["detail"]
+            good = token("carol", key=rsa_key, algorithm="RS256")
+            answered = await http.post("/threads/search", json={}, headers=bearer(good))
+            assert answered.status_code == 200

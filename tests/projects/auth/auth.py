@@ -21,8 +21,14 @@ USERS: dict[str, dict[str, Any]] = {
 }
 
 
+def _value_error() -> Any:
+    raise ValueError("that token is not of our shape")
+
+
 # What an `authenticate` may answer beyond a user: tests/test_project_auth.py, TestSigningIn.
 ODD_ANSWERS: dict[str, Any] = {
+    "token-none": lambda: None,
+    "token-value-error": _value_error,
     "token-nul": lambda: {"identity": "mallory\x00admin"},
     "token-long": lambda: "m" * 3000,
 }

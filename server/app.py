@@ -30,7 +30,7 @@ from .api_docs import (
 )
 from .auth import Caller
 from .browser_guard import BrowserGuard, browser_guard
-from .cors import cors_policy
+from .cors import CorsPolicy, cors_policy
 from .custom_routes import CustomRoutes, load_custom_app
 from .errors import EXCEPTION_HANDLERS
 from .event_stream import with_server_send
@@ -156,7 +156,9 @@ def create_app(
         settings,
         None if cors is None else cors.listed_origins,
         project_auth=graphs.auth is not None,  # the project's own `auth`
+        cors_any_origin=cors is not None and cors.any_origin,
     )
+    _warn_of_open_cors(guard, cors)
     custom = None
     if custom_app is not None:
         custom = CustomRoutes(
@@ -208,6 +210,24 @@ def create_app(
     app.state.custom_routes = custom
     app.state.max_header_bytes = settings.max_header_bytes
     return app
+
+
+def _warn_of_open_cors(guard: BrowserGuard, cors: CorsPolicy | None) -> None:
+    """At start: a CORS policy open to any origin on a server without a sign-in."""
+    if cors is None or not cors.any_origin or not guard.check_host:  # check_host: no sign-in
+        return
+    if guard.check_read_origins:
+        logger.warning(
+            "http.cors lets in any origin (* or a regex) and nobody signs in: reads from"
+            " origins it does not list are refused (403); list them in http.cors.allow_origins,"
+            " or set RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN=true to let any web page read"
+        )
+    else:
+        logger.warning(
+            "http.cors lets in any origin (* or a regex) and nobody signs in, and"
+            " RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN is set: any web page the user opens can"
+            " read every thread"
+        )
 
 
 def serving(app: Litestar) -> ASGIApp:

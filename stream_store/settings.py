@@ -86,6 +86,16 @@ def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], .
     return tuple(keys)
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no setting: `true`/`1`/`yes` or `false`/`0`/`no` (unset: no)."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+
+
 def _origins(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Parse a comma list of web origins (RUNSTREAM_CORS_ORIGINS): `scheme://host[:port]`."""
     result: list[str] = []
@@ -143,6 +153,9 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
     # Web origins whose pages may call the API from the browser (CORS); none by default.
     cors_origins: tuple[str, ...] = ()
+    # Without a sign-in, pages of origins a project's `http.cors` lets in by `*` or a regex may
+    # read too (server/browser_guard.py); refused unless this is set.
+    cors_any_origin_without_sign_in: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)
     # Sign-in with JWTs instead of API keys (server/jwt_auth.py): an HS256 secret, or the JWKS
     # of an identity provider (RS256/ES256); the token's `sub` is the owner.
@@ -274,6 +287,7 @@ class Settings:
             port=_int(env, "RUNSTREAM_PORT", 8000),
             allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
             cors_origins=_origins(env, "RUNSTREAM_CORS_ORIGINS"),
+            cors_any_origin_without_sign_in=_flag(env, "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN"),
             api_keys=api_keys,
             jwt_secret=jwt_secret,
             jwt_jwks_url=jwt_jwks_url,

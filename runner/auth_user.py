@@ -25,6 +25,8 @@ def _record_of(user: Any) -> dict[str, Any]:
         return {"identity": user}
     if isinstance(user, Mapping):
         return dict(user)
+    if not hasattr(user, "identity"):  # None, a number, ...: `AuthUser.of` says what it may be
+        return {}
     dump = getattr(user, "model_dump", None)
     if callable(dump):
         return {"identity": user.identity, **dump(mode="json")}

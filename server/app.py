@@ -30,10 +30,11 @@ from .api_docs import (
 )
 from .auth import Caller
 from .browser_guard import BrowserGuard, browser_guard
-from .cors import cors_policy
+from .cors import CorsPolicy, cors_policy
 from .custom_routes import CustomRoutes, load_custom_app
 from .errors import EXCEPTION_HANDLERS
 from .event_stream import with_server_send
+from .header_limit import bounded_head
 from .health import healthz, readyz
 from .langgraph.api import langgraph_router
 from .langgraph.cron_scheduler import running_scheduler
@@ -155,7 +156,9 @@ def create_app(
         settings,
         None if cors is None else cors.listed_origins,
         project_auth=graphs.auth is not None,  # the project's own `auth`
+        cors_any_origin=cors is not None and cors.any_origin,
     )
+    _warn_of_open_cors(guard, cors)
     custom = None
     if custom_app is not None:
         custom = CustomRoutes(
@@ -205,14 +208,35 @@ def create_app(
         logging_config=None,
     )
     app.state.custom_routes = custom
+    app.state.max_header_bytes = settings.max_header_bytes
     return app
+
+
+def _warn_of_open_cors(guard: BrowserGuard, cors: CorsPolicy | None) -> None:
+    """At start: a CORS policy open to any origin on a server without a sign-in."""
+    if cors is None or not cors.any_origin or not guard.check_host:  # check_host: no sign-in
+        return
+    if guard.check_read_origins:
+        logger.warning(
+            "http.cors lets in any origin (* or a regex) and nobody signs in: reads from"
+            " origins it does not list are refused (403); list them in http.cors.allow_origins,"
+            " or set RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN=true to let any web page read"
+        )
+    else:
+        logger.warning(
+            "http.cors lets in any origin (* or a regex) and nobody signs in, and"
+            " RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN is set: any web page the user opens can"
+            " read every thread"
+        )
 
 
 def serving(app: Litestar) -> ASGIApp:
     """The ASGI app a server runs: the project's custom routes in front of runstream's
-    (server/custom_routes.py), each request's scope holding the server's `send`."""
+    (server/custom_routes.py), each request's scope holding the server's `send`, and a head
+    over `RUNSTREAM_MAX_HEADER_BYTES` refused before either (server/header_limit.py)."""
     custom: CustomRoutes | None = app.state.custom_routes
-    return with_server_send(app if custom is None else custom.in_front_of(app))
+    routes = with_server_send(app if custom is None else custom.in_front_of(app))
+    return bounded_head(routes, app.state.max_header_bytes)
 
 
 def project_http(project: Project | None) -> tuple[HttpSettings, Any]:

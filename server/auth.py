@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from litestar import Request
 
 from runner.auth_user import AuthUser
+from stream_store.limits import BEARER_TOKEN_MAX_CHARS, identity_problem
 from stream_store.settings import Settings
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "SignIn",
     "StreamTokens",
     "Unauthorized",
+    "bounded_credential",
     "caller_from_request",
 ]
 
@@ -57,6 +59,22 @@ class Caller:
     owner: str
     user: AuthUser | None = None
     rules: ResourceRules | None = None
+
+    @classmethod
+    def signed_in(
+        cls, identity: object, user: AuthUser | None = None, rules: ResourceRules | None = None
+    ) -> Caller:
+        """The caller a sign-in names, its identity checked once, here, for every way of
+        signing in (`stream_store.limits.identity_problem`): it becomes the owner on every row
+        and key of the caller's data, which a NUL or a 3,000-character name would break.
+
+        Raises:
+            Unauthorized: the identity is refused (the message says why).
+        """
+        problem = identity_problem(identity)
+        if problem is not None or not isinstance(identity, str):
+            raise Unauthorized(f"the signed-in identity is refused: {problem}")
+        return cls(owner=identity, user=user, rules=rules)
 
     async def authorize(
         self, resource: str, action: str, value: dict[str, Any]
@@ -93,11 +111,24 @@ class ApiKeys:
         return caller_from_request(request, self.settings)
 
 
+def bounded_credential(credential: str) -> str:
+    """`credential` (a bearer token or API key), if it is not longer than any real one.
+
+    Raises:
+        Unauthorized: it is longer than `BEARER_TOKEN_MAX_CHARS`: refused before it is decoded
+            or compared, so an oversized one costs no more than a short one.
+    """
+    if len(credential) > BEARER_TOKEN_MAX_CHARS:
+        raise Unauthorized(f"the credential is longer than {BEARER_TOKEN_MAX_CHARS} characters")
+    return credential
+
+
 def _presented_key(request: Request) -> str | None:
     auth = request.headers.get("authorization")
     if auth and auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.headers.get("x-api-key")
+        return bounded_credential(auth[7:].strip())
+    key = request.headers.get("x-api-key")
+    return None if key is None else bounded_credential(key)
 
 
 def caller_from_request(request: Request, settings: Settings) -> Caller:
@@ -112,7 +143,7 @@ def caller_from_request(request: Request, settings: Settings) -> Caller:
     if key:
         for known, owner in settings.api_keys.items():
             if hmac.compare_digest(known.encode(), key.encode()):
-                return Caller(owner=owner)
+                return Caller(owner=owner)  # checked at start (`Settings.from_env`)
     raise Unauthorized(
         "a valid API key is required (header x-api-key: <key>, or Authorization: Bearer <key>)"
     )
@@ -177,8 +208,8 @@ class StreamTokens:
         if not hmac.compare_digest(self._sign(kid, encoded).encode(), signature.encode()):
             raise Unauthorized("invalid stream token")
         try:
-            # The run id (a UUID) first and the expiry last: the owner between them may hold
-            # any character, a newline too, as `RUNSTREAM_API_KEYS` can name one.
+            # The run id (a UUID) first and the expiry last: the owner between them is split
+            # off by position, whatever characters it holds.
             token_run, rest = _unb64(encoded).decode().split("\n", 1)
             owner, expires = rest.rsplit("\n", 1)
             expires_at = int(expires)

@@ -16,6 +16,11 @@ none reads the body or touches state.
    `Sec-Fetch-Site: cross-site` or `same-site` is refused too. Else 403 `origin_not_allowed`.
    This stops cross-site request forgery: a form or `fetch` from another site is refused
    before it changes anything. Clients that are not browsers send neither header.
+   Reads are not checked: without CORS answers the browser shows a page from another origin
+   nothing of them. Except without a sign-in when the CORS policy lets in origins it does not
+   name one by one (a project's `http.cors.allow_origins: ["*"]`, or a regex): then any page
+   could read every thread, so a request of any method from such an origin is refused the
+   same way, unless `RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN` is set.
 3. **JSON bodies** (every mode). A request with a body must say `Content-Type:
    application/json`, else 415 `unsupported_media_type`. A browser sends a cross-site
    "simple request" (no preflight) only as `text/plain`, a form or multipart, so this closes
@@ -92,6 +97,7 @@ class BrowserGuard:
     allowed_names: frozenset[str]
     check_host: bool
     cors_origins: frozenset[str] = frozenset()
+    check_read_origins: bool = False  # no sign-in, and CORS lets in origins it does not name
 
     @classmethod
     def from_settings(
@@ -100,19 +106,25 @@ class BrowserGuard:
         cors_origins: frozenset[str] | None = None,
         *,
         project_auth: bool = False,
+        cors_any_origin: bool = False,
     ) -> BrowserGuard:
         """`cors_origins`: the CORS policy's listed origins (server/cors.py); by default
         RUNSTREAM_CORS_ORIGINS. `project_auth`: the project authenticates callers (its
-        langgraph.json `auth`), as API keys or JWTs do: no host check then."""
+        langgraph.json `auth`), as API keys or JWTs do: no host check then.
+        `cors_any_origin`: the policy lets in origins it does not list (`CorsPolicy.any_origin`)."""
         if cors_origins is None:
             cors_origins = frozenset(settings.cors_origins)
         names = {"localhost", *settings.allowed_hosts}
         if settings.host not in _UNSPECIFIED:
             names.add(settings.host)
+        signed_in = settings.auth_enabled or project_auth
         return cls(
             allowed_names=frozenset(_normal_host(name) for name in names),
-            check_host=not (settings.auth_enabled or project_auth),
+            check_host=not signed_in,
             cors_origins=cors_origins,
+            check_read_origins=(
+                not signed_in and cors_any_origin and not settings.cors_any_origin_without_sign_in
+            ),
         )
 
     def allows(self, host: str) -> bool:
@@ -143,7 +155,10 @@ class BrowserGuard:
                 f"Host {host_header!r} is not allowed here; "
                 "add its name to RUNSTREAM_ALLOWED_HOSTS if clients use it",
             )
-        if method in _WRITE_METHODS:
+        if method not in _WRITE_METHODS:
+            if self.check_read_origins:
+                self._check_read_origin(headers, host_header)
+        else:
             self._check_origin(headers, host_header)
             if json_bodies and _has_body(headers) and not _is_json(headers.get("content-type", "")):
                 raise ApiError(
@@ -152,25 +167,41 @@ class BrowserGuard:
                     "request bodies must be JSON sent as Content-Type: application/json",
                 )
 
+    def _check_read_origin(self, headers: Headers, host_header: str) -> None:
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin, host_header):
+            raise ApiError(
+                403,
+                "origin_not_allowed",
+                f"pages from {origin!r} cannot read this server: it has no sign-in and its CORS"
+                " lets in any origin; list the origin in http.cors.allow_origins or set"
+                " RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN=true",
+            )
+
     def _check_origin(self, headers: Headers, host_header: str) -> None:
         origin = headers.get("origin")
         if origin is None:
             if headers.get("sec-fetch-site", "").lower() in _UNSAFE_FETCH_SITES:
                 raise ApiError(403, "origin_not_allowed", "cross-site requests cannot change state")
             return
-        if origin.strip().lower().rstrip("/") in self.cors_origins:
-            return  # a page the operator let in (RUNSTREAM_CORS_ORIGINS or http.cors)
-        parsed = _origin_of(origin)
-        if parsed is not None:
-            netloc, host = parsed
-            if netloc == host_header.lower() or self.allows(host):
-                return
+        if self._origin_allowed(origin, host_header):
+            return
         raise ApiError(
             403,
             "origin_not_allowed",
             f"requests from {origin!r} cannot change state here; "
             "add its host to RUNSTREAM_ALLOWED_HOSTS if it is yours",
         )
+
+    def _origin_allowed(self, origin: str, host_header: str) -> bool:
+        """The server's own origin, one on an allowed host, or one the CORS policy names."""
+        if origin.strip().lower().rstrip("/") in self.cors_origins:
+            return True  # a page the operator let in (RUNSTREAM_CORS_ORIGINS or http.cors)
+        parsed = _origin_of(origin)
+        if parsed is None:
+            return False
+        netloc, host = parsed
+        return netloc == host_header.lower() or self.allows(host)
 
 
 def _has_body(headers: Headers) -> bool:

@@ -157,6 +157,7 @@ def _serve_process(
     import uvicorn
 
     from .app import create_app, serving
+    from .header_limit import bounded_httptools
 
     tracer_provider = tracer_provider_from_env("server")
     app = create_app(settings, tracer_provider=tracer_provider, graphs=graphs)
@@ -185,6 +186,7 @@ def _serve_process(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        http=bounded_httptools(settings.max_header_bytes),
     )
     try:
         Server(config).run(sockets=[sock] if sock is not None else None)

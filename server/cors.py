@@ -52,6 +52,13 @@ class CorsPolicy:
         writes through, and only theirs."""
         return frozenset(o.strip().lower().rstrip("/") for o in self.allow_origins if o != "*")
 
+    @property
+    def any_origin(self) -> bool:
+        """Whether origins not named one by one are let in (`*` or a regex): without a sign-in,
+        the browser guard refuses their reads unless the operator says otherwise
+        (`RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN`)."""
+        return "*" in self.allow_origins or self.allow_origin_regex is not None
+
     def litestar_config(self) -> CORSConfig:
         return CORSConfig(
             allow_origins=list(self.allow_origins),

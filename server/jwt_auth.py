@@ -19,7 +19,7 @@ from litestar import Request
 
 from stream_store.settings import Settings
 
-from .auth import Caller, Unauthorized
+from .auth import Caller, Unauthorized, bounded_credential
 from .errors import ApiError
 
 __all__ = ["JwtSignIn"]
@@ -57,7 +57,7 @@ class JwtSignIn:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized("a JWT is required (header Authorization: Bearer <jwt>)")
-        return Caller(owner=await self.subject(token))
+        return Caller.signed_in(await self.subject(bounded_credential(token)))
 
     async def subject(self, token: str) -> str:
         """The verified token's `sub`.
@@ -73,7 +73,14 @@ class JwtSignIn:
                     lambda: jwks.get_signing_key_from_jwt(token)
                 )
                 key: Any = signing_key.key
-                algorithms = _JWKS_ALGORITHMS
+                # The key's own algorithm only: an RS256 token whose `kid` names an EC key is
+                # refused by PyJWT (`InvalidAlgorithmError`), not handed an EC key to use as RSA.
+                if signing_key.algorithm_name not in _JWKS_ALGORITHMS:
+                    raise Unauthorized(
+                        f"the JWT's key in the JWKS is for {signing_key.algorithm_name},"
+                        f" not one of {', '.join(_JWKS_ALGORITHMS)}"
+                    )
+                algorithms = [signing_key.algorithm_name]
             else:
                 key, algorithms = self._secret, _HMAC_ALGORITHMS
             required = ["sub"]

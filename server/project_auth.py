@@ -132,8 +132,9 @@ class ProjectAuth:
         """The caller `authenticate` names.
 
         Raises:
-            ApiError: it refused (its 401 or 403 and detail), it raised a ValueError (400, as
-                LangGraph answers), or anything else (500, logged).
+            ApiError: it refused (its 401 or 403 and detail), it raised a ValueError or returned
+                no identity (400, as LangGraph answers), or anything else (500, logged).
+            Unauthorized: the identity is refused (`Caller.signed_in`).
         """
         kwargs = self._arguments(request)
         try:
@@ -151,8 +152,10 @@ class ProjectAuth:
             )
             raise
         except ValueError as exc:
-            raise ApiError(400, "invalid_request", str(exc)) from None
-        return Caller(owner=user.identity, user=user, rules=self)
+            # Not `invalid_request`, which the LangGraph routes answer 422 (a body they refuse):
+            # LangGraph answers 400 on every route (docs/langgraph.md, "Auth").
+            raise ApiError(400, "invalid_credentials", str(exc)) from None
+        return Caller.signed_in(user.identity, user=user, rules=self)
 
     # -- authorization -----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ __all__ = [
     "ASSISTANT_DESCRIPTION_MAX_CHARS",
     "ASSISTANT_NAME_MAX_CHARS",
     "BATCH_MAX_RUNS",
+    "BEARER_TOKEN_MAX_CHARS",
     "BULK_CANCEL_MAX_RUNS",
     "DEFAULT_INTERRUPTED_TTL_S",
     "DEFAULT_MAX_ACTIVE_RUNS",
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENT_QUERIES",
     "DEFAULT_MAX_CRONS",
     "DEFAULT_MAX_FACTS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
@@ -57,6 +59,7 @@ __all__ = [
     "EVALUATION_KIND_MAX_CHARS",
     "GRAPH_NAME_MAX_CHARS",
     "IDEMPOTENCY_KEY_MAX_CHARS",
+    "IDENTITY_MAX_BYTES",
     "JSON_MAX_DEPTH",
     "MAX_FAKE_TOKEN_DELAY_MS",
     "MESSAGE_ID_MAX_CHARS",
@@ -72,6 +75,7 @@ __all__ = [
     "STORE_QUERY_MAX_CHARS",
     "SUBMIT_WINDOW_S",
     "THREAD_VALUES_SCAN_MAX",
+    "identity_problem",
 ]
 
 # -- fixed ----------------------------------------------------------------------------------
@@ -133,7 +137,33 @@ EVALUATIONS_MAX_PER_RUN = 1000
 # cardinality (and the totals table's rows) stay bounded whatever kinds the graphs invent.
 EVALUATION_KINDS_PER_GRAPH_IN_METRICS = 20
 
+# A credential in `Authorization: Bearer` or `x-api-key` (characters): a longer one is refused
+# with 401 before it is decoded or compared. Identity providers' JWTs are a few KiB at most.
+BEARER_TOKEN_MAX_CHARS = 16 * 1024
+# A caller's identity (a JWT's `sub`, what a project's `authenticate` returns, an API key's
+# owner), in UTF-8 bytes, printable characters only: it is the owner every row and key of the
+# caller's data carries, and Postgres caps an index entry (owner, namespace, key) at ~2,700 bytes.
+IDENTITY_MAX_BYTES = 256
+
+
+def identity_problem(identity: object) -> str | None:
+    """What is wrong with `identity` as a caller's identity (`IDENTITY_MAX_BYTES`, printable),
+    or None. The one check of every sign-in (`server.auth.Caller.signed_in`) and of the API
+    keys' owners at start."""
+    if not isinstance(identity, str) or not identity:
+        return "it is not a non-empty string"
+    if len(identity.encode("utf-8", "surrogatepass")) > IDENTITY_MAX_BYTES:
+        return f"it is longer than {IDENTITY_MAX_BYTES} bytes (UTF-8)"
+    if not identity.isprintable():
+        return "it holds a control or other non-printable character"
+    return None
+
+
 # -- defaults of settings (RUNSTREAM_MAX_*) -------------------------------------------------
+
+# A request's head (request line and headers), in bytes: past it, 431 before any route runs.
+# Browsers send a few KiB (cookies included); Node.js refuses past 16 KiB, nginx past 32 KiB.
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000  # characters (code points) of one input message's content
 DEFAULT_MAX_RUN_MESSAGES = 1000  # input messages of one run

@@ -86,6 +86,16 @@ def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], .
     return tuple(keys)
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no setting: `true`/`1`/`yes` or `false`/`0`/`no` (unset: no)."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+
+
 def _origins(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Parse a comma list of web origins (RUNSTREAM_CORS_ORIGINS): `scheme://host[:port]`."""
     result: list[str] = []
@@ -143,6 +153,9 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
     # Web origins whose pages may call the API from the browser (CORS); none by default.
     cors_origins: tuple[str, ...] = ()
+    # Without a sign-in, pages of origins a project's `http.cors` lets in by `*` or a regex may
+    # read too (server/browser_guard.py); refused unless this is set.
+    cors_any_origin_without_sign_in: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)
     # Sign-in with JWTs instead of API keys (server/jwt_auth.py): an HS256 secret, or the JWKS
     # of an identity provider (RS256/ES256); the token's `sub` is the owner.
@@ -162,6 +175,7 @@ class Settings:
     viewer_queue_size: int = 4096
     viewer_cut_off_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
+    max_header_bytes: int = limits.DEFAULT_MAX_HEADER_BYTES  # request line and headers
     max_message_chars: int = limits.DEFAULT_MAX_MESSAGE_CHARS
     max_run_messages: int = limits.DEFAULT_MAX_RUN_MESSAGES
     max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
@@ -242,6 +256,7 @@ class Settings:
         endpoint = openai_key or env.get("OPENAI_BASE_URL")
         model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if endpoint else "fake")
         api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
+        _check_api_keys(api_keys)
         signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
         signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")
         if signing_key and signing_keys:
@@ -272,6 +287,7 @@ class Settings:
             port=_int(env, "RUNSTREAM_PORT", 8000),
             allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
             cors_origins=_origins(env, "RUNSTREAM_CORS_ORIGINS"),
+            cors_any_origin_without_sign_in=_flag(env, "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN"),
             api_keys=api_keys,
             jwt_secret=jwt_secret,
             jwt_jwks_url=jwt_jwks_url,
@@ -290,6 +306,9 @@ class Settings:
             viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
             viewer_cut_off_s=_int(env, "RUNSTREAM_VIEWER_CUT_OFF_MS", 10_000, minimum=100) / 1000,
             max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+            max_header_bytes=_int(
+                env, "RUNSTREAM_MAX_HEADER_BYTES", limits.DEFAULT_MAX_HEADER_BYTES, minimum=4096
+            ),
             max_message_chars=_int(
                 env, "RUNSTREAM_MAX_MESSAGE_CHARS", limits.DEFAULT_MAX_MESSAGE_CHARS, minimum=1
             ),
@@ -432,6 +451,20 @@ class Settings:
         if self.jwt_jwks_url:
             return "RUNSTREAM_JWT_JWKS_URL"
         return "RUNSTREAM_API_KEYS"
+
+
+def _check_api_keys(api_keys: dict[str, str]) -> None:
+    """Each key's owner is a caller's identity (`limits.identity_problem`), each key a bearer
+    credential no longer than a presented one may be."""
+    for key, owner in api_keys.items():
+        problem = limits.identity_problem(owner)
+        if problem is not None:
+            raise SettingsError(f"RUNSTREAM_API_KEYS: the owner {owner!r} is refused: {problem}")
+        if len(key) > limits.BEARER_TOKEN_MAX_CHARS:
+            raise SettingsError(
+                f"RUNSTREAM_API_KEYS: a key is longer than {limits.BEARER_TOKEN_MAX_CHARS}"
+                " characters"
+            )
 
 
 def _check_jwt(

@@ -34,7 +34,9 @@ from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app, serving
 from server.embedded import EmbeddedServices
+from server.header_limit import bounded_httptools
 from server.logs import configure_logging
+from stream_store.limits import DEFAULT_MAX_HEADER_BYTES
 from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
@@ -295,8 +297,11 @@ class ServerHandle:
         await asyncio.wait_for(self.task, 15)
 
 
-async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
-    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop.
+async def serve_in_loop(
+    app: Any, *, lifespan: str = "on", max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+) -> ServerHandle:
+    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop, with the HTTP
+    protocol `runstream serve` runs (server/header_limit.py).
 
     The socket is bound here, on port 0, and handed to uvicorn: a port picked first and bound
     later can be taken in between by another test process (CI: "address already in use")."""
@@ -312,6 +317,7 @@ async def serve_in_loop(app: Any, *, lifespan: str = "on") -> ServerHandle:
         access_log=False,
         lifespan=lifespan,  # type: ignore[arg-type]
         timeout_graceful_shutdown=1,
+        http=bounded_httptools(max_header_bytes),
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
@@ -336,7 +342,8 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
 
     async def start(**changes: Any) -> ServerHandle:
         app = create_app(replace(settings, **changes))
-        handle = await serve_in_loop(serving(app))  # as `runstream serve` runs it
+        # as `runstream serve` runs it
+        handle = await serve_in_loop(serving(app), max_header_bytes=app.state.max_header_bytes)
         handle.app = app
         handles.append(handle)
         return handle

@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from langgraph_sdk import get_client
 
-from bench.launcher import free_port
 from server.commands import serve
+from stream_store.limits import BEARER_TOKEN_MAX_CHARS, DEFAULT_MAX_HEADER_BYTES
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker
 
@@ -28,11 +28,17 @@ ISSUER = "https://id.example"
 AUDIENCE = "runstream-tests"
 
 
-def token(sub: str = "alice", key: Any = SECRET, algorithm: str = "HS256", **claims: Any) -> str:
+def token(
+    sub: str = "alice",
+    key: Any = SECRET,
+    algorithm: str = "HS256",
+    kid: str = "key-1",
+    **claims: Any,
+) -> str:
     now = int(time.time())
     payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 300}
     payload.update(claims)
-    headers = {"kid": "key-1"} if algorithm != "HS256" else None
+    headers = {"kid": kid} if algorithm != "HS256" else None
     return jwt.encode(payload, key, algorithm=algorithm, headers=headers)
 
 
@@ -127,6 +133,31 @@ class TestHs256:
         assert reason in answer.json()["detail"]
         assert presented is None or presented not in answer.text
 
+    @pytest.mark.parametrize("sub", ["mallory\x00admin", "m" * 3000, "line\nbreak"])
+    async def test_a_subject_no_owner_can_carry_is_a_401(
+        self, jwt_server: ServerHandle, sub: str
+    ) -> None:
+        """A NUL in `sub` was a 500 on a create, 3,000 characters a 503 on every write, for good
+        (the owner indexes' row size): refused where the caller is made."""
+        async with httpx.AsyncClient(base_url=jwt_server.url) as http:
+            for path in ["/threads", "/v1/threads"]:
+                answer = await http.post(path, json={}, headers=bearer(token(sub)))
+                assert answer.status_code == 401, answer.text[:200]
+                assert "identity is refused" in answer.text
+
+    async def test_a_token_longer_than_any_real_one_is_refused_unread(
+        self, jwt_server: ServerHandle
+    ) -> None:
+        """Even a genuine one: refused by its length, before it is decoded."""
+        padded = token("alice", padding="p" * 20_000)
+        assert BEARER_TOKEN_MAX_CHARS < len(padded) < DEFAULT_MAX_HEADER_BYTES
+        async with httpx.AsyncClient(base_url=jwt_server.url) as http:
+            answer = await http.post("/threads/search", json={}, headers=bearer(padded))
+            assert answer.status_code == 401
+            assert f"longer than {BEARER_TOKEN_MAX_CHARS}" in answer.json()["detail"]
+            fine = await http.post("/threads/search", json={}, headers=bearer(token("alice")))
+            assert fine.status_code == 200
+
     async def test_stream_urls_still_attach_without_the_header(
         self, jwt_server: ServerHandle
     ) -> None:
@@ -147,9 +178,17 @@ def rsa_key() -> rsa.RSAPrivateKey:
 
 @pytest.fixture
 def jwks_url(rsa_key: rsa.RSAPrivateKey) -> Iterator[str]:
-    """A tiny identity provider: its JWKS (one RSA key, `kid` key-1) on a local port."""
+    """A tiny identity provider: its JWKS (an RSA key, `kid` key-1, and an EC key, `kid` ec-1)
+    on a local port."""
     public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key()))
-    body = json.dumps({"keys": [{**public, "kid": "key-1", "alg": "RS256"}]}).encode()
+    ec_public = json.loads(
+        jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key())
+    )
+    keys = [
+        {**public, "kid": "key-1", "alg": "RS256"},
+        {**ec_public, "kid": "ec-1", "alg": "ES256"},
+    ]
+    body = json.dumps({"keys": keys}).encode()
 
     class Jwks(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -161,7 +200,7 @@ def jwks_url(rsa_key: rsa.RSAPrivateKey) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Jwks)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
@@ -188,3 +227,18 @@ class TestJwks:
             assert "signature does not verify" in refused.json()["detail"]
             hs256 = await http.post("/threads/search", json={}, headers=bearer(token("carol")))
             assert hs256.status_code == 401  # a JWKS deployment takes no HS256 token
+
+    async def test_a_kid_naming_a_key_of_another_algorithm_is_a_401(
+        self, start_server: StartServer, jwks_url: str, rsa_key: rsa.RSAPrivateKey
+    ) -> None:
+        """An RS256 token whose `kid` names the JWKS's EC key was a 500 (PyJWT handed the EC
+        key to RSA): a token that does not verify, 401."""
+        served = await start_server(jwt_jwks_url=jwks_url, jwt_audience=AUDIENCE)
+        mixed = token("carol", key=rsa_key, algorithm="RS256", kid="ec-1")
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            refused = await http.post("/threads/search", json={}, headers=bearer(mixed))
+            assert refused.status_code == 401, refused.text
+            assert "invalid JWT" in refused.json()["detail"]
+            good = token("carol", key=rsa_key, algorithm="RS256")
+            answered = await http.post("/threads/search", json={}, headers=bearer(good))
+            assert answered.status_code == 200

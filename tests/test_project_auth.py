@@ -58,6 +58,46 @@ class TestSigningIn:
         assert missing.value.response.status_code == 404
         assert [t["thread_id"] for t in await alice.threads.search()] == [thread["thread_id"]]
 
+    @pytest.mark.parametrize("path", ["/threads/search", "/v1/threads"])
+    @pytest.mark.parametrize(
+        ("token", "detail"),
+        [
+            ("token-value-error", "that token is not of our shape"),
+            ("token-none", "authenticate must return a user id"),
+        ],
+        ids=["value-error", "none"],
+    )
+    async def test_an_authenticate_that_names_no_user_is_a_400_on_every_route(
+        self, served: ServerHandle, path: str, token: str, detail: str
+    ) -> None:
+        """As LangGraph's server answers (docs/langgraph.md, "Auth"): 400, on its routes and
+        on /v1 alike (a ValueError was a 422 on LangGraph's routes, None a 500)."""
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            if path == "/v1/threads":
+                answer = await http.get(path, headers={"Authorization": f"Bearer {token}"})
+            else:
+                answer = await http.post(
+                    path, json={}, headers={"Authorization": f"Bearer {token}"}
+                )
+        assert answer.status_code == 400, answer.text[:200]
+        body = answer.json()
+        message = body["detail"] if "detail" in body else body["error"]["message"]
+        assert detail in message
+
+    @pytest.mark.parametrize("token", ["token-nul", "token-long"])
+    async def test_an_identity_no_owner_can_carry_is_a_401(
+        self, served: ServerHandle, token: str
+    ) -> None:
+        """A NUL in the identity was a 500 on a create, 3,000 characters a 503 on every write
+        (the owner indexes' row size): refused where the caller is made."""
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            for method, path in [("POST", "/threads"), ("POST", "/v1/threads")]:
+                answer = await http.request(
+                    method, path, json={}, headers={"Authorization": f"Bearer {token}"}
+                )
+                assert answer.status_code == 401, answer.text[:200]
+                assert "identity is refused" in answer.text
+
 
 class TestResourceRules:
     async def test_a_create_handler_stamps_the_threads_metadata(self, served: ServerHandle) -> None:

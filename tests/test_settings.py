@@ -162,6 +162,24 @@ class TestSigningKeys:
             Settings.from_env({"RUNSTREAM_API_KEYS": "topsecret:alice,topsecret2"}, env_file="")
         assert "topsecret" not in str(refused.value)
 
+    @pytest.mark.parametrize(
+        ("owner", "problem"),
+        [("a" * 300, "longer than 256 bytes"), ("ops\x1bteam", "non-printable")],
+    )
+    def test_an_api_keys_owner_no_caller_could_be_refuses_start(
+        self, owner: str, problem: str
+    ) -> None:
+        """An owner is a caller's identity, checked as a JWT's `sub` is (server/auth.py)."""
+        with pytest.raises(SettingsError, match=problem) as refused:
+            Settings.from_env({"RUNSTREAM_API_KEYS": f"topsecret:{owner}"}, env_file="")
+        assert "topsecret" not in str(refused.value)
+
+    def test_an_api_key_longer_than_a_bearer_token_may_be_refuses_start(self) -> None:
+        key = "k" * 20_000
+        with pytest.raises(SettingsError, match="a key is longer than 16384") as refused:
+            Settings.from_env({"RUNSTREAM_API_KEYS": f"{key}:alice"}, env_file="")
+        assert key not in str(refused.value)
+
     def test_both_forms_at_once_are_refused(self) -> None:
         env = {"RUNSTREAM_SIGNING_KEY": "a", "RUNSTREAM_SIGNING_KEYS": "k1:b"}
         with pytest.raises(SettingsError, match="not both"):

@@ -21,11 +21,26 @@ USERS: dict[str, dict[str, Any]] = {
 }
 
 
+def _value_error() -> Any:
+    raise ValueError("that token is not of our shape")
+
+
+# What an `authenticate` may answer beyond a user: tests/test_project_auth.py, TestSigningIn.
+ODD_ANSWERS: dict[str, Any] = {
+    "token-none": lambda: None,
+    "token-value-error": _value_error,
+    "token-nul": lambda: {"identity": "mallory\x00admin"},
+    "token-long": lambda: "m" * 3000,
+}
+
+
 @auth.authenticate
 async def authenticate(authorization: str | None) -> Auth.types.MinimalUserDict:
     if not authorization:
         raise Auth.exceptions.HTTPException(status_code=401, detail="sign in first")
     _, _, token = authorization.partition(" ")
+    if token in ODD_ANSWERS:
+        return ODD_ANSWERS[token]()
     user = USERS.get(token)
     if user is None:
         raise Auth.exceptions.HTTPException(status_code=401, detail="unknown token")

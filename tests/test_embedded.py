@@ -5,6 +5,7 @@ that another local account cannot read (issue 32)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -174,3 +175,124 @@ def test_both_services_take_a_password_kept_in_the_data_folder(base: Path) -> No
         assert f":{secret}@" in str(redis_url) and f":{secret}@" in str(database_url)
     finally:
         again.stop()
+
+
+# Run as another local account with the system Python and its standard library only (the
+# virtual environment may sit under a 0700 home): one line of JSON per attempt to get in.
+_PROBE = r"""
+import errno, json, socket, struct, sys
+
+valkey_port, postgres_port, postgres_socket = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def valkey(*commands):
+    answers = []
+    with socket.create_connection(("127.0.0.1", valkey_port), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        for words in commands:
+            encoded = b"".join(b"$%d\r\n%s\r\n" % (len(w), w.encode()) for w in words)
+            sock.sendall(b"*%d\r\n" % len(words) + encoded)
+            answers.append(reader.readline().decode().strip())
+    return answers
+
+def postgres(sock):
+    # a protocol-3 StartupMessage, no password: what the server answers, until it asks for
+    # one, refuses, or is ready for queries
+    body = struct.pack("!i", 196608) + b"user\0runstream\0database\0postgres\0\0"
+    sock.sendall(struct.pack("!i", len(body) + 4) + body)
+    reader, seen = sock.makefile("rb"), []
+    while True:
+        head = reader.read(5)
+        if len(head) < 5:
+            return seen + ["closed"]
+        kind, size = head[:1].decode(), struct.unpack("!i", head[1:])[0]
+        payload = reader.read(size - 4)
+        if kind == "R":
+            code = struct.unpack("!i", payload[:4])[0]
+            seen.append("R%d" % code)
+            if code != 0:
+                return seen
+        elif kind == "E":
+            fields = dict((f[:1].decode(), f[1:].decode()) for f in payload.split(b"\0") if f)
+            return seen + ["E" + fields.get("C", "")]
+        else:
+            seen.append(kind)
+            if kind == "Z":
+                return seen
+
+def postgres_tcp():
+    with socket.create_connection(("127.0.0.1", postgres_port), timeout=5) as sock:
+        return postgres(sock)
+
+def postgres_unix():
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(postgres_socket)
+            return postgres(sock)
+    except OSError as exc:
+        return ["OSError " + errno.errorcode.get(exc.errno, str(exc.errno))]
+
+print(json.dumps({
+    "valkey": valkey(["PING"], ["AUTH", "not-the-secret"], ["GET", "x"]),
+    "postgres_tcp": postgres_tcp(),
+    "postgres_unix": postgres_unix(),
+}))
+"""
+SYSTEM_PYTHON = "/usr/bin/python3"
+ANOTHER_UID = 65533  # not root, not `nobody` (the services' own user, who may use the socket)
+
+
+def _probe(argv_prefix: list[str], *args: str) -> dict[str, list[str]]:
+    found = subprocess.run(
+        [*argv_prefix, SYSTEM_PYTHON, "-I", "-c", _PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+    )
+    assert found.returncode == 0, found.stderr
+    answers: dict[str, list[str]] = json.loads(found.stdout)
+    return answers
+
+
+def _got_in(seen: list[str]) -> bool:
+    return "R0" in seen and seen[-1] == "Z"  # AuthenticationOk, then ReadyForQuery
+
+
+@pytest.mark.skipif(
+    not os.access(SYSTEM_PYTHON, os.X_OK)
+    or not (shutil.which("setpriv") or shutil.which("runuser")),
+    reason=f"needs {SYSTEM_PYTHON} and setpriv or runuser to act as another local account",
+)
+def test_another_local_account_cannot_connect_to_either_service(base: Path) -> None:
+    data_dir = base / "rs"
+    services = EmbeddedServices(data_dir)
+    try:
+        redis_url, database_url = services.start()
+        valkey_port, postgres_port = urlsplit(str(redis_url)).port, urlsplit(str(database_url)).port
+        socket_path = services.home / "run" / f".s.PGSQL.{postgres_port}"
+        args = (str(valkey_port), str(postgres_port), str(socket_path))
+        if shutil.which("setpriv"):
+            uid = ANOTHER_UID
+            account = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        else:  # runuser needs a name: `nobody`, the services' own user, who may use the socket
+            uid = NOBODY
+            account = ["runuser", "-u", "nobody", "--"]
+
+        # the probe itself, as root: it does get in through the socket, where the services'
+        # user and root need no password (so a refusal below is the services', not the probe's)
+        assert _got_in(_probe([], *args)["postgres_unix"])
+
+        found = _probe(account, *args)
+        ping, wrong_auth, get = found["valkey"]
+        assert ping.startswith("-NOAUTH"), found
+        assert wrong_auth.startswith(("-WRONGPASS", "-ERR")), found
+        assert get.startswith("-NOAUTH"), found  # a wrong password did not let it in either
+        # over TCP: asked for the password (SASL, 10, or MD5, 5) or refused, never let in
+        tcp = found["postgres_tcp"]
+        assert not _got_in(tcp) and tcp[0] in ("R10", "R5", "E28P01", "E28000"), found
+        if uid != services.uid:  # the socket's 0700 folder: not even reached
+            assert found["postgres_unix"] == ["OSError EACCES"], found
+    finally:
+        services.stop()

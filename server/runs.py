@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Annotated, Any
 
 import msgspec
@@ -28,6 +29,7 @@ from .langgraph.run_context import check_context
 from .new_runs import new_run, with_message_id
 from .quotas import CallerQuotas
 from .resources import Resources
+from .trace_ids import current_trace_id
 
 __all__ = [
     "RunsController",
@@ -64,6 +66,7 @@ def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = No
         metadata=run.metadata,
         multitask=run.multitask,
         trace_id=trace_id_of(run.traceparent),
+        x_trace_id=run.x_trace_id,
     )
 
 
@@ -73,6 +76,7 @@ def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
             EvaluationOut(
                 run_id=e.run_id,
                 thread_id=e.thread_id,
+                owner=e.owner,
                 key=e.key,
                 kind=e.kind,
                 score=e.score,
@@ -81,6 +85,7 @@ def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
                 graph=e.graph,
                 attempt=e.attempt,
                 trace_id=e.trace_id,
+                x_trace_id=e.x_trace_id,
                 created_at=e.created_at,
                 message_id=e.message_id,
             )
@@ -155,6 +160,9 @@ async def record_run(
     `traceparent`) is stored with the run, and every attempt of the run is its child."""
     with resources.tracer.start_as_current_span("submit run") as span:
         new.traceparent = traceparent_of(span)
+        # the request's `X-Trace-ID` (server/trace_ids.py); a run no request submits (a cron's)
+        # gets one of its own
+        new.x_trace_id = current_trace_id() or uuid.uuid4().hex
         await quotas.take_submit(new.owner)
         created = await resources.lifecycle.submit(new)
         run = created.run

@@ -225,6 +225,12 @@ MIGRATIONS: list[str] = [
     END
     $$;
     """,
+    # X-Trace-ID (server/trace_ids.py): the trace id of the request that submitted the run, and
+    # of the run an evaluation grades, beside the W3C `traceparent` / `trace_id`
+    """
+    ALTER TABLE runstream_runs ADD COLUMN x_trace_id text;
+    ALTER TABLE runstream_evaluations ADD COLUMN x_trace_id text;
+    """,
 ]
 
 

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import StartServer, StartWorker
 from tests.test_assistant import CONFIG
 from tests.test_bad_input import assert_error, run_body
+from tests.test_cors import UI
 from tests.test_errors import all_logs
 from tests.test_langgraph_api import API_KEYS, human
 
@@ -137,3 +138,25 @@ async def test_runs_and_their_evaluations_carry_the_trace_id_and_their_owner(
     assert (await served.http.get(f"/v1/runs/{lg_run['run_id']}")).json()["x_trace_id"] == made
     graded = (await served.http.get(f"/v1/runs/{lg_run['run_id']}/evaluations")).json()
     assert {(e["owner"], e["x_trace_id"]) for e in graded["evaluations"]} == {("alice", made)}
+
+
+async def test_a_browser_ui_on_another_origin_may_send_and_read_it(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(cors_origins=(UI,))
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        preflight = await http.options(
+            "/v1/threads",
+            headers={
+                "Origin": UI,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,x-trace-id",
+            },
+        )
+        assert preflight.status_code in (200, 204), preflight.text
+        assert "x-trace-id" in preflight.headers["access-control-allow-headers"].lower()
+        created = await http.post(
+            "/v1/threads", json={}, headers={"Origin": UI, "X-Trace-ID": "ui-1"}
+        )
+        assert created.headers["x-trace-id"] == "ui-1"
+        assert "x-trace-id" in created.headers["access-control-expose-headers"].lower()

@@ -53,6 +53,7 @@ class CurrentRun:
     ledger: ToolLedger
     evaluations: Evaluations
     max_facts: int  # RUNSTREAM_MAX_FACTS: facts the memory assistant keeps per user (0: no limit)
+    x_trace_id: str | None = None  # the `X-Trace-ID` of the request that submitted the run
 
 
 _current: ContextVar[CurrentRun | None] = ContextVar("runstream_run_effects", default=None)
@@ -76,6 +77,7 @@ def running(
         ledger=ledger,
         evaluations=evaluations,
         max_facts=max_facts,
+        x_trace_id=run.x_trace_id,
     )
     token = _current.set(current)
     try:

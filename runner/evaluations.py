@@ -89,6 +89,7 @@ async def record_evaluation(
             graph=run.graph,
             attempt=run.attempt,
             trace_id=run.trace_id,
+            x_trace_id=run.x_trace_id,
             kind=checked_kind,
             score=checked_score,
             passed=passed,

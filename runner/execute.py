@@ -100,7 +100,9 @@ async def execute_run(ctx: dict[str, Any], run_id: str, traceparent: str | None 
         if previous is not None:
             span.add_link(previous, {"runstream.link": "previous attempt"})
         state.metrics.attempt_started(run.graph)
-        with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id):
+        with structlog.contextvars.bound_contextvars(
+            run_id=run.run_id, thread_id=run.thread_id, x_trace_id=run.x_trace_id
+        ):
             finished = await _execute_attempt(state, run)
     if finished:
         await services.queue.dispatch_next(run.thread_id)

@@ -77,12 +77,18 @@ def _fields(schema: type[Any]) -> set[str] | None:
     return None
 
 
-def graph_context(schema: type[Any] | None, values: Mapping[str, Any]) -> Any:
+def graph_context(
+    schema: type[Any] | None, values: Mapping[str, Any], *, partial: bool = False
+) -> Any:
     """`values` (the assistant's context updated by the run's) as the graph's context.
 
+    `partial`: `values` is an assistant's context, which its runs may complete: a required
+    field it lacks is not refused (the rest is checked as far as the schema lets it be; a
+    dataclass with a required field missing cannot be built, so is not checked).
+
     Raises:
-        ContextRefused: the schema refuses it (a wrong type, a required field missing),
-        with the schema's own message.
+        ContextRefused: the schema refuses it (a wrong type, a value out of its bounds, a
+        required field missing), with the schema's own message, naming the field.
     """
     if schema is None:
         return dict(values)
@@ -93,10 +99,29 @@ def graph_context(schema: type[Any] | None, values: Mapping[str, Any]) -> Any:
     try:
         return schema(**taken)
     except ValidationError as exc:
+        errors = [
+            e for e in exc.errors(include_url=False) if not (partial and e["type"] == "missing")
+        ]
+        if not errors:
+            return None
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in exc.errors(include_url=False)
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in errors
         )
         raise ContextRefused(f"context does not fit {schema.__name__}: {problems}") from None
-    except (TypeError, ValueError) as exc:  # a dataclass's missing field, or its own check
+    except TypeError as exc:  # a dataclass's missing field
+        if partial and _lacks_required(schema, taken):
+            return None
         raise ContextRefused(f"context does not fit {schema.__name__}: {exc}") from None
+    except ValueError as exc:  # the schema's own check
+        raise ContextRefused(f"context does not fit {schema.__name__}: {exc}") from None
+
+
+def _lacks_required(schema: Any, values: Mapping[str, Any]) -> bool:
+    """Whether dataclass `schema` has a field without a default that `values` does not give."""
+    return any(
+        field.name not in values
+        and field.default is dataclasses.MISSING
+        and field.default_factory is dataclasses.MISSING
+        for field in dataclasses.fields(schema)
+        if field.init
+    )

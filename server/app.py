@@ -47,6 +47,7 @@ from .resources import Resources, open_resources
 from .runs import RunsController
 from .security_headers import add_security_headers
 from .threads import ThreadsController
+from .trace_ids import add_trace_id_header, bind_trace_id
 
 __all__ = ["create_app", "project_http", "serving"]
 
@@ -124,6 +125,7 @@ async def _before_request(request: Request[Any, Any, Any]) -> None:
     """A fresh log context with the request id, then the URL's NUL check. Not a guard:
     Litestar copies the route handler for every guard call, on every request."""
     await bind_request_id(request)
+    await bind_trace_id(request)  # after the request id's fresh log context
     refuse_nul_in_url(request.scope["path"], request.scope["query_string"])
 
 
@@ -193,7 +195,7 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespans,
         before_request=_before_request,
-        before_send=[add_security_headers, add_request_id_header],
+        before_send=[add_security_headers, add_request_id_header, add_trace_id_header],
         request_class=ApiRequest,  # JSON depth and NUL checks before decoding
         # refusals go first
         middleware=[browser_guard(guard), prometheus.middleware, *_traced(tracer_provider)],

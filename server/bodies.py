@@ -50,6 +50,9 @@ class RunCreate(Body):
     thread_id: uuid.UUID | None = None
     metadata: dict[str, Any] = {}
     config: RunConfig = msgspec.field(default_factory=RunConfig)
+    # the graph's settings (its `context_schema`'s fields: docs/protocol.md 3.1), one with
+    # `config.configurable` as on LangGraph's routes
+    context: dict[str, Any] = {}
     multitask: Literal["reject", "enqueue"] = "reject"
 
 

@@ -32,8 +32,9 @@ _HEADERS = (
     "Last-Event-ID",
     "Idempotency-Key",
     "X-Request-ID",
+    "X-Trace-ID",
 )
-_EXPOSE = ("Location", "Content-Location", "X-Request-ID", "Retry-After")
+_EXPOSE = ("Location", "Content-Location", "X-Request-ID", "X-Trace-ID", "Retry-After")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from .auth import Caller
 from .budgets import WRITE
 from .errors import ApiError
 from .event_stream import EventStream
+from .langgraph.run_context import check_context
 from .new_runs import new_run, with_message_id
 from .quotas import CallerQuotas
 from .resources import Resources
@@ -61,6 +62,7 @@ def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = No
         metadata=run.metadata,
         multitask=run.multitask,
         trace_id=trace_id_of(run.traceparent),
+        x_trace_id=run.x_trace_id,
     )
 
 
@@ -70,6 +72,7 @@ def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
             EvaluationOut(
                 run_id=e.run_id,
                 thread_id=e.thread_id,
+                owner=e.owner,
                 key=e.key,
                 kind=e.kind,
                 score=e.score,
@@ -78,6 +81,7 @@ def evaluation_list(records: list[EvaluationRecord]) -> EvaluationList:
                 graph=e.graph,
                 attempt=e.attempt,
                 trace_id=e.trace_id,
+                x_trace_id=e.x_trace_id,
                 created_at=e.created_at,
                 message_id=e.message_id,
             )
@@ -120,18 +124,24 @@ async def submit_run(
     run_input = msgspec.to_builtins(body.input)
     for message in run_input["messages"]:
         with_message_id(message)
+    # `config.configurable` and `context` are one, as on LangGraph's routes: both are checked
+    # as the graph's configurable keys (400), and as its context schema's fields (422)
+    configurable = {**body.config.configurable, **body.context}
     new = new_run(
         resources,
         caller.owner,
         graph=body.graph,
         input=run_input,
-        config=msgspec.to_builtins(body.config),
+        config={**msgspec.to_builtins(body.config), "configurable": configurable},
         metadata=body.metadata,
         thread_id=thread_id,
         multitask=body.multitask,
         idempotency_key=key,
         request_hash=_request_hash(body, thread_id) if key else None,
+        # what the graph's `runtime.context` is built from (runner/execute.py)
+        kwargs={"context": configurable} if configurable else {},
     )
+    await check_context(resources, body.graph, configurable)
     # a project's `threads.create_run` handler is asked here too (server/access.py)
     await prepare_run(resources, caller, new, {"multitask_strategy": body.multitask})
     created = await record_run(resources, quotas, new)

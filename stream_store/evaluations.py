@@ -57,7 +57,8 @@ Recorded = Literal["recorded", "replayed", "fenced", "full"]
 # Read with the run's answer (`r`, its output message), which the evaluations grade.
 _COLUMNS = (
     "e.run_id::text, e.key, e.thread_id::text, e.owner, e.graph, e.kind, e.score, e.passed,"
-    " e.detail, e.attempt, e.trace_id, e.created_at, r.output->>'id' AS message_id"
+    " e.detail, e.attempt, e.trace_id, e.x_trace_id, e.created_at,"
+    " r.output->>'id' AS message_id"
 )
 
 
@@ -76,6 +77,7 @@ class NewEvaluation:
     score: float
     passed: bool | None
     detail: dict[str, Any] | None
+    x_trace_id: str | None = None  # the run's `X-Trace-ID` (server/trace_ids.py)
 
 
 class EvaluationRecord(msgspec.Struct, kw_only=True):
@@ -92,6 +94,7 @@ class EvaluationRecord(msgspec.Struct, kw_only=True):
     detail: dict[str, Any] | None = None
     attempt: int
     trace_id: str | None = None
+    x_trace_id: str | None = None
     created_at: datetime
     message_id: str | None = None  # the run's answer, once it succeeded with one
 
@@ -130,8 +133,8 @@ class Evaluations:
                 return "replayed" if await cur.fetchone() is not None else "full"
             cur = await conn.execute(
                 "INSERT INTO runstream_evaluations (run_id, key, thread_id, owner, graph, kind,"
-                " score, passed, detail, attempt, trace_id)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " score, passed, detail, attempt, trace_id, x_trace_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (run_id, key) DO NOTHING RETURNING run_id",
                 (
                     new.run_id,
@@ -145,6 +148,7 @@ class Evaluations:
                     None if new.detail is None else Jsonb(new.detail),
                     new.attempt,
                     new.trace_id,
+                    new.x_trace_id,
                 ),
             )
             if await cur.fetchone() is None:

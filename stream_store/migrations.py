@@ -231,6 +231,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runstream_tool_executions ADD COLUMN error text;
     """,
+    # X-Trace-ID (server/trace_ids.py): the trace id of the request that submitted the run, and
+    # of the run an evaluation grades, beside the W3C `traceparent` / `trace_id`
+    """
+    ALTER TABLE runstream_runs ADD COLUMN x_trace_id text;
+    ALTER TABLE runstream_evaluations ADD COLUMN x_trace_id text;
+    """,
 ]
 
 

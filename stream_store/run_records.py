@@ -43,7 +43,7 @@ RUN_COLUMNS = (
     "run_id::text, thread_id::text, owner, graph, status, attempt, dispatch, input, config,"
     " metadata, multitask, resume, idempotency_key, request_hash, created_at, started_at,"
     " finished_at, error, interrupt, interrupt_id, output, last_event_id, stream_modes, kwargs,"
-    " traceparent, attempt_traceparent, queued_at, claimed_at"
+    " traceparent, attempt_traceparent, queued_at, claimed_at, x_trace_id"
 )
 # Another run of the thread (`r`) has started: a queued one waits behind it.
 _THREAD_STARTED = (
@@ -100,6 +100,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     attempt_traceparent: str | None = None
     queued_at: datetime | None = None  # since its current attempt (or dispatch) was queued
     claimed_at: datetime | None = None  # by its current attempt; None while queued
+    # The `X-Trace-ID` of the request that submitted it (server/trace_ids.py)
+    x_trace_id: str | None = None
     # Read by `claim_run` only (None elsewhere): whether the thread had any checkpoint when
     # the attempt claimed the run. Nothing else writes a running run's thread, so with False
     # the attempt skips LangGraph's read of it at the graph's start (stream_store/checkpoints.py).

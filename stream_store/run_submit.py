@@ -36,9 +36,9 @@ _OWNER_SUBMIT_LOCK = 0x7375626D  # "subm"
 _INSERT_RUN = (
     "INSERT INTO runstream_runs (run_id, thread_id, owner, graph, status, input, config,"
     " metadata, multitask, idempotency_key, request_hash, stream_modes, kwargs, resume,"
-    " traceparent)"
+    " traceparent, x_trace_id)"
     f" SELECT %s, thread.thread_id, %s, %s, '{RunStatus.QUEUED}', %s, %s, %s, %s, %s, %s, %s,"
-    " %s, %s, %s"
+    " %s, %s, %s, %s"
     " FROM thread"
     " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 )
@@ -81,6 +81,7 @@ class NewRun(msgspec.Struct, kw_only=True):
     # the assistant of the thread's latest run, by which UIs list "their" threads.
     thread_metadata: dict[str, Any] = {}
     traceparent: str | None = None  # of the submit span, continued by every attempt
+    x_trace_id: str | None = None  # the submitting request's `X-Trace-ID` (server/trace_ids.py)
 
     def run_values(self, run_id: str) -> tuple[Any, ...]:
         """The parameters of `_INSERT_RUN` after the thread's."""
@@ -98,6 +99,7 @@ class NewRun(msgspec.Struct, kw_only=True):
             Jsonb(self.kwargs),
             Jsonb(self.resume) if self.resume is not None else None,
             self.traceparent,
+            self.x_trace_id,
         )
 
 

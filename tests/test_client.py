@@ -71,7 +71,9 @@ class TestClientReconnects:
         self, server: ServerHandle, client: httpx.AsyncClient, worker: JobLoop
     ) -> None:
         port = int(server.url.rsplit(":", 1)[1])
-        proxy = TcpProxy("127.0.0.1", port, cut_every_bytes=1500)
+        # each connection must carry the answer's headers (security headers, X-Request-ID,
+        # X-Trace-ID) and at least one event, or the stream never moves on
+        proxy = TcpProxy("127.0.0.1", port, cut_every_bytes=2000)
         await proxy.start()
         try:
             async with AsyncClient(f"http://127.0.0.1:{proxy.port}", max_backoff_s=0.2) as cut:

@@ -52,6 +52,8 @@ class RunOut(msgspec.Struct):
     metadata: dict[str, Any]
     multitask: str
     trace_id: str | None = None  # the run's OpenTelemetry trace; null when not traced
+    # the `X-Trace-ID` of the request that submitted it (given or made); null for older runs
+    x_trace_id: str | None = None
 
 
 class ThreadOut(msgspec.Struct):
@@ -81,6 +83,7 @@ class EvaluationOut(msgspec.Struct):
 
     run_id: str
     thread_id: str
+    owner: str  # whose it is: the run's owner (the API key's or the signed-in user's)
     key: str  # unique within the run
     kind: str
     score: float  # 0 to 1
@@ -93,6 +96,8 @@ class EvaluationOut(msgspec.Struct):
     # The run's answer (the id of its final assistant message, as in its `done` event) once the
     # run has succeeded with one; null before
     message_id: str | None
+    # the run's `X-Trace-ID` (the submitting request's, given or made); null for older runs
+    x_trace_id: str | None = None
 
 
 class EvaluationList(msgspec.Struct):

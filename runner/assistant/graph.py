@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Annotated, Any, NotRequired, TypeVar
 
@@ -88,6 +88,7 @@ from .grading import Grade, grade_confirmation, grade_extraction, grade_reply
 from .summary import MAX_SUMMARY_CHARS, SUMMARY_PROMPT, rule_summary, transcript
 
 __all__ = [
+    "CONFIGURABLE_KEYS",
     "MEMORY_FULL",
     "NAMESPACE",
     "AssistantContext",
@@ -107,11 +108,34 @@ MEMORY_FULL = (
     " facts I remember about you to make room."
 )
 T = TypeVar("T")
+MAX_TTL_S = 365 * 86400  # a year: the longest a pending conflict may wait
+
+
+# The bounds of each threshold (docs/memory.md, "Settings"): (least, most)
+CONTEXT_BOUNDS: dict[str, tuple[int, int]] = {
+    "summary_after": (3, 1000),
+    "keep_recent": (2, 999),
+    "recalled_facts": (1, 1000),
+}
+
+
+def _whole(name: str, value: Any) -> int:
+    """`value` as the integer it must be (a JSON `4.0` is 4; `2.5`, `"4"`, `true` are not)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {str(value)[:40]!r}")
+    least, most = CONTEXT_BOUNDS[name]
+    if not least <= value <= most:
+        raise ValueError(f"{name} must be from {least} to {most}, got {value}")
+    return value
 
 
 @dataclass
 class AssistantContext:
-    """The assistant's thresholds (an assistant's or a run's `context`)."""
+    """The assistant's thresholds (an assistant's or a run's `context`), checked as it is built:
+    a run's at submit, an assistant's at create and update (`runner.graph_context`), so a
+    context that would fail a run is a 422 naming its field, never a failed run."""
 
     summary_after: int = 24  # messages in the thread past which older ones are summarised
     keep_recent: int = 8  # messages kept verbatim when summarising
@@ -119,14 +143,25 @@ class AssistantContext:
     recalled_facts: int = 50  # facts of the user put in the prompt, at most
 
     def __post_init__(self) -> None:
-        if not 2 <= self.keep_recent < self.summary_after:
-            raise ValueError("keep_recent must be at least 2 and less than summary_after")
-        if self.summary_after > 1000:
-            raise ValueError("summary_after must be at most 1000")
-        if not self.conflict_ttl_s > 0:
-            raise ValueError("conflict_ttl_s must be a positive number of seconds")
-        if not 1 <= self.recalled_facts <= 1000:
-            raise ValueError("recalled_facts must be from 1 to 1000")
+        for name in CONTEXT_BOUNDS:
+            setattr(self, name, _whole(name, getattr(self, name)))
+        ttl = self.conflict_ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL_S:
+            raise ValueError(
+                f"conflict_ttl_s must be a number of seconds above 0, at most {MAX_TTL_S},"
+                f" got {str(ttl)[:40]!r}"
+            )
+        self.conflict_ttl_s = float(ttl)
+        if self.keep_recent >= self.summary_after:
+            raise ValueError(
+                f"keep_recent ({self.keep_recent}) must be less than summary_after"
+                f" ({self.summary_after})"
+            )
+
+
+# The `configurable` keys the graph takes (`runner.configurable`): its context's, which a run's
+# configurable sets as its context does (LangGraph keeps the two as one); any other is refused.
+CONFIGURABLE_KEYS = {"graph": frozenset(field.name for field in fields(AssistantContext))}
 
 
 def merge_turn(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ server: the project's `threads` handler decides, with LangGraph's action for eac
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import structlog
@@ -18,6 +19,7 @@ from .. import inputs
 from ..auth import Caller
 from ..quotas import CallerQuotas
 from ..resources import Resources
+from ..trace_ids import current_trace_id
 from .threads import ask_threads, thread_not_found
 
 __all__ = ["allowed_runs", "prepare_run", "reach_run", "record_run", "run_not_found"]
@@ -146,6 +148,9 @@ async def record_run(
     `traceparent`) is stored with the run, and every attempt of the run is its child."""
     with resources.tracer.start_as_current_span("submit run") as span:
         new.traceparent = traceparent_of(span)
+        # the request's `X-Trace-ID` (server/trace_ids.py); a run no request submits (a cron's)
+        # gets one of its own
+        new.x_trace_id = current_trace_id() or uuid.uuid4().hex
         await quotas.take_submit(new.owner)
         created = await resources.lifecycle.submit(new)
         run = created.run

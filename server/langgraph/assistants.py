@@ -49,6 +49,7 @@ from ..errors import ApiError
 from ..quotas import CallerQuotas
 from ..resources import Resources
 from .graph_schemas import graph_schemas, subgraph_schemas
+from .run_context import check_context_with, context_schema
 from .submit import unprocessable
 from .views import (
     assistant_of,
@@ -149,13 +150,26 @@ def _in_step(
 
 
 def _checked(
-    resources: Resources, graph: str, config: dict[str, Any], context: dict[str, Any]
+    resources: Resources,
+    graph: str,
+    config: dict[str, Any],
+    context: dict[str, Any],
+    schemas: dict[str, Any],
 ) -> None:
     """413 for a config or context too big; 422 for a configurable key the graph does not take
-    (the rule of runs' `configurable`, docs/protocol.md section 3.1)."""
+    (the rule of runs' `configurable`, docs/protocol.md section 3.1) or a context its
+    `context_schema` refuses (`schemas`: the graphs' schemas by name, `run_context.py`)."""
     _within(config, "config")
     _within(context, "context")
     inputs.configurable(context, resources.graphs, graph)
+    if graph not in schemas:  # moved to another graph meanwhile (an update under its lock)
+        raise Conflict("the assistant changed meanwhile: try again", code="assistant_changed")
+    check_context_with(schemas[graph], graph, context, partial=True)
+
+
+async def _schemas(resources: Resources, graph: str) -> dict[str, Any]:
+    """`graph`'s `context_schema`, by its name, for `_checked`."""
+    return {graph: await context_schema(resources, graph)}
 
 
 def _checked_text(name: str | None, description: str | None) -> None:
@@ -164,7 +178,7 @@ def _checked_text(name: str | None, description: str | None) -> None:
 
 
 def _change(
-    resources: Resources, body: AssistantPatch, current: AssistantRecord
+    resources: Resources, body: AssistantPatch, current: AssistantRecord, schemas: dict[str, Any]
 ) -> AssistantFields:
     """The next version of `current` that `body` asks for, checked (LangGraph's update: what
     is left out stays; `metadata` is merged in; a `config` replaces the config, keeping the
@@ -180,7 +194,7 @@ def _change(
     else:
         config, context = current.config, current.context
     config, context = _in_step(config, context)
-    _checked(resources, graph, config, context)
+    _checked(resources, graph, config, context, schemas)
     metadata = {**current.metadata, **(body.metadata or {})}
     inputs.metadata(metadata, resources.settings)
     return AssistantFields(
@@ -233,7 +247,7 @@ class AssistantsController(Controller):
         )
         graph = _graph(resources, data.graph_id)
         config, context = _in_step(data.config or {}, data.context or {})
-        _checked(resources, graph, config, context)
+        _checked(resources, graph, config, context, await _schemas(resources, graph))
         value: dict[str, Any] = {
             "assistant_id": assistant_id,
             "graph_id": graph,
@@ -382,11 +396,13 @@ class AssistantsController(Controller):
         if value.get("metadata") != data.metadata:  # stamped by the project's handler
             data = msgspec.structs.replace(data, metadata=value["metadata"])
         _checked_text(data.name, data.description)
-        _change(resources, data, current)  # checked before anything is locked
+        graph = _graph(resources, data.graph_id) if data.graph_id else current.graph
+        schemas = await _schemas(resources, graph)
+        _change(resources, data, current, schemas)  # checked before anything is locked
         updated = await resources.assistant_records.update_assistant(
             current.assistant_id,
             caller.owner,
-            lambda now: _change(resources, data, now),
+            lambda now: _change(resources, data, now, schemas),
             max_versions=resources.settings.max_assistant_versions,
         )
         if updated is None:

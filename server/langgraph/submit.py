@@ -150,12 +150,15 @@ async def _new_run(
     graph_input = await _graph_input(
         resources, body, graph, command, checkpoint is not None, thread_id
     )
+    run_configurable = (body.config or {}).get("configurable") or {}
     configurable = {
         **assistant_configurable(assistant),
-        **((body.config or {}).get("configurable") or {}),
+        **run_configurable,
         **(body.context or {}),
     }
-    context = {**assistant.context, **(body.context or {})}  # as LangGraph's server merges them
+    # As LangGraph's server keeps them: the run's configurable is its context too (a key the
+    # context schema does not name is dropped as the context is built, runner/graph_context.py)
+    context = {**assistant.context, **run_configurable, **(body.context or {})}
     kwargs = {
         "input": body.input,
         "command": command or None,

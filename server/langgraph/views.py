@@ -130,7 +130,10 @@ _NOT_KWARGS = frozenset({"assistant_id", "rollback", "breakpoint"})
 
 
 def run_view(run: RunRecord) -> Run:
-    kwargs = run.kwargs or {"input": run.input, "config": run.config, "stream_mode": ["values"]}
+    kwargs = run.kwargs or {}
+    if "input" not in kwargs and "command" not in kwargs:  # a `/v1` run's: its request's
+        shown = {"input": run.input, "config": run.config, "stream_mode": ["values"]}
+        kwargs = {**shown, **kwargs}
     kwargs = {k: v for k, v in kwargs.items() if k not in _NOT_KWARGS}
     return Run(
         run_id=run.run_id,

@@ -38,7 +38,10 @@ class Served:
             },
         )
         assert submitted.status_code == 202, submitted.text
-        run_id = submitted.json()["run_id"]
+        return await self.ended(submitted.json()["run_id"])
+
+    async def ended(self, run_id: str) -> dict[str, Any]:
+        """The run's record once it is neither queued nor running."""
         for _ in range(300):
             run: dict[str, Any] = (await self.http.get(f"/v1/runs/{run_id}")).json()
             if run["status"] not in ("queued", "running"):

@@ -36,7 +36,7 @@ from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.processes import ROOT
 from tests.sse import iter_events
 from tests.test_bad_input import send
-from tests.test_owner_matrix import route_table
+from tests.test_owner_matrix import filled, route_table
 
 PROJECT = ROOT / "tests" / "projects" / "door" / "langgraph.json"
 
@@ -73,19 +73,9 @@ class Route:
 
 def at(template: str, body: Any = None) -> Build:
     def build(ids: Ids) -> tuple[str, dict[str, Any]]:
-        return template.format(**ids), ({} if body is None else {"json": _fill(body, ids)})
+        return template.format(**ids), ({} if body is None else {"json": filled(body, ids)})
 
     return build
-
-
-def _fill(value: Any, ids: Ids) -> Any:
-    if isinstance(value, str):
-        return value.format(**ids)
-    if isinstance(value, dict):
-        return {k: _fill(v, ids) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill(v, ids) for v in value]
-    return value
 
 
 def _route(reach: Reach, *requests: Build, budget: Budget | None = None) -> Route:

@@ -43,19 +43,20 @@ def at(template: str, **body: Any) -> Request:
     """A request to `template` filled with the ids, with `body` (if any) as JSON."""
 
     def build(ids: Ids) -> tuple[str, dict[str, Any]]:
-        kwargs = {"json": _fill(body, ids)} if body else {}
+        kwargs = {"json": filled(body, ids)} if body else {}
         return template.format(**ids), kwargs
 
     return build
 
 
-def _fill(value: Any, ids: Ids) -> Any:
+def filled(value: Any, ids: Ids) -> Any:
+    """`value` with `{thread}`, `{run}` (and the like) in its strings filled from `ids`."""
     if isinstance(value, str):
         return value.format(**ids)
     if isinstance(value, dict):
-        return {k: _fill(v, ids) for k, v in value.items()}
+        return {k: filled(v, ids) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, ids) for v in value]
+        return [filled(v, ids) for v in value]
     return value
 
 

@@ -5,20 +5,17 @@ on their evaluations, which also say whose they are. Real server, worker, Redis 
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import StartServer, StartWorker
-from tests.test_assistant import CONFIG
+from tests.conftest import StartServer
+from tests.test_assistant_settings import Served, served  # noqa: F401 (the fixture)
 from tests.test_bad_input import assert_error, run_body
 from tests.test_cors import UI
 from tests.test_errors import all_logs
-from tests.test_langgraph_api import API_KEYS, human
+from tests.test_langgraph_api import human
 
 MADE = re.compile(r"[0-9a-f]{32}")
 
@@ -78,32 +75,8 @@ async def test_the_trace_id_is_in_the_log_context_of_the_request(
     assert [e.get("x_trace_id") for e in created_logs] == ["tr-1", made.headers["x-trace-id"]]
 
 
-class Served:
-    def __init__(self, url: str) -> None:
-        self.http = httpx.AsyncClient(
-            base_url=url, timeout=30, headers={"Authorization": "Bearer key-a"}
-        )
-
-    async def ended(self, run_id: str) -> dict[str, Any]:
-        for _ in range(300):
-            run: dict[str, Any] = (await self.http.get(f"/v1/runs/{run_id}")).json()
-            if run["status"] not in ("queued", "running"):
-                return run
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"run {run_id} did not stop")
-
-
-@pytest.fixture
-async def served(start_server: StartServer, start_worker: StartWorker) -> AsyncIterator[Served]:
-    server = await start_server(api_keys=API_KEYS, config_path=CONFIG)
-    await start_worker(api_keys=API_KEYS, config_path=CONFIG)
-    served = Served(server.url)
-    async with served.http:
-        yield served
-
-
 async def test_runs_and_their_evaluations_carry_the_trace_id_and_their_owner(
-    served: Served,
+    served: Served,  # noqa: F811
 ) -> None:
     with all_logs() as logs:
         submitted = await served.http.post(

@@ -22,7 +22,7 @@ from typing import Any
 from litestar import MediaType, Request, Router, get
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
-from server.bodies import Body
+from server.v1.bodies import Body
 
 __all__ = [
     "DOCS_PATH",

@@ -22,6 +22,7 @@ import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from server.access.auth import Unauthorized
 from stream_store.errors import (
     Conflict,
     IdempotencyMismatch,
@@ -34,7 +35,6 @@ from stream_store.errors import (
     StreamGone,
 )
 
-from .auth import Unauthorized
 from .request_ids import request_id
 
 __all__ = [

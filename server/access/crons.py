@@ -7,14 +7,14 @@ from typing import Any
 
 import structlog
 
+from server import inputs
+from server.resources import Resources
 from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 
-from .. import inputs
-from ..auth import Caller
-from ..quotas import CallerQuotas
-from ..resources import Resources
+from .auth import Caller
+from .quotas import CallerQuotas
 
 __all__ = [
     "cron_listing_filters",

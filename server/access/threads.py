@@ -7,14 +7,14 @@ from typing import Any
 
 import structlog
 
+from server import inputs
+from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.metadata_filters import matches
 from stream_store.thread_records import ThreadRecord
 
-from .. import inputs
-from ..auth import Caller
-from ..quotas import CallerQuotas
-from ..resources import Resources
+from .auth import Caller
+from .quotas import CallerQuotas
 
 __all__ = [
     "ask_threads",

@@ -283,7 +283,7 @@ class Project:
     import_paths: tuple[Path, ...] = ()
     http: HttpSettings = field(default_factory=HttpSettings)
     ignored: tuple[str, ...] = ()  # the image build's keys, named in one log line
-    # `auth.path`: the project's `langgraph_sdk.Auth` (server/access/project_auth.py loads it)
+    # `auth.path`: the project's `langgraph_sdk.Auth` (server/callers/project_auth.py loads it)
     auth: GraphSource | None = None
     store_index: StoreIndexSpec | None = None
     store_ttl: StoreTTLSpec | None = None

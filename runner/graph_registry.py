@@ -54,7 +54,7 @@ class GraphRegistry:
     def __init__(
         self, specs: Mapping[str, str | GraphSource], auth: GraphSource | None = None
     ) -> None:
-        # The project's `auth.path`, which the server loads (server/access/project_auth.py): it is
+        # The project's `auth.path`, which the server loads (server/callers/project_auth.py): it is
         # imported where the graphs are, with the project's env and import paths in place.
         self.auth = auth
         merged: dict[str, str | GraphSource] = {**BUILTIN_GRAPHS, **specs}

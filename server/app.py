@@ -18,8 +18,8 @@ from opentelemetry.trace import TracerProvider
 
 from project.langgraph_json import HttpSettings, Project
 from runner.graph_registry import GraphRegistry
-from server.access.auth import Caller
-from server.access.quotas import CallerQuotas, open_caller_quotas
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas, open_caller_quotas
 from server.langgraph.api import langgraph_router
 from server.langgraph.cron_scheduler import running_scheduler
 from server.streaming.event_stream import with_server_send
@@ -117,7 +117,7 @@ def _provide_quotas(request: Request[Any, Any, Any], resources: Resources) -> Ca
 
 async def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
     """The caller; a route with a budget has its own, which counts it
-    (`server/access/budgets.py`)."""
+    (`server/callers/budgets.py`)."""
     resources: Resources = request.app.state.resources
     return await resources.sign_in.caller(request)
 

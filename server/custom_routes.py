@@ -46,7 +46,8 @@ from litestar.types import (
 
 from project.graph_loading import import_source
 from project.langgraph_json import GraphSource, ProjectError
-from server.access.auth import SignIn, Unauthorized
+from server.callers.auth import SignIn
+from server.errors import Unauthorized
 from stream_store.settings import Settings
 
 from .browser_guard import BrowserGuard

@@ -22,7 +22,6 @@ import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from server.access.auth import Unauthorized
 from stream_store.errors import (
     Conflict,
     IdempotencyMismatch,
@@ -49,6 +48,10 @@ INTERNAL_MESSAGE = "internal server error; quote the request_id when you report 
 UNAVAILABLE_MESSAGE = "the service is briefly unavailable; try again in a few seconds"
 
 logger = structlog.get_logger()
+
+
+class Unauthorized(Exception):
+    """No valid credentials (401)."""
 
 
 class ApiError(Exception):

@@ -14,9 +14,9 @@ from opentelemetry.trace import Tracer
 from project.graph_catalog import GraphCatalog
 from project.store_index import check_embeddings, store_options
 from runner.graph_registry import GraphRegistry
-from server.access.auth import SignIn, StreamTokens
-from server.access.caller_queries import CallerQueries, open_caller_queries
-from server.access.sign_in import sign_in_for
+from server.callers.auth import SignIn, StreamTokens
+from server.callers.caller_queries import CallerQueries, open_caller_queries
+from server.callers.sign_in import sign_in_for
 from server.streaming.fanout import StreamFollower
 from server.streaming.thread_watch import ThreadWatch
 from stream_store.assistant_records import AssistantRecords
@@ -38,7 +38,7 @@ class Resources(Services):
     graphs: GraphCatalog  # what a submit is checked against: names, `configurable` keys
     registry: GraphRegistry  # the graphs themselves, for the LangGraph API's reads
     tokens: StreamTokens
-    sign_in: SignIn  # how a request's caller is known (server/access/sign_in.py)
+    sign_in: SignIn  # how a request's caller is known (server/callers/sign_in.py)
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched

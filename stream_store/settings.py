@@ -157,7 +157,7 @@ class Settings:
     # read too (server/browser_guard.py); refused unless this is set.
     cors_any_origin_without_sign_in: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)
-    # Sign-in with JWTs instead of API keys (server/access/jwt_auth.py): an HS256 secret, or the
+    # Sign-in with JWTs instead of API keys (server/callers/jwt_auth.py): an HS256 secret, or the
     # JWKS of an identity provider (RS256/ES256); the token's `sub` is the owner.
     jwt_secret: str = ""
     jwt_jwks_url: str | None = None

@@ -27,8 +27,8 @@ from redis import Redis
 from project.configurable import MODEL_CONFIGURABLE
 from runner.graph_registry import BUILTIN_GRAPHS, GraphRegistry
 from server import inputs
-from server.access.auth import Caller, StreamTokens, Unauthorized
-from server.errors import EXCEPTION_HANDLERS, ApiError
+from server.callers.auth import Caller, StreamTokens
+from server.errors import EXCEPTION_HANDLERS, ApiError, Unauthorized
 from server.raw_input import ApiRequest
 from server.v1.bodies import RunCreate
 from stream_store.keys import KeySpace

@@ -20,7 +20,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 from psycopg import AsyncConnection
 
-from server.access.quotas import CallerQuotas, open_caller_quotas
+from server.callers.quotas import CallerQuotas, open_caller_quotas
 from server.langgraph.conversions import assistant_id_for
 from server.resources import Resources, open_resources
 from stream_store.settings import Settings

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from server.access.quotas import CallerQuotas, open_caller_quotas
+from server.callers.quotas import CallerQuotas, open_caller_quotas
 from server.langgraph.cron_scheduler import CronScheduler, slot_key
 from server.langgraph.schedules import next_run
 from server.langgraph.submit import submit_scheduled

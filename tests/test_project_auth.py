@@ -14,7 +14,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
 
 from project.langgraph_json import ProjectError, load_project
-from server.access.project_auth import ProjectAuth
+from server.callers.project_auth import ProjectAuth
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import ROOT
 from tests.test_project import write_project

@@ -6,14 +6,13 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from stream_store.assistant_ids import assistant_id_for
 from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
-
-from .auth import Caller
-from .quotas import CallerQuotas
 
 __all__ = [
     "allowed_assistant",

@@ -1,9 +1,9 @@
 """A run's context checked against its graph's `context_schema` at submit (422), so a context
 the graph cannot take is refused before anything is recorded rather than failing the run. An
-assistant's context is checked the same way when it is created or updated (`server/langgraph/assistants.py`):
-on its own, the schema's defaults filling the rest, as a run that gives no context of its own
-gets it (a required field it lacks excepted: its runs may give it), so an assistant whose runs
-would be refused is refused rather than saved."""
+assistant's context is checked the same way when it is created or updated
+(`server/langgraph/assistants.py`): on its own, the schema's defaults filling the rest, as a
+run that gives no context of its own gets it (a required field it lacks excepted: its runs may
+give it), so an assistant whose runs would be refused is refused rather than saved."""
 
 from __future__ import annotations
 

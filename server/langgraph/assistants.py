@@ -32,10 +32,10 @@ from server.access.assistants import (
     new_assistant_filters,
     record_assistant,
 )
-from server.access.auth import Caller
-from server.access.budgets import QUERY, WRITE
-from server.access.quotas import CallerQuotas
 from server.access.run_context import check_context_with, context_schema
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from stream_store.assistant_records import AssistantFields, AssistantRecord

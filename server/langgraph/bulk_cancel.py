@@ -10,9 +10,9 @@ from litestar import Controller, post
 from litestar.params import Parameter
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import WRITE
 from server.access.runs import allowed_runs
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
 from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.limits import BULK_CANCEL_MAX_RUNS

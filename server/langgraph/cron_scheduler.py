@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 import msgspec
 import structlog
 
-from server.access.quotas import CallerQuotas
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from stream_store.cron_records import CronRecord, CronRecords

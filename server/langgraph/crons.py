@@ -18,8 +18,6 @@ from litestar import Controller, delete, patch, post
 from litestar.params import Body
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import QUERY, WRITE
 from server.access.crons import (
     cron_listing_filters,
     cron_not_found,
@@ -27,8 +25,10 @@ from server.access.crons import (
     reach_cron,
     record_cron,
 )
-from server.access.quotas import CallerQuotas
 from server.access.threads import reach_thread
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from stream_store.assistant_records import AssistantRecord
 from stream_store.cron_records import CronFields, CronRecord

@@ -17,8 +17,8 @@ import msgspec
 import structlog
 from litestar.params import Parameter
 
-from server.access.auth import Caller
-from server.access.quotas import CallerQuotas
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from server.streaming.attach import Attachment, ReplayBound, check_resume_point
 from server.streaming.event_stream import EventStream

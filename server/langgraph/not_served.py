@@ -14,7 +14,7 @@ from typing import Any
 
 from litestar import HttpMethod, Router, route
 
-from server.access.auth import Caller
+from server.callers.auth import Caller
 from server.errors import ApiError
 
 __all__ = ["not_served_router"]

@@ -16,11 +16,11 @@ from litestar.params import Parameter
 from litestar.response import Stream
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import WRITE
-from server.access.quotas import CallerQuotas
 from server.access.runs import reach_run
 from server.access.threads import reach_thread
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
+from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.run_status import ACTIVE

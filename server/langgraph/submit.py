@@ -17,11 +17,11 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from server import inputs
 from server.access.assistants import run_assistant
-from server.access.auth import Caller
 from server.access.new_runs import new_run
-from server.access.quotas import CallerQuotas
 from server.access.run_context import check_context
 from server.access.runs import prepare_run, record_run
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from stream_store.assistant_records import AssistantRecord

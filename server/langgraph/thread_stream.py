@@ -36,8 +36,8 @@ from urllib.parse import urlencode
 import structlog
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.quotas import CallerQuotas
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from server.streaming.attach import Attachment

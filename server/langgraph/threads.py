@@ -10,9 +10,6 @@ from litestar.params import Body, Parameter
 from litestar.response import Stream
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import QUERY, WRITE
-from server.access.quotas import CallerQuotas
 from server.access.threads import (
     create_thread,
     new_thread_filters,
@@ -21,6 +18,9 @@ from server.access.threads import (
     thread_not_found,
     threads_to_prune,
 )
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from stream_store.errors import Conflict

@@ -89,7 +89,7 @@ def _load_graphs(settings: Settings, project: Project | None) -> GraphRegistry:
 def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
     """Load the deployment's sign-in once before listening, so that a project's `Auth` that
     cannot be served is refused with one line (`SettingsError`)."""
-    from server.access.sign_in import sign_in_for
+    from server.callers.sign_in import sign_in_for
 
     sign_in_for(settings, graphs.auth)
 

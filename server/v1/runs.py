@@ -11,12 +11,12 @@ from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import WRITE
 from server.access.new_runs import new_run, with_message_id
-from server.access.quotas import CallerQuotas
 from server.access.run_context import check_context
 from server.access.runs import prepare_run, reach_run, record_run
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
+from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
 from server.resources import Resources
 from server.streaming.attach import Attachment, check_resume_point

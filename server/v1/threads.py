@@ -10,10 +10,10 @@ from litestar import Controller, Response, delete, get, post
 from litestar.params import Body, Parameter
 
 from server import inputs
-from server.access.auth import Caller
-from server.access.budgets import WRITE
-from server.access.quotas import CallerQuotas
 from server.access.threads import create_thread, reach_thread, thread_listing_filters
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
+from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from server.v1.bodies import RunCreate, ThreadCreate
 from stream_store.messages import thread_messages, to_wire_message

@@ -17,10 +17,10 @@ import jwt
 import structlog
 from litestar import Request
 
-from server.errors import ApiError
+from server.errors import ApiError, Unauthorized
 from stream_store.settings import Settings
 
-from .auth import Caller, Unauthorized, bounded_credential
+from .auth import Caller, bounded_credential
 
 __all__ = ["JwtSignIn"]
 

@@ -59,7 +59,7 @@ SLOT_TTL_PINGS = 3
 # How long a stopping server tries to give its slots back (they lapse anyway).
 _GIVE_BACK_ON_STOP_S = 2.0
 
-_SCRIPTS = files("server.access") / "scripts"
+_SCRIPTS = files("server.callers") / "scripts"
 # `now_ms()`: Redis's clock, the one leases are measured on (the storage's shared preamble)
 _CLOCK = (files("stream_store") / "scripts" / "_fence.lua").read_text()
 _TAKE_WINDOW = f"{_CLOCK}\n{(_SCRIPTS / 'take_window.lua').read_text()}"

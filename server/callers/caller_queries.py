@@ -14,7 +14,7 @@ them at once left every other caller's requests waiting for a connection until t
   pooler too (a session setting would not).
 
 Their inputs are bounded too where they are read (`server/langgraph/store.py`), and the routes
-count against the caller's per-minute budget of queries or writes (`server/access/budgets.py`).
+count against the caller's per-minute budget of queries or writes (`server/callers/budgets.py`).
 """
 
 from __future__ import annotations

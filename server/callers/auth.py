@@ -1,8 +1,8 @@
 """Who is calling: API keys (`RUNSTREAM_API_KEYS`) map to owners; stream URLs carry tokens.
 
 A deployment authenticates its callers one way (`SignIn`): with API keys (this module), with
-JWTs (`server/access/jwt_auth.py`), or with its LangGraph project's own `Auth`
-(`server/access/project_auth.py`), which also decides what each caller may do (`Caller.authorize`).
+JWTs (`server/callers/jwt_auth.py`), or with its LangGraph project's own `Auth`
+(`server/callers/project_auth.py`), which also decides what each caller may do (`Caller.authorize`).
 With none of them every caller is the owner `local`, and the CLI refuses to listen beyond
 loopback. Stream tokens exist because `EventSource` cannot send headers: a token names
 one run and one owner, expires, and is checked again on every reconnect.
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from litestar import Request
 
 from project.auth_user import AuthUser
+from server.errors import Unauthorized
 from stream_store.limits import BEARER_TOKEN_MAX_CHARS, identity_problem
 from stream_store.settings import Settings
 
@@ -31,16 +32,11 @@ __all__ = [
     "ResourceRules",
     "SignIn",
     "StreamTokens",
-    "Unauthorized",
     "bounded_credential",
     "caller_from_request",
 ]
 
 LOCAL_OWNER = "local"
-
-
-class Unauthorized(Exception):
-    """No valid credentials (401)."""
 
 
 class ResourceRules(Protocol):

@@ -141,7 +141,7 @@ def _whole(name: str, value: Any) -> int:
 @dataclass
 class AssistantContext:
     """The assistant's thresholds (an assistant's or a run's `context`), checked as it is built:
-    a run's at submit, an assistant's at create and update (`runner.graph_context`), so a
+    a run's at submit, an assistant's at create and update (`project.graph_context`), so a
     context that would fail a run is a 422 naming its field, never a failed run."""
 
     summary_after: int = 24  # messages in the thread past which older ones are summarised
@@ -166,7 +166,7 @@ class AssistantContext:
             )
 
 
-# The `configurable` keys the graph takes (`runner.configurable`): its context's, which a run's
+# The `configurable` keys the graph takes (`project.configurable`): its context's, which a run's
 # configurable sets as its context does (LangGraph keeps the two as one); any other is refused.
 CONFIGURABLE_KEYS = {"graph": frozenset(field.name for field in fields(AssistantContext))}
 

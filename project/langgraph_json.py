@@ -86,8 +86,8 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three and `disable_mcp`; the others disable what runstream does not have
-# (LangGraph's generative UI, A2A routes, webhooks), so they hold whatever their value.
+# Served: the first three, `disable_mcp` and `disable_a2a`; the others disable what runstream
+# does not have (LangGraph's generative UI, webhooks), so they hold whatever their value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -229,6 +229,7 @@ class HttpSettings:
     cors: CorsSettings | None = None
     enable_custom_route_auth: bool = False
     disable_mcp: bool = False  # no `/mcp` (LangGraph's `http.disable_mcp`)
+    disable_a2a: bool = False  # no `/a2a` nor agent cards (LangGraph's `http.disable_a2a`)
 
 
 @dataclass(frozen=True)
@@ -457,8 +458,15 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     disable_mcp = raw.get("disable_mcp", False)
     if not isinstance(disable_mcp, bool):
         raise ProjectError(path, "http.disable_mcp", "must be true or false")
+    disable_a2a = raw.get("disable_a2a", False)
+    if not isinstance(disable_a2a, bool):
+        raise ProjectError(path, "http.disable_a2a", "must be true or false")
     return HttpSettings(
-        app=source, cors=cors_settings, enable_custom_route_auth=auth, disable_mcp=disable_mcp
+        app=source,
+        cors=cors_settings,
+        enable_custom_route_auth=auth,
+        disable_mcp=disable_mcp,
+        disable_a2a=disable_a2a,
     )
 
 

@@ -179,7 +179,7 @@ def create_app(
         route_handlers=[
             RunsController,
             ThreadsController,
-            langgraph_router(mcp=not http.disable_mcp),
+            langgraph_router(mcp=not http.disable_mcp, a2a=not http.disable_a2a),
             healthz,
             readyz,
             metrics,

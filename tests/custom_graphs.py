@@ -324,3 +324,12 @@ async def _fail(state: MessagesState) -> dict[str, Any]:
 
 # a graph whose every run fails (tests/test_langgraph_mcp.py)
 always_fails = StateGraph(MessagesState).add_node("fail", _fail).add_edge(START, "fail").compile()
+
+
+async def _linger(state: MessagesState) -> dict[str, Any]:
+    await asyncio.sleep(60)
+    return {"messages": [AIMessage(content="too late")]}
+
+
+# a graph whose run goes on for a minute: one to cancel (tests/test_langgraph_a2a.py)
+lingers = StateGraph(MessagesState).add_node("linger", _linger).add_edge(START, "linger").compile()

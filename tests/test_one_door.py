@@ -30,6 +30,7 @@ import pytest
 from psycopg.rows import dict_row
 from redis.asyncio import Redis
 
+from stream_store.assistant_ids import assistant_id_for
 from stream_store.settings import Settings
 from stream_store.store import owner_label
 from tests.conftest import StartServer, StartWorker, schema_connection
@@ -55,6 +56,10 @@ class Reach(Enum):
     PRUNE = "skips an id it does not find (200); a filter that leaves one out refuses all (404)"
     NAMESPACES = "the caller's store namespaces: they hold no values for a filter to match"
     NOT_SERVED = "not served: 404 `not_served` for any signed-in caller"
+    RPC = (
+        "A2A (JSON-RPC): alice's task or assistant is an unknown one to bob and through a"
+        " filter, a JSON-RPC error (-32001, -32602; the card's a 400), as LangGraph answers"
+    )
     PUBLIC = "no caller data: health, metrics, docs, the page"
 
 
@@ -86,6 +91,15 @@ def _route(reach: Reach, *requests: Build, budget: Budget | None = None) -> Rout
 V1_RUN = {"input": {"messages": [{"role": "user", "content": "hi"}]}}
 LG_RUN = {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}
 MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
+A2A_ACCEPT = {"Accept": "application/json"}
+CHAT_AGENT, APPROVAL_AGENT = assistant_id_for("chat"), assistant_id_for("approval")
+
+
+def a2a(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+A2A_SEND = {"message": {"role": "user", "parts": [{"text": "hi"}], "messageId": "door"}}
 CHECKPOINT_ID = "1f0a0b1c-2d3e-6f40-8000-000000000000"
 OBJ, LIST, NEW, STORE = Reach.OBJECT, Reach.LISTING, Reach.CREATE, Reach.STORE
 SUBMITS, WRITES, QUERIES = Budget.SUBMITS, Budget.WRITES, Budget.QUERIES
@@ -270,6 +284,30 @@ ROUTES: dict[tuple[str, str], Route] = {
     ),
     ("GET", "/mcp"): _route(Reach.PUBLIC),
     ("DELETE", "/mcp"): _route(Reach.PUBLIC),
+    # `/a2a/{assistant_id}`: alice's finished task, her waiting one cancelled, a message to her
+    # assistant; its cards name her assistant. DELETE holds nothing of anyone's (405).
+    ("POST", "/a2a/{assistant_id:str}"): _route(
+        Reach.RPC,
+        at(f"/a2a/{CHAT_AGENT}", a2a("tasks/get", {"id": "{thread}:{run}"}), A2A_ACCEPT),
+        at(
+            f"/a2a/{APPROVAL_AGENT}",
+            a2a("tasks/cancel", {"id": "{thread}:{pending}"}),
+            A2A_ACCEPT,
+        ),
+        at("/a2a/{assistant}", a2a("message/send", A2A_SEND), A2A_ACCEPT),
+        budget=QUERIES,
+    ),
+    ("GET", "/a2a/{assistant_id:str}"): _route(Reach.RPC, at("/a2a/{assistant}")),
+    ("GET", "/a2a/{assistant_id:str}/.well-known/agent-card.json"): _route(
+        Reach.RPC, at("/a2a/{assistant}/.well-known/agent-card.json")
+    ),
+    ("GET", "/a2a/{assistant_id:str}/.well-known/agent.json"): _route(
+        Reach.RPC, at("/a2a/{assistant}/.well-known/agent.json")
+    ),
+    ("GET", "/.well-known/agent-card.json"): _route(
+        Reach.RPC, at("/.well-known/agent-card.json?assistant_id={assistant}")
+    ),
+    ("DELETE", "/a2a/{assistant_id:str}"): _route(Reach.PUBLIC),
     ("GET", "/ok"): _route(Reach.PUBLIC),
     ("GET", "/info"): _route(Reach.PUBLIC),
     # -- runstream's own -----------------------------------------------------------------------
@@ -448,7 +486,15 @@ def expected(condition: str, route: Route) -> int | None:
         return 200
     if route.reach is Reach.STORE_PUT:
         return 403
-    return None if route.reach is Reach.CREATE else 0  # 0: a listing's or store's own answer
+    return None if route.reach is Reach.CREATE else 0  # 0: a listing's, store's or A2A's answer
+
+
+def unknown_to_a2a(response: httpx.Response) -> bool:
+    """A2A's answer for a task or assistant the caller may not reach: the one for an unknown."""
+    if response.status_code not in (200, 400):
+        return False
+    error = response.json().get("error")
+    return isinstance(error, dict) and error.get("code") in (-32001, -32602)
 
 
 def hides_alice(response: httpx.Response, route: Route, ids: Ids) -> bool:
@@ -475,16 +521,17 @@ async def test_every_route_applies_every_rule_and_changes_nothing_it_refuses(
         status = expected(condition, route)
         if status is None:
             continue
-        if condition == "bob" and route.reach is not Reach.OBJECT:
+        if condition == "bob" and route.reach not in (Reach.OBJECT, Reach.RPC):
             continue  # bob's own listings and store are his: nothing of alice's to reach
         for build in route.requests:
             url, kwargs = build(door.ids)
             response = await send(client, method, url, **kwargs)
-            ok = (
-                hides_alice(response, route, door.ids)
-                if status == 0
-                else (response.status_code == status)
-            )
+            if route.reach is Reach.RPC and status == 0:
+                ok = unknown_to_a2a(response)
+            elif status == 0:
+                ok = hides_alice(response, route, door.ids)
+            else:
+                ok = response.status_code == status
             if not ok:
                 wrong.append(f"{method} {url}: {response.status_code} {_text(response)[:160]}")
     await asyncio.sleep(0.3)  # a wrongly accepted run or resume would have started by now

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from server.app import create_app
+from stream_store.assistant_ids import assistant_id_for
 from stream_store.settings import Settings
 from tests.conftest import schema_connection
 from tests.test_bad_input import send, state_of
@@ -100,6 +101,16 @@ STORE = Unscoped(
 
 RUN = "{run}"
 THREAD = "{thread}"
+CHAT_AGENT = assistant_id_for("chat")
+A2A_CARD = Unscoped(
+    "an assistant's A2A agent card: another caller's created assistant is a 400 'not found' as"
+    " an unknown one (tests/test_langgraph_a2a.py); a graph's own is every caller's"
+)
+
+
+def a2a(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
 
 ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     # -- /v1 ---------------------------------------------------------------------------------
@@ -240,6 +251,21 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ),
     ("GET", "/mcp"): PUBLIC,
     ("DELETE", "/mcp"): PUBLIC,
+    # A2A: a task id is `{thread}:{run}`; bob's answer about alice's is the JSON-RPC error (in a
+    # 200) an unknown task gets. A message into her context: tests/test_langgraph_a2a.py.
+    ("POST", "/a2a/{assistant_id:str}"): Owned(
+        (
+            at(f"/a2a/{CHAT_AGENT}", **a2a("tasks/get", {"id": "{thread}:{run}"})),
+            at(f"/a2a/{CHAT_AGENT}", **a2a("tasks/get", {"id": RUN, "contextId": THREAD})),
+            at(f"/a2a/{CHAT_AGENT}", **a2a("tasks/cancel", {"id": "{thread}:{run}"})),
+        ),
+        status=200,
+    ),
+    ("GET", "/a2a/{assistant_id:str}"): A2A_CARD,
+    ("GET", "/a2a/{assistant_id:str}/.well-known/agent-card.json"): A2A_CARD,
+    ("GET", "/a2a/{assistant_id:str}/.well-known/agent.json"): A2A_CARD,
+    ("GET", "/.well-known/agent-card.json"): A2A_CARD,
+    ("DELETE", "/a2a/{assistant_id:str}"): PUBLIC,
     ("GET", "/ok"): PUBLIC,
     ("GET", "/info"): PUBLIC,
     # -- runstream's own -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from litestar import Request, Response, Router
 
 from server.errors import EXCEPTION_HANDLERS
 
+from .a2a import A2A_ROUTES
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
 from .crons import CronsController, create_for_thread
@@ -54,8 +55,9 @@ def _in_langgraph_shape(handler: Handler) -> Handler:
     return handle
 
 
-def langgraph_router(*, mcp: bool = True) -> Router:
-    """LangGraph's routes; `/mcp` unless the project's `http.disable_mcp` turns it off."""
+def langgraph_router(*, mcp: bool = True, a2a: bool = True) -> Router:
+    """LangGraph's routes; `/mcp` and `/a2a` (with its agent cards) unless the project's
+    `http.disable_mcp` and `http.disable_a2a` turn them off."""
     return Router(
         path="/",
         route_handlers=[
@@ -70,6 +72,7 @@ def langgraph_router(*, mcp: bool = True) -> Router:
             info,
             ok,
             *((mcp_post, mcp_get, mcp_delete) if mcp else ()),
+            *(A2A_ROUTES if a2a else ()),
             not_served_router(),
         ],
         exception_handlers={

@@ -333,3 +333,12 @@ async def _linger(state: MessagesState) -> dict[str, Any]:
 
 # a graph whose run goes on for a minute: one to cancel (tests/test_langgraph_a2a.py)
 lingers = StateGraph(MessagesState).add_node("linger", _linger).add_edge(START, "linger").compile()
+
+
+async def _ask_first(state: MessagesState) -> dict[str, Any]:
+    answer = interrupt({"question": "sure?"})
+    return {"messages": [AIMessage(content=f"you said {answer}")]}
+
+
+# a graph that asks before it answers (tests/test_langgraph_a2a.py)
+asks = StateGraph(MessagesState).add_node("ask", _ask_first).add_edge(START, "ask").compile()

@@ -28,8 +28,11 @@ GRAPHS = {
     "fails": "tests.custom_graphs:always_fails",
     "lingers": "tests.custom_graphs:lingers",
     "steps": "tests.custom_graphs:steps",
+    "asks": "tests.custom_graphs:asks",
 }
-CHAT, FAILS, LINGERS, STEPS = (assistant_id_for(g) for g in ("chat", "fails", "lingers", "steps"))
+CHAT, FAILS, LINGERS, STEPS, ASKS = (
+    assistant_id_for(g) for g in ("chat", "fails", "lingers", "steps", "asks")
+)
 JSON = {"Accept": "application/json"}
 SSE = {"Accept": "text/event-stream"}
 
@@ -275,6 +278,82 @@ async def test_tasks_cancel_cancels_a_running_task_once(served: ServerHandle) ->
     context, run_id = task["id"].split(":")
     run = await client_for(served.url, "key-a").runs.get(context, run_id)
     assert run["status"] == "interrupted"  # LangGraph's name for a cancelled run
+
+
+async def test_a_graph_that_asks_is_a_task_that_requires_input_until_cancelled(
+    served: ServerHandle,
+) -> None:
+    asked = [{"kind": "data", "data": {"id": "<id>", "value": {"question": "sure?"}}}]
+    async with a2a_client(served) as http:
+        sent = (await rpc(http, ASKS, "message/send", message("go")))["result"]
+        got = (await rpc(http, ASKS, "tasks/get", {"id": sent["id"]}))["result"]
+        events = [event["result"] async for event in streamed(http, ASKS, message("go2"))]
+        cancelled = (await rpc(http, ASKS, "tasks/cancel", {"id": sent["id"]}))["result"]
+        after = await rpc(http, ASKS, "tasks/get", {"id": sent["id"], "historyLength": 0})
+
+    def interrupt_parts(artifact: dict[str, Any]) -> list[dict[str, Any]]:
+        assert (artifact["name"], artifact["description"]) == (
+            "Interrupt",
+            "Agent requires input to continue",
+        )
+        assert all(isinstance(part["data"]["id"], str) for part in artifact["parts"])
+        return [{**part, "data": {**part["data"], "id": "<id>"}} for part in artifact["parts"]]
+
+    assert sent["status"]["state"] == "input-required"
+    [artifact] = sent["artifacts"]
+    assert interrupt_parts(artifact) == asked
+    assert [(m["role"], texts(m["parts"])) for m in sent["history"]] == [("user", ["go"])]
+    assert got["status"]["state"] == "input-required"
+    assert "message" not in got["status"]
+    assert [event["kind"] for event in events] == ["task", "artifact-update", "status-update"]
+    assert interrupt_parts(events[1]["artifact"]) == asked
+    assert "lastChunk" not in events[1]
+    assert (events[2]["status"]["state"], events[2]["final"]) == ("input-required", True)
+    assert cancelled["status"]["state"] == "canceled"
+    assert after["result"] == {
+        "kind": "task",
+        "id": sent["id"],
+        "contextId": sent["contextId"],
+        "status": {"state": "canceled", "timestamp": after["result"]["status"]["timestamp"]},
+    }
+
+
+async def test_a_message_to_a_task_that_waits_answers_its_interrupt(served: ServerHandle) -> None:
+    async with a2a_client(served) as http:
+        by_text = (await rpc(http, ASKS, "message/send", message("go")))["result"]
+        answered = await rpc(http, ASKS, "message/send", message("yes", taskId=by_text["id"]))
+        got = (await rpc(http, ASKS, "tasks/get", {"id": by_text["id"]}))["result"]
+        over = await rpc(http, ASKS, "message/send", message("more", taskId=by_text["id"]))
+        by_data = (await rpc(http, ASKS, "message/send", message("go")))["result"]
+        resume = {"role": "user", "parts": [{"kind": "data", "data": {"resume": "by data"}}]}
+        with_data = await rpc(
+            http,
+            ASKS,
+            "message/send",
+            {"message": {**resume, "messageId": "d1", "taskId": by_data["id"]}},
+        )
+        no_task = await rpc(http, ASKS, "message/send", {"message": {**resume, "messageId": "d2"}})
+
+    done = answered["result"]
+    assert (done["id"], done["status"]["state"]) == (by_text["id"], "completed")
+    assert done["artifacts"][0]["parts"] == [{"kind": "text", "text": "you said yes"}]
+    assert [(m["role"], texts(m["parts"]), m["taskId"]) for m in done["history"]] == [
+        ("user", ["go"], by_text["id"]),
+        ("agent", ["you said yes"], by_text["id"]),
+    ]
+    assert got["status"]["state"] == "completed"
+    assert got["history"] == done["history"]
+    assert over["error"] == {
+        "code": -32004,
+        "message": "A terminal task cannot accept another message",
+    }
+    assert with_data["result"]["artifacts"][0]["parts"] == [
+        {"kind": "text", "text": "you said by data"}
+    ]
+    assert no_task["error"] == {
+        "code": -32602,
+        "message": "contextId and taskId are required when resuming a task",
+    }
 
 
 async def test_another_callers_task_is_not_found(served: ServerHandle) -> None:

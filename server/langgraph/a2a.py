@@ -469,24 +469,30 @@ async def _checked_message(
         return _error(INVALID_PARAMS, "contextId must be a string")
     if task_id is not None and not isinstance(task_id, str):
         return _error(INVALID_PARAMS, "taskId must be a string")
+    waiting = False  # the task stopped at an interrupt() and waits for an answer
     if task_id is not None:
         task = await _resolve(call, task_id, context_id)
         if task is None:
             return _error(TASK_NOT_FOUND, f"Task not found: {task_id}")
         if task.state in tasks.TERMINAL_STATES:
             return _error(UNSUPPORTED_OPERATION, "A terminal task cannot accept another message")
+        waiting = task.state == "TASK_STATE_INPUT_REQUIRED"
         context_id = task.context_id
     try:
         graph_input = tasks.graph_input(parts, str(role), str(message_id))
     except tasks.A2AInputError as exc:
         return _error(CONTENT_TYPE_NOT_SUPPORTED, str(exc))
+    command = tasks.resume_command(message, parts, graph_input, task_id, waiting)
+    if "error" in command:
+        return _error(INVALID_PARAMS, command["error"])
     a2a = {"message_id": str(message_id), **({"task_id": task_id} if task_id else {})}
     run_context = params.get("context")
     try:
         body = msgspec.convert(
             {
                 "assistant_id": call.assistant_id,
-                "input": graph_input,
+                "input": graph_input or None,
+                **({"command": command} if command else {}),
                 "metadata": {"a2a": a2a},
                 "if_not_exists": "create",
                 **({"context": run_context} if run_context is not None else {}),

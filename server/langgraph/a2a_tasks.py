@@ -20,6 +20,7 @@ from stream_store.run_records import RunRecord
 from .conversions import run_status
 
 __all__ = [
+    "TERMINAL_STATES",
     "A2AInputError",
     "Role",
     "agent_message",
@@ -33,6 +34,7 @@ __all__ = [
     "parse_task_id",
     "reply_parts",
     "response_artifact",
+    "resume_command",
     "spec_format",
     "streamed_message",
     "task_id_of_run",
@@ -158,6 +160,48 @@ def graph_input(parts: list[Any], role: str, message_id: str) -> dict[str, Any]:
     if not messages and not data:
         raise A2AInputError("Message must contain at least one valid text, data, or file part")
     return {**({"messages": messages} if messages else {}), **data}
+
+
+def resume_command(
+    message: Mapping[str, Any],
+    parts: list[Any],
+    graph_input: dict[str, Any],
+    task_id: str | None,
+    waiting: bool,
+) -> dict[str, Any]:
+    """The `Command` a message answers a waiting task with, as LangGraph's: the message's own
+    `command`, else a data part's `resume`, else (for a task that waits) its text; `{}`: none,
+    `{"error": ...}`: why it cannot be one. What answers the interrupt leaves `graph_input`."""
+    command = message.get("command")
+    if command is not None:
+        if not isinstance(command, dict):
+            return {"error": "command must be an object"}
+        if command.get("resume") and not message.get("contextId"):
+            return {"error": "contextId is required when resuming a task with command.resume"}
+        if command.get("resume") and task_id is None:
+            return {"error": "taskId is required when resuming a task"}
+        return dict(command)
+    resumes = [
+        part["data"]["resume"]
+        for part in parts
+        if isinstance(part, dict)
+        and isinstance(part.get("data"), dict)
+        and "resume" in part["data"]
+    ]
+    if len(resumes) > 1:
+        return {"error": "Only one resume value is allowed in data parts"}
+    if resumes:
+        if task_id is None:
+            return {"error": "contextId and taskId are required when resuming a task"}
+        if not waiting:
+            return {"error": "Task is not awaiting input"}
+        graph_input.pop("resume", None)
+        return {"resume": resumes[0]}
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    if not texts or task_id is None or not waiting:
+        return {}
+    graph_input.pop("messages", None)
+    return {"resume": "\n".join(texts)}
 
 
 def input_schema_error(

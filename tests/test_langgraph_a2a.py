@@ -401,7 +401,7 @@ async def test_protocol_errors_are_answered_as_langgraphs_endpoint_answers_them(
         steps = (await rpc(http, STEPS, "message/send", data_only))["result"]
         assert steps["status"]["state"] == "completed"
         assert steps["artifacts"][0]["parts"] == [
-            {"kind": "text", "text": "{'steps': ['a', 'b', 'c']}"}
+            {"kind": "text", "text": "{'steps': ['a', 'b', 'c'], 'messages': []}"}
         ]
         assert await error_of("nope", "message/send", message("x")) == {
             "code": -32602,

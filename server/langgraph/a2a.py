@@ -545,6 +545,10 @@ async def _send(call: _Call, params: dict[str, Any]) -> Answer:
         outcome = await outcome_at_end(call.resources, run)
     except StreamCut:
         raise StoreUnavailable(f"run {run.run_id}'s stream was cut before its end") from None
+    data_only = not asked.body.command and "messages" not in (asked.body.input or {})
+    if data_only and "__error__" not in outcome:
+        # as LangGraph's: the outcome of a message of data parts is read with the run's messages
+        outcome = {**outcome, "messages": outcome.get("messages") or []}
     runs = await call.resources.run_records.thread_runs(context_id, call.caller.owner)
     task: dict[str, Any] = {"kind": "task", "id": task_id, "contextId": context_id}
     if asked.history_length != 0:

@@ -131,6 +131,13 @@ def _cases() -> list[tuple[dict[str, Any], dict[str, str], str, str]]:
             "graph factory make takes ['a', 'b', 'c']",
         ),
         ({"graphs": {"g": "no_such_package.mod:graph"}}, {}, "graphs.g", "ModuleNotFoundError"),
+        # the routes a project turns off
+        (
+            {"graphs": {"g": "./g.py:builder"}, "http": {"disable_a2a": "yes"}},
+            graph,
+            "http.disable_a2a",
+            "must be true or false",
+        ),
     ]
     cases += [
         ({"graphs": {"g": "./g.py:builder"}, key: {"path": "./x.py:y"}}, graph, key, "not served")

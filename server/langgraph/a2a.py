@@ -103,11 +103,20 @@ def _accepts(accept: str, media_type: str) -> bool:
     return False
 
 
+# characters some SSE readers take for a line's end, escaped in the JSON as LangGraph's are
+_LINE_BREAKS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
 def _sse(data: Any) -> bytes:
+    """One `message` event of an A2A stream."""
     encoded = msgspec.json.encode(data)
-    for raw, escaped in ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028")):
+    for raw, escaped in _LINE_BREAKS:
         encoded = encoded.replace(raw, escaped)
-    return b"event: message\r\ndata: " + encoded.replace(b"\xe2\x80\xa9", b"\\u2029") + b"\r\n\r\n"
+    return b"event: message\r\ndata: " + encoded + b"\r\n\r\n"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A worker SIGKILLed during the assistant's memory steps, after their writes and before the
 step's checkpoint: the next attempt runs the step again and writes nothing twice
-(`runner.effects.once` and the store's stamp), and the thread shows each answer once.
+(`runner.run_scope.once` and the store's stamp), and the thread shows each answer once.
 Extraction, confirmation and grading, each on the assistant itself
 (tests/projects/assistant_fault lingers after each step's writes)."""
 

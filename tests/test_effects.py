@@ -1,4 +1,4 @@
-"""`runner.effects.once` in a user graph: its effect runs once across a worker SIGKILL
+"""`runner.run_scope.once` in a user graph: its effect runs once across a worker SIGKILL
 (tests/projects/runtime `sends_once`), as the built-in `save_note` does (TestWriteToolOnce)."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.effects import NotInARun, once
-from runner.tools import EffectNotRecorded
+from runner.run_scope import EffectNotRecorded, NotInARun, once
 from stream_store.run_records import RunRecord
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings

@@ -56,9 +56,8 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, PutOp
 from langgraph.types import interrupt
 
-from runner.effects import current_run, once
-from runner.evaluations import record_evaluation
-from runner.models import EchoChatModel, chat_model
+from runner.models import EchoChatModel
+from runner.run_scope import chat_model, current_run, once, record_evaluation
 from stream_store.errors import QuotaExceeded
 
 from .confirmation import (
@@ -194,7 +193,7 @@ def _run_id(config: RunnableConfig) -> str:
 
 
 def _model() -> BaseChatModel:
-    """The worker's model for this run (`runner.models.chat_model`), with the node's config."""
+    """The worker's model for this run (`runner.run_scope.chat_model`), with the node's config."""
     return chat_model(get_config())
 
 
@@ -313,7 +312,7 @@ async def _stored_and_kept(
 def _max_facts() -> int:
     """`RUNSTREAM_MAX_FACTS` of the worker running this run (0: no limit): a server setting, so
     that no run's input or context can raise it."""
-    return current_run("the assistant's facts").max_facts
+    return current_run().max_facts
 
 
 async def remember_once(

@@ -5,7 +5,7 @@ Their nodes use the run-scoped API any graph's code does (`runner.run_scope`): t
 model (`chat_model`, so a graph never knows whether it talks to OpenAI or the fake), and `once`
 for `save_note`'s write. Their `context_schema` is `RunContext`, so no run's context reaches
 them. Neither graph reads `configurable` itself: `CONFIGURABLE_KEYS` says so, as any graph's
-module may (`runner.configurable`).
+module may (`project.configurable`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from langgraph.types import interrupt
 from psycopg import DatabaseError
 from pydantic import AfterValidator
 
-from clients.wire.approvals import (
+from project.graph_context import RunContext
+from stream_store.checkpoints import FENCE_REFUSED
+from stream_store.errors import Fenced
+from wire.approvals import (
     ActionRequest,
     Decision,
     DecisionType,
@@ -32,10 +35,7 @@ from clients.wire.approvals import (
     read_answer,
     request_value,
 )
-from stream_store.checkpoints import FENCE_REFUSED
-from stream_store.errors import Fenced
 
-from .graph_context import RunContext
 from .run_scope import chat_model, current_run, once
 from .tools import Execution
 

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 
+from project.configurable import MODEL_CONFIGURABLE
 from stream_store.evaluations import Evaluations
 from stream_store.run_records import RunRecord
 from stream_store.tracing import trace_id_of
 
 from . import evaluations
-from .configurable import MODEL_CONFIGURABLE
 from .evaluations import EvaluationRefused
 from .models import make_chat_model
 from .tools import EffectNotRecorded, ToolLedger

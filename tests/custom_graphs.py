@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import PutOp
 from langgraph.types import interrupt
 
-from runner.graph_context import RunContext
+from project.graph_context import RunContext
 from runner.graphs import run_save_note
 from runner.run_scope import chat_model, current_run, once, record_evaluation
 

@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from clients.wire.events import RunStatus
 from runner.recovery import expire_idle_threads
 from runner.run_scope import EvaluationRefused, NotInARun, RunScope, record_evaluation, running
 from stream_store.limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
@@ -28,6 +27,7 @@ from tests.sse import read_events
 from tests.test_faults import WatchedRun, body, wait_for
 from tests.test_isolation import API_KEYS, bearer
 from tests.test_metrics import scrape, until, value
+from wire.events import RunStatus
 
 GRAPHS = {"grades_itself": "tests.custom_graphs:grades_itself"}
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"

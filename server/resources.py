@@ -103,6 +103,7 @@ async def open_resources(
         await follower.start()
         thread_watch = ThreadWatch(services.thread_records, closing=lambda: follower.closing)
         await thread_watch.start()
+        run_reads = RunReads(services.run_records)
         try:
             fields = {f.name: getattr(services, f.name) for f in dataclasses.fields(services)}
             yield Resources(
@@ -114,10 +115,11 @@ async def open_resources(
                 sign_in=sign_in,
                 metrics=metrics,
                 deployment=deployment,
-                run_reads=RunReads(services.run_records),
+                run_reads=run_reads,
                 thread_watch=thread_watch,
                 queries=queries,
             )
         finally:
+            await run_reads.aclose()
             await thread_watch.stop()
             await follower.stop()

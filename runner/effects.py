@@ -30,12 +30,13 @@ from stream_store.evaluations import Evaluations
 from stream_store.run_records import RunRecord
 from stream_store.tracing import trace_id_of
 
+from .errors import RunnerError
 from .tools import ToolLedger
 
 __all__ = ["CurrentRun", "NotInARun", "current_run", "once", "running"]
 
 
-class NotInARun(RuntimeError):
+class NotInARun(RunnerError, RuntimeError):
     """`once` (or `record_evaluation`) was called outside a run that runstream's worker
     executes."""
 

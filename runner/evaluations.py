@@ -31,6 +31,7 @@ from stream_store.limits import (
 )
 
 from .effects import NotInARun, current_run
+from .errors import RunnerError
 
 __all__ = ["EvaluationRefused", "NotInARun", "record_evaluation"]
 
@@ -48,7 +49,7 @@ _LOGGED = {
 }
 
 
-class EvaluationRefused(ValueError):
+class EvaluationRefused(RunnerError, ValueError):
     """`record_evaluation` was given something it does not record (the message says what), or
     the run holds as many evaluations as one run may."""
 

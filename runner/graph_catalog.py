@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configurable import check
+from .errors import RunnerError
 
 __all__ = ["GraphCatalog", "UnknownGraph"]
 
 
-class UnknownGraph(LookupError):
+class UnknownGraph(RunnerError, LookupError):
     """No graph is registered under that name."""
 
 

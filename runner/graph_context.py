@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints, is_typeddict
 
 from pydantic import BaseModel, ValidationError
 
+from .errors import RunnerError
 from .tools import Effect, Execution, ToolLedger
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def takes_run_context(schema: Any) -> bool:
     return isinstance(schema, type) and issubclass(schema, RunContext)
 
 
-class ContextRefused(ValueError):
+class ContextRefused(RunnerError, ValueError):
     """A run's context that the graph's `context_schema` cannot take."""
 
 

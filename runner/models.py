@@ -28,6 +28,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from stream_store.settings import Settings
 
 from .configurable import MODEL_CONFIGURABLE, fake_token_delay_ms
+from .errors import RunnerError
 
 __all__ = [
     "EchoChatModel",
@@ -156,7 +157,7 @@ def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseCha
     )
 
 
-class NoModelHere(RuntimeError):
+class NoModelHere(RunnerError, RuntimeError):
     """`chat_model()` was called outside a run that runstream's worker executes."""
 
 

@@ -30,6 +30,8 @@ from psycopg.types.json import Jsonb
 from stream_store.connections import PgPool
 from stream_store.errors import Fenced
 
+from .errors import RunnerError
+
 __all__ = ["EffectNotRecorded", "Execution", "ToolLedger"]
 
 logger = structlog.get_logger()
@@ -37,7 +39,7 @@ logger = structlog.get_logger()
 Effect = Callable[[AsyncConnection[DictRow]], Awaitable[Any]]
 
 
-class EffectNotRecorded(TypeError):
+class EffectNotRecorded(RunnerError, TypeError):
     """The effect of a `once` call ran, but its result is not JSON, so it cannot be recorded
     (and replayed): raised then, and by every later call with the key, which does not run the
     effect again."""

@@ -211,5 +211,7 @@ def _failed_at(exc: BaseException) -> str:
     ]
     installed = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     users = [f for f in frames if not any(Path(f.filename).is_relative_to(p) for p in installed)]
-    frame = (users or frames or [None])[-1]
-    return f" at {frame.filename}:{frame.lineno}" if frame is not None else ""
+    if not frames:
+        return ""
+    frame = (users or frames)[-1]
+    return f" at {frame.filename}:{frame.lineno}"

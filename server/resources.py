@@ -25,6 +25,7 @@ from stream_store.thread_records import ThreadRecords
 from .auth import SignIn, StreamTokens
 from .caller_queries import CallerQueries, open_caller_queries
 from .fanout import StreamFollower
+from .readiness import Readiness
 from .run_reads import RunReads
 from .sign_in import sign_in_for
 from .thread_watch import ThreadWatch
@@ -42,6 +43,7 @@ class Resources(Services):
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched
+    readiness: Readiness  # `/readyz`'s probes, which log a dependency's change of state
     thread_watch: ThreadWatch  # the new runs of the threads that idle thread streams wait on
     queries: CallerQueries  # the store's and the searches' connections, bounded per caller
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
@@ -116,6 +118,7 @@ async def open_resources(
                 metrics=metrics,
                 deployment=deployment,
                 run_reads=run_reads,
+                readiness=Readiness(services.redis, services.pool),
                 thread_watch=thread_watch,
                 queries=queries,
             )

@@ -327,7 +327,6 @@ async def state_history(
 
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
     """`thread` as LangGraph's API shows it (read with `latest_run=True`, for its status)."""
-    status = thread_status(thread)
     runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     graph = await _graph_of(resources, thread, runs[-1] if runs else None)
     running = [r.run_id for r in runs if r.status == RunStatus.RUNNING]
@@ -351,7 +350,7 @@ async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
         updated_at=thread.updated_at,
         state_updated_at=thread.updated_at,
         metadata=thread.metadata,
-        status=status,
+        status=thread_status(thread),
         config={},
         values=state.values if state.checkpoint else None,
         interrupts=interrupts,

@@ -95,7 +95,8 @@ class Coalescer(Generic[ItemT, ResultT]):
             except Exception as exc:
                 results = [exc] * len(batch)
             if len(results) != len(batch):
-                # A zip would stop at the shorter and leave the rest of the batch waiting.
+                # Matched one to one below, a wrong count would fail mid-batch and leave the
+                # rest of its callers waiting for ever.
                 mismatch = BatchMismatch(
                     f"{self.name} answered {len(results)} results for {len(batch)} calls"
                 )

@@ -157,8 +157,8 @@ class Settings:
     # read too (server/browser_guard.py); refused unless this is set.
     cors_any_origin_without_sign_in: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)
-    # Sign-in with JWTs instead of API keys (server/jwt_auth.py): an HS256 secret, or the JWKS
-    # of an identity provider (RS256/ES256); the token's `sub` is the owner.
+    # Sign-in with JWTs instead of API keys (server/callers/jwt_auth.py): an HS256 secret, or the
+    # JWKS of an identity provider (RS256/ES256); the token's `sub` is the owner.
     jwt_secret: str = ""
     jwt_jwks_url: str | None = None
     jwt_issuer: str | None = None  # required in every token when set
@@ -166,7 +166,8 @@ class Settings:
     signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
     signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
     graphs: dict[str, str] = field(default_factory=dict)
-    # A LangGraph project's langgraph.json (runner/project.py); `--config` or ./langgraph.json
+    # A LangGraph project's langgraph.json (project/langgraph_json.py); `--config` or
+    # ./langgraph.json
     config_path: str | None = None
     stream_ttl_s: int = 24 * 3600
     interrupted_ttl_s: int = limits.DEFAULT_INTERRUPTED_TTL_S  # until the run is resumed
@@ -440,7 +441,7 @@ class Settings:
     @property
     def auth_enabled(self) -> bool:
         """Whether the settings authenticate callers (API keys or JWTs; a project's own auth
-        is the project's, `runner.project`)."""
+        is the project's, `project.langgraph_json`)."""
         return bool(self.api_keys or self.jwt_secret or self.jwt_jwks_url)
 
     @property

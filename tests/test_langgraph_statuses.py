@@ -8,10 +8,10 @@ import itertools
 import psycopg
 from psycopg.types.json import Jsonb
 
-from clients.wire.events import RunStatus
 from server.langgraph.statuses import THREAD_STATUS
 from stream_store.settings import Settings
 from stream_store.thread_facts import LatestRun
+from wire.run_status import RunStatus
 
 
 def langgraph_thread_status(status: str, latest: LatestRun) -> str:

@@ -1,35 +1,55 @@
-"""Every error the runner defines is a `RunnerError`, keeps the builtin base its callers catch,
-and is drawn in the tree of runner/errors.py."""
+"""Every error the worker (runner/) and the project contract (project/) define is under its
+package's one root, keeps the builtin base its callers catch, and is drawn in the tree of its
+root's module."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
+from types import ModuleType
 
+import pytest
+
+import project
 import runner
-from runner import errors
-from runner.errors import RunnerError
+from project import errors as project_errors
+from runner import errors as runner_errors
 from stream_store.settings import SettingsError
 
-# The builtin base each one kept: callers that caught it that way still do.
-KEPT_BASES: dict[str, type[Exception]] = {
-    "ProjectError": SettingsError,
-    "UnknownGraph": LookupError,
-    "ConfigurableRefused": ValueError,
-    "ContextRefused": ValueError,
-    "EvaluationRefused": ValueError,
-    "EvalSetError": ValueError,
-    "EffectNotRecorded": TypeError,
-    "NotInARun": RuntimeError,
-    "NoModelHere": RuntimeError,
+# Each package's root, and the builtin base each of its errors kept: callers that caught it
+# that way still do.
+ROOTS: dict[str, tuple[ModuleType, ModuleType, type[Exception], dict[str, type[Exception]]]] = {
+    "runner": (
+        runner,
+        runner_errors,
+        runner_errors.RunnerError,
+        {
+            "EvaluationRefused": ValueError,
+            "EvalSetError": ValueError,
+            "EffectNotRecorded": TypeError,
+            "NotInARun": RuntimeError,
+            "NoModelHere": RuntimeError,
+        },
+    ),
+    "project": (
+        project,
+        project_errors,
+        project_errors.ProjectContractError,
+        {
+            "ProjectError": SettingsError,
+            "UnknownGraph": LookupError,
+            "ConfigurableRefused": ValueError,
+            "ContextRefused": ValueError,
+        },
+    ),
 }
 
 
-def runner_errors() -> dict[str, type[BaseException]]:
-    """The exception classes defined in the runner's modules, by name."""
+def defined_errors(package: ModuleType) -> dict[str, type[BaseException]]:
+    """The exception classes defined in `package`'s modules, by name."""
     found: dict[str, type[BaseException]] = {}
-    for info in pkgutil.walk_packages(runner.__path__, "runner."):
+    for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if (
@@ -41,15 +61,17 @@ def runner_errors() -> dict[str, type[BaseException]]:
     return found
 
 
-class TestRunnerErrors:
-    def test_every_runner_error_is_under_the_root_with_its_builtin_base(self) -> None:
-        errors = runner_errors()
-        assert set(errors) == {"RunnerError", *KEPT_BASES}
-        for name, base in KEPT_BASES.items():
-            assert issubclass(errors[name], RunnerError), name
+@pytest.mark.parametrize("package", sorted(ROOTS))
+class TestErrorRoots:
+    def test_every_error_is_under_the_root_with_its_builtin_base(self, package: str) -> None:
+        modules, _, root, kept = ROOTS[package]
+        errors = defined_errors(modules)
+        assert set(errors) == {root.__name__, *kept}
+        for name, base in kept.items():
+            assert issubclass(errors[name], root), name
             assert issubclass(errors[name], base), name
 
-    def test_the_tree_in_the_docstring_names_every_one(self) -> None:
-        doc = errors.__doc__ or ""
-        for name in runner_errors():
-            assert name in doc, name
+    def test_the_tree_in_the_docstring_names_every_one(self, package: str) -> None:
+        modules, root_module, _, _ = ROOTS[package]
+        for name in defined_errors(modules):
+            assert name in (root_module.__doc__ or ""), name

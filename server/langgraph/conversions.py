@@ -139,7 +139,7 @@ _LANGCHAIN_TYPES = {"user": "human", "assistant": "ai", "system": "system", "too
 
 
 def to_langchain_dict(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A runstream wire message (`clients.wire.events.WireMessage` as a dict) as LangGraph
+    """A runstream wire message (`wire.events.WireMessage` as a dict) as LangGraph
     serialises a LangChain message, key order included."""
     kind = _LANGCHAIN_TYPES.get(message["role"], message["role"])
     converted: dict[str, Any] = {

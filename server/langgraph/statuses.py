@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from clients.wire.events import RunStatus
-from stream_store.run_status import WORKING
 from stream_store.thread_facts import ThreadFacts, ThreadNaming
 from stream_store.thread_records import ThreadRecord
+from wire.run_status import WORKING, RunStatus
 
 from .wire import RunStatusName, ThreadStatus
 

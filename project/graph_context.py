@@ -23,6 +23,8 @@ from typing import Any, get_type_hints, is_typeddict
 
 from pydantic import BaseModel, ValidationError
 
+from .errors import ProjectContractError
+
 __all__ = ["ContextRefused", "RunContext", "graph_context", "takes_run_context"]
 
 
@@ -41,7 +43,7 @@ def takes_run_context(schema: Any) -> bool:
     return isinstance(schema, type) and issubclass(schema, RunContext)
 
 
-class ContextRefused(ValueError):
+class ContextRefused(ProjectContractError, ValueError):
     """A run's context that the graph's `context_schema` cannot take."""
 
 

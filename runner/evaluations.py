@@ -35,6 +35,8 @@ from stream_store.limits import (
 if TYPE_CHECKING:
     from .run_scope import RunScope
 
+from .errors import RunnerError
+
 __all__ = ["EvaluationRefused", "record"]
 
 logger = structlog.get_logger()
@@ -51,7 +53,7 @@ _LOGGED = {
 }
 
 
-class EvaluationRefused(ValueError):
+class EvaluationRefused(RunnerError, ValueError):
     """`record_evaluation` was given something it does not record (the message says what), or
     the run holds as many evaluations as one run may."""
 

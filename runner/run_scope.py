@@ -46,6 +46,7 @@ from stream_store.run_records import RunRecord
 from stream_store.tracing import trace_id_of
 
 from . import evaluations
+from .errors import RunnerError
 from .evaluations import EvaluationRefused
 from .models import make_chat_model
 from .tools import EffectNotRecorded, ToolLedger
@@ -69,7 +70,7 @@ __all__ = [
 ChatModels = Callable[[dict[str, Any]], BaseChatModel]
 
 
-class NotInARun(RuntimeError):
+class NotInARun(RunnerError, RuntimeError):
     """A function of `runner.run_scope` was called outside a run runstream's worker executes."""
 
 

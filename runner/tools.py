@@ -23,12 +23,14 @@ from psycopg.rows import DictRow
 from stream_store.connections import PgPool
 from stream_store.errors import Fenced
 
+from .errors import RunnerError
+
 __all__ = ["EffectNotRecorded", "Execution", "ToolLedger"]
 
 logger = structlog.get_logger()
 
 
-class EffectNotRecorded(TypeError):
+class EffectNotRecorded(RunnerError, TypeError):
     """The effect of a `once` call ran, but its result is not JSON, so it cannot be recorded
     (and replayed): raised then, and by every later call with the key, which does not run the
     effect again."""

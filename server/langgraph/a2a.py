@@ -40,9 +40,9 @@ from stream_store.run_records import RunRecord
 from wire.events import RunStatus
 
 from . import a2a_tasks as tasks
-from .conversions import run_status
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, outcome_at_end
 from .graph_schemas import graph_schemas
+from .statuses import run_status, thread_status
 from .stream import LangGraphStream
 from .submit import submit
 from .views import registered_graph, thread_state
@@ -299,8 +299,8 @@ async def _resolve(call: _Call, task_id: str, context_id: str | None) -> _Task |
         if run.run_id == anchor.run_id or tasks.task_id_of_run(run) == task_id:
             latest, is_latest = run, run.run_id == runs[-1].run_id
             break
-    thread = await resources.thread_records.get_thread(anchor.thread_id, owner, langgraph=True)
-    interrupted = is_latest and thread is not None and thread.langgraph_status == "interrupted"
+    thread = await resources.thread_records.get_thread(anchor.thread_id, owner, latest_run=True)
+    interrupted = is_latest and thread is not None and thread_status(thread) == "interrupted"
     return _Task(task_id, anchor.thread_id, latest, tasks.task_state(latest, interrupted), runs)
 
 

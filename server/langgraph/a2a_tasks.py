@@ -17,7 +17,7 @@ from typing import Any, Literal
 from stream_store.assistant_ids import run_assistant_id
 from stream_store.run_records import RunRecord
 
-from .conversions import run_status
+from .statuses import run_status
 
 __all__ = [
     "TERMINAL_STATES",

@@ -37,7 +37,7 @@ from stream_store.assistant_ids import run_assistant_id
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreUnavailable
 from stream_store.run_records import RunRecord
-from wire.events import RunStatus
+from wire.run_status import RunStatus
 
 from . import a2a_tasks as tasks
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, outcome_at_end

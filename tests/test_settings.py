@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from server.commands import serve, up
-from stream_store.settings import Settings, SettingsError
+from stream_store import settings_docs
+from stream_store.settings import GROUPS, Settings, SettingsError, declarations
 
 
 class TestSettings:
@@ -110,6 +111,72 @@ class TestSettings:
         env_file.write_text("RUNSTREAM_PORT=9001\nRUNSTREAM_MODEL=fake\nRUNSTREAM_HOST=::1\n")
         settings = Settings.from_env({"RUNSTREAM_HOST": "127.0.0.2"}, env_file=str(env_file))
         assert settings.port == 9001 and settings.host == "127.0.0.2"
+
+
+class TestDeclaredOnce:
+    """Each setting is declared once (variable, default, bounds, concern, meaning) and both the
+    reader and docs/operations.md are made from the declarations."""
+
+    def test_every_field_is_declared_with_a_variable_of_its_own_in_a_concern(self) -> None:
+        declared = dict(declarations())
+        assert set(declared) == set(Settings.__dataclass_fields__)
+        variables = [each.env for each in declared.values()]
+        assert len(set(variables)) == len(variables)
+        assert {each.group for each in declared.values()} == set(GROUPS)
+        assert all(each.doc and each.parse.accepts for each in declared.values())
+
+    def test_operations_md_shows_every_setting_as_declared(self) -> None:
+        """Run `python -m stream_store.settings_docs` after changing a declaration."""
+        document = settings_docs.OPERATIONS_MD.read_text()
+        assert settings_docs.with_tables(document) == document
+        for _, each in declarations():
+            assert f"| `{each.env}` |" in document
+
+    def test_an_empty_environment_gives_the_declared_defaults(self) -> None:
+        """But for the defaults declared to depend on other settings (`unset`)."""
+        read, declared = Settings.from_env({}, env_file=""), Settings()
+        for name, each in declarations():
+            if each.unset is None:
+                assert getattr(read, name) == getattr(declared, name), name
+
+    def test_durations_in_milliseconds_are_held_in_seconds(self) -> None:
+        env = {"RUNSTREAM_LEASE_MS": "2500", "RUNSTREAM_THREAD_RETENTION": "0"}
+        settings = Settings.from_env(env, env_file="")
+        assert settings.lease_s == 2.5 and settings.thread_retention_s is None
+        with pytest.raises(SettingsError, match="RUNSTREAM_LEASE_MS must be >= 100, got 99"):
+            Settings.from_env({"RUNSTREAM_LEASE_MS": "99"}, env_file="")
+
+    @pytest.mark.parametrize(
+        ("name", "value", "expects"),
+        [
+            ("RUNSTREAM_PORT", "70000", "<= 65535"),
+            ("RUNSTREAM_LOG_FORMAT", "xml", "'console' or 'json'"),
+            ("RUNSTREAM_LOG_LEVEL", "loud", "'debug' or 'info'"),
+            ("RUNSTREAM_REDIS_PREFIX", "a{b}", "braces"),
+        ],
+    )
+    def test_a_value_out_of_its_bounds_names_the_variable_and_what_it_takes(
+        self, name: str, value: str, expects: str
+    ) -> None:
+        with pytest.raises(SettingsError, match=name) as refused:
+            Settings.from_env({name: value}, env_file="")
+        assert expects in str(refused.value)
+
+    def test_choices_are_read_in_any_case(self) -> None:
+        env = {"RUNSTREAM_LOG_FORMAT": "JSON", "RUNSTREAM_LOG_LEVEL": "Warning"}
+        settings = Settings.from_env(env, env_file="")
+        assert settings.log_json and settings.log_level == "warning"
+
+    def test_secrets_stay_out_of_the_repr(self) -> None:
+        env = {
+            "RUNSTREAM_API_KEYS": "topsecret1:alice",
+            "RUNSTREAM_SIGNING_KEYS": "k1:topsecret2",
+            "OPENAI_API_KEY": "topsecret3",
+            "RUNSTREAM_API_KEY": "topsecret4",
+        }
+        shown = repr(Settings.from_env(env, env_file=""))
+        shown += repr(Settings(jwt_secret="topsecret5" * 4, signing_key="topsecret6"))
+        assert "topsecret" not in shown and "alice" not in shown
 
 
 class TestServeRefusesOpenBinds:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +27,7 @@ __all__ = [
     "http_url",
     "identifier",
     "integer",
+    "is_set",
     "key_prefix",
     "milliseconds",
     "one_of",
@@ -48,28 +49,34 @@ class SettingsError(ValueError):
     """A configuration value is missing or malformed."""
 
 
-def _shown(value: Any) -> str:
-    """A default as the docs show it: an empty one is `unset`."""
-    if value is None or value == "" or value == () or value == {}:
-        return "unset"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    return f"`{value}`"
+def _joined(items: Iterable[str]) -> str:
+    """A list as its variable spells it: `a,b,...`."""
+    return ",".join(items)
 
 
 @dataclass(frozen=True)
 class Parser:
-    """How one variable's text becomes a value.
+    """How one variable's text becomes a value, and back.
 
     `read(name, text)` raises a `SettingsError` that names the variable; `accepts` says what it
-    takes (the docs' bounds column); `show` writes a default as the docs give it; a `secret`'s
-    value stays out of the repr and out of every error.
+    takes (the docs' bounds column); `write(value)` is text that `read` takes back to the value
+    (a child process's environment, the docs' defaults); a `secret`'s value stays out of the
+    repr and out of every error.
     """
 
     read: Callable[[str, str], Any]
     accepts: str
-    show: Callable[[Any], str] = _shown
+    write: Callable[[Any], str] = str
     secret: bool = False
+
+    def show(self, value: Any) -> str:
+        """A default as the docs show it: an empty one is `unset`."""
+        return f"`{self.write(value)}`" if is_set(value) else "unset"
+
+
+def is_set(value: Any) -> bool:
+    """Whether a setting's value is one its variable would be set for: not None or empty."""
+    return value is not None and value != "" and value != () and value != {}
 
 
 def _text_read(name: str, raw: str) -> str:
@@ -108,9 +115,7 @@ def milliseconds(minimum: int = 0) -> Parser:
     def read(name: str, raw: str) -> float:
         return _bounded_int(name, raw, minimum, None) / 1000
 
-    return Parser(
-        read, _range("milliseconds", minimum, None), show=lambda s: f"`{round(s * 1000)}`"
-    )
+    return Parser(read, _range("milliseconds", minimum, None), write=lambda s: str(round(s * 1000)))
 
 
 def _seconds_or_never_read(name: str, raw: str) -> int | None:
@@ -118,7 +123,9 @@ def _seconds_or_never_read(name: str, raw: str) -> int | None:
 
 
 # Seconds, where 0 (or unset) is never
-seconds_or_never = Parser(_seconds_or_never_read, "seconds >= 0 (`0`: never)")
+seconds_or_never = Parser(
+    _seconds_or_never_read, "seconds >= 0 (`0`: never)", write=lambda s: str(s or 0)
+)
 
 
 def _bounded_int(name: str, raw: str, minimum: int, maximum: int | None) -> int:
@@ -146,14 +153,16 @@ def _flag_read(name: str, raw: str) -> bool:
     raise SettingsError(f"{name} must be true or false, got {value!r}")
 
 
-flag = Parser(_flag_read, "`true` or `false` (also `1`/`0`, `yes`/`no`)")
+flag = Parser(
+    _flag_read, "`true` or `false` (also `1`/`0`, `yes`/`no`)", write=lambda b: str(b).lower()
+)
 
 
 def one_of(choices: Mapping[str, Any]) -> Parser:
     """One word of `choices` (any case), read as the value it maps to."""
     names = list(choices)
     spelled = ", ".join(f"`{name}`" for name in names[:-1]) + f" or `{names[-1]}`"
-    shown = {value: name for name, value in choices.items()}
+    word_of = {value: name for name, value in choices.items()}
 
     def read(name: str, raw: str) -> Any:
         word = raw.strip().lower()
@@ -162,7 +171,7 @@ def one_of(choices: Mapping[str, Any]) -> Parser:
             raise SettingsError(f"{name} is {quoted}, not {raw!r}")
         return choices[word]
 
-    return Parser(read, spelled, show=lambda value: f"`{shown[value]}`")
+    return Parser(read, spelled, write=word_of.__getitem__)
 
 
 def _identifier_read(name: str, raw: str) -> str:
@@ -214,7 +223,11 @@ def _graphs_read(name: str, raw: str) -> dict[str, str]:
     return dict(_items(name, raw, "="))
 
 
-graph_list = Parser(_graphs_read, "`name=module:attr,...`", show=lambda _: "`chat`, `approval`")
+graph_list = Parser(
+    _graphs_read,
+    "`name=module:attr,...`",
+    write=lambda m: _joined(f"{k}={v}" for k, v in m.items()),
+)
 
 
 def _api_keys_read(name: str, raw: str) -> dict[str, str]:
@@ -232,7 +245,12 @@ def _api_keys_read(name: str, raw: str) -> dict[str, str]:
     return api_keys
 
 
-api_key_list = Parser(_api_keys_read, "`key:owner,...`", secret=True)
+api_key_list = Parser(
+    _api_keys_read,
+    "`key:owner,...`",
+    write=lambda m: _joined(f"{k}:{v}" for k, v in m.items()),
+    secret=True,
+)
 
 
 def _signing_keys_read(name: str, raw: str) -> tuple[tuple[str, str], ...]:
@@ -250,7 +268,10 @@ def _signing_keys_read(name: str, raw: str) -> tuple[tuple[str, str], ...]:
 
 
 signing_key_list = Parser(
-    _signing_keys_read, "`key_id:secret,...`, key ids 1-32 of `A-Z a-z 0-9 _ -`", secret=True
+    _signing_keys_read,
+    "`key_id:secret,...`, key ids 1-32 of `A-Z a-z 0-9 _ -`",
+    write=lambda keys: _joined(f"{k}:{v}" for k, v in keys),
+    secret=True,
 )
 
 
@@ -268,7 +289,7 @@ def _origins_read(name: str, raw: str) -> tuple[str, ...]:
     return tuple(result)
 
 
-origin_list = Parser(_origins_read, "`scheme://host[:port],...`, http(s)")
+origin_list = Parser(_origins_read, "`scheme://host[:port],...`, http(s)", write=_joined)
 
 
 def _hosts_read(name: str, raw: str) -> tuple[str, ...]:
@@ -293,4 +314,4 @@ def _hosts_read(name: str, raw: str) -> tuple[str, ...]:
     return tuple(result)
 
 
-host_list = Parser(_hosts_read, "`name,address,...`: no scheme, port or wildcard")
+host_list = Parser(_hosts_read, "`name,address,...`: no scheme, port or wildcard", write=_joined)

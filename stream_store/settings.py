@@ -37,6 +37,7 @@ from .setting_parsers import (
     http_url,
     identifier,
     integer,
+    is_set,
     key_prefix,
     milliseconds,
     one_of,
@@ -698,6 +699,16 @@ class Settings:
         for relation in _RELATIONS:
             relation(settings)
         return settings
+
+    def environment(self, *names: str) -> dict[str, str]:
+        """The variables that give a child process these settings' `names` (none: all of
+        them), as `from_env` reads them back; an unset one is left out. Secrets included."""
+        wanted = set(names)
+        return {
+            declared.env: declared.parse.write(value)
+            for name, declared in declarations()
+            if (not wanted or name in wanted) and is_set(value := getattr(self, name))
+        }
 
     def require_services(self) -> tuple[str, str]:
         """The Redis and Postgres URLs, or a clear error naming what is missing."""

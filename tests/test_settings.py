@@ -167,6 +167,32 @@ class TestDeclaredOnce:
         settings = Settings.from_env(env, env_file="")
         assert settings.log_json and settings.log_level == "warning"
 
+    def test_a_child_processes_environment_reads_back_as_the_same_settings(self) -> None:
+        """`Settings.environment` (what `tests/processes.py` hands its children) writes each
+        value as its parser reads it: milliseconds, lists, maps, choices and flags."""
+        env = {
+            "RUNSTREAM_API_KEYS": "k1:alice,k2:bob",
+            "RUNSTREAM_SIGNING_KEYS": "new:s1,old:s2",
+            "RUNSTREAM_LEASE_MS": "2500",
+            "RUNSTREAM_ALLOWED_HOSTS": "fd00::1,runstream.internal",
+            "RUNSTREAM_CORS_ORIGINS": "https://ui.example",
+            "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN": "yes",
+            "RUNSTREAM_LOG_FORMAT": "json",
+            "RUNSTREAM_GRAPHS": "mine=pkg.mod:graph",
+            "RUNSTREAM_THREAD_RETENTION": "60",
+            "OPENAI_BASE_URL": "http://127.0.0.1:8080/v1",
+        }
+        for settings in (Settings.from_env(env, env_file=""), Settings.from_env({}, env_file="")):
+            assert Settings.from_env(settings.environment(), env_file="") == settings
+        given = Settings(poll_delay_s=0.02, fake_token_delay_ms=0, redis_url="redis://r:1/0")
+        assert given.environment(
+            "poll_delay_s", "fake_token_delay_ms", "redis_url", "jwt_issuer"
+        ) == {
+            "RUNSTREAM_POLL_DELAY_MS": "20",
+            "RUNSTREAM_FAKE_TOKEN_DELAY_MS": "0",
+            "RUNSTREAM_REDIS_URL": "redis://r:1/0",
+        }
+
     def test_secrets_stay_out_of_the_repr(self) -> None:
         env = {
             "RUNSTREAM_API_KEYS": "topsecret1:alice",

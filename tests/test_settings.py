@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -131,6 +132,35 @@ class TestDeclaredOnce:
         assert settings_docs.with_tables(document) == document
         for _, each in declarations():
             assert f"| `{each.env}` |" in document
+
+    def test_the_other_docs_name_only_declared_variables_with_their_declared_defaults(
+        self,
+    ) -> None:
+        """The prose elsewhere (docs/protocol.md's limits, docs/security.md, the README) names
+        variables and quotes defaults too: a renamed setting or a changed default shows here.
+        `RUNSTREAM_TEST_*`, `_BENCH_*` and `_SKIP_*` are the test suite's, not settings."""
+        defaults = Settings()
+        declared = {
+            each.env: each.parse.write(getattr(defaults, name))
+            for name, each in declarations()
+            if getattr(defaults, name) is not None
+        }
+        known = {each.env for _, each in declarations()}
+        root = settings_docs.OPERATIONS_MD.parent.parent
+        for document in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+            text = document.read_text()
+            for name in re.findall(r"\b(RUNSTREAM_[A-Z0-9_]*[A-Z0-9])\b", text):
+                if not name.startswith(("RUNSTREAM_TEST_", "RUNSTREAM_BENCH_", "RUNSTREAM_SKIP_")):
+                    assert name in known, (document, name)
+            quoted = re.findall(r"`(RUNSTREAM_[A-Z_]+)` \(default (\d+)(?: s)?[,)]", text)
+            quoted += [
+                (name, value)
+                for value, name in re.findall(
+                    r"\| (\d+)(?: \([^)]*\))? \| `(RUNSTREAM_[A-Z_]+)` \|", text
+                )
+            ]
+            for name, value in quoted:
+                assert declared.get(name) == value, (document, name, value)
 
     def test_an_empty_environment_gives_the_declared_defaults(self) -> None:
         """But for the defaults declared to depend on other settings (`unset`)."""

@@ -8,7 +8,7 @@ per event costs uvicorn alone, with no framework and no runstream.
 `BARE_SSE_MODE` (env) picks how an event reaches the viewers:
 
 - `task` (default): each viewer's request task waits on a future of its own and writes when
-  woken, as runstream's viewers do (`server/feed.py`);
+  woken, as runstream's viewers do (`server/streaming/feed.py`);
 - `direct`: the broadcasting task calls every viewer's ASGI `send` itself, with no wake-up.
 """
 

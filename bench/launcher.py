@@ -1,5 +1,5 @@
-"""Real runstream processes: start `python -m server.cli serve|worker` children, wait until they
-are ready, signal them, stop them all.
+"""Real runstream processes: start `python -m server.processes.cli serve|worker` children, wait
+until they are ready, signal them, stop them all.
 
 The one launcher of the fault tests (`tests/processes.py`) and the benchmarks (`bench/`); it
 lives in `bench/` because that package, like `tests/`, stays out of the wheel, mypy checks it,
@@ -189,7 +189,7 @@ class Cluster:
         """A ready `runstream serve` on `port` (default a free one; pass the same one to
         replace a server), with `--processes` when more than one."""
         port = port or free_port()
-        argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+        argv = [sys.executable, "-m", "server.processes.cli", "serve", "--port", str(port)]
         if processes > 1:
             argv += ["--processes", str(processes)]
         server = Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}")
@@ -201,14 +201,14 @@ class Cluster:
         started = []
         for _ in range(count):
             port = free_port()
-            argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+            argv = [sys.executable, "-m", "server.processes.cli", "serve", "--port", str(port)]
             started.append(Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}"))
         await asyncio.gather(*(self._wait_server(s) for s in started))
         return started
 
     def worker(self, concurrency: int | None = None, **env: str) -> Process:
         """Start `runstream worker` without waiting for it."""
-        argv = [sys.executable, "-m", "server.cli", "worker"]
+        argv = [sys.executable, "-m", "server.processes.cli", "worker"]
         if concurrency is not None:
             argv += ["--concurrency", str(concurrency)]
         return self._spawn("worker", argv, env)

@@ -45,7 +45,8 @@ class Services:
 
     redis_url: str
     database_url: str
-    embedded: object | None = None  # server.embedded.EmbeddedServices when we started them
+    # server.processes.embedded.EmbeddedServices when we started them
+    embedded: object | None = None
     data_dir: Path | None = None
 
     @classmethod
@@ -53,7 +54,7 @@ class Services:
         """Use the given URLs; start embedded Valkey/PostgreSQL for any that is missing."""
         if redis_url and database_url:
             return cls(redis_url, database_url)
-        from server.embedded import EmbeddedServices
+        from server.processes.embedded import EmbeddedServices
 
         base = Path(tempfile.mkdtemp(prefix="rs-bench-services-"))
         os.chmod(base, 0o755)  # as root, Postgres runs as `nobody`, who must reach the folder

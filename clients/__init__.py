@@ -6,6 +6,9 @@ async with AsyncClient("http://127.0.0.1:8000") as client:
         ...
 """
 
+# a run's statuses and their named sets (`run.status in TERMINAL`), the server's own
+from wire.run_status import ACTIVE, IDLE, STARTED, TERMINAL, WORKING, RunStatus
+
 from . import _errors
 from ._client import AsyncClient
 from ._errors import Conflict as Conflict
@@ -15,4 +18,13 @@ from ._errors import StreamGone as StreamGone
 from ._errors import TooManyRequests as TooManyRequests
 from ._errors import Unavailable as Unavailable
 
-__all__ = ["AsyncClient", *_errors.__all__]  # the exceptions are listed once, in _errors.py
+__all__ = [
+    "ACTIVE",
+    "IDLE",
+    "STARTED",
+    "TERMINAL",
+    "WORKING",
+    "AsyncClient",
+    "RunStatus",
+    *_errors.__all__,  # the exceptions are listed once, in _errors.py
+]

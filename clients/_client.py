@@ -20,8 +20,7 @@ import msgspec
 from httpx_sse import aconnect_sse
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
-from .wire.events import (
+from wire.events import (
     TERMINAL_EVENTS,
     DoneData,
     ErrorData,
@@ -33,7 +32,9 @@ from .wire.events import (
     RunStatusData,
     TokenData,
 )
-from .wire.responses import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
+from wire.responses import RunList, RunOut, ThreadDetail, ThreadList, ThreadOut
+
+from ._errors import RunstreamError, TooManyRequests, Unavailable, raise_for_error
 
 __all__ = ["AsyncClient"]
 

@@ -14,10 +14,11 @@ from typing import Any, TextIO
 
 import msgspec
 
+from wire.events import RunStatus
+from wire.responses import RunList, RunOut
+
 from ._client import AsyncClient
 from .tables import ago, cell, duration, fields, table
-from .wire.events import RunStatus
-from .wire.responses import RunList, RunOut
 
 __all__ = [
     "cancel_run",

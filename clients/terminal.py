@@ -14,8 +14,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ._client import AsyncClient
-from .wire.approvals import (
+from wire.approvals import (
     Action,
     ActionRequest,
     ApproveDecision,
@@ -27,7 +26,9 @@ from .wire.approvals import (
     RejectDecision,
     is_review_request,
 )
-from .wire.events import Event, MessageData, PendingData, RetryData, RunStatus, TokenData
+from wire.events import Event, MessageData, PendingData, RetryData, RunStatus, TokenData
+
+from ._client import AsyncClient
 
 __all__ = ["attach", "chat"]
 

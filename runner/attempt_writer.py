@@ -7,10 +7,10 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from clients.wire.events import encode_data
 from stream_store.log import EventLog
 from stream_store.metrics import WorkerMetrics
 from stream_store.run_records import RunRecord
+from wire.events import encode_data
 
 from .attempt_spans import AppendSpan
 

@@ -24,7 +24,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
-from clients.wire.events import MessageData, RunStatus, ValuesData, WireMessage
+from project.auth_user import AuthUser
+from project.graph_context import RunContext, graph_context, takes_run_context
 from stream_store.assistant_ids import run_assistant_id
 from stream_store.checkpoints import FreshThread, attempt_fence, fresh_thread
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone, StreamTooLarge
@@ -40,12 +41,11 @@ from stream_store.tracing import (
     span_context_of,
     traceparent_of,
 )
+from wire.events import MessageData, RunStatus, ValuesData, WireMessage
 
 from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
-from .auth_user import AuthUser
 from .effects import running
-from .graph_context import RunContext, graph_context, takes_run_context
 from .graph_events import EVENTS_MODE, stream_with_events
 from .graph_input import graph_input
 from .models import make_chat_model, model_for_run
@@ -208,7 +208,7 @@ def _resume_mark(run: RunRecord) -> dict[str, str]:
 def _server_configurable(run: RunRecord) -> dict[str, Any]:
     """What LangGraph's server adds to a run's `configurable` (langgraph_runtime_inmem's
     `Runs.put`, langgraph_api's `models/run.py`), after the caller's keys: a caller cannot set
-    these (they are reserved, `runner.configurable`). LangGraph reads `assistant_id` and
+    these (they are reserved, `project.configurable`). LangGraph reads `assistant_id` and
     `graph_id` into `runtime.server_info`, and `langgraph_auth_user` into its `user`: the user
     a project's auth signed in, recorded with the run at submit (server/access.py), or the
     run's owner alone."""
@@ -332,7 +332,7 @@ def _graph_context(
 ) -> Any:
     """The graph's `runtime.context`: runstream's `RunContext` for a graph that asks for it
     (the built-ins), else the run's context (the assistant's under the run's, recorded at
-    submit) built into the graph's own `context_schema` (`runner.graph_context`)."""
+    submit) built into the graph's own `context_schema` (`project.graph_context`)."""
     schema = graph.context_schema
     if takes_run_context(schema):
         return RunContext(

@@ -2,14 +2,14 @@
 the project's, imported at start-up, each bound to the process's checkpointer when used.
 
 A registered graph is a `StateGraph` builder, a compiled graph or a graph factory (from
-`RUNSTREAM_GRAPHS` or a project's langgraph.json, `runner.project`); runstream compiles or
+`RUNSTREAM_GRAPHS` or a project's langgraph.json, `project.langgraph_json`); runstream compiles or
 copies it with its own checkpointer. The worker runs graphs from here; the server reads them
 from here (drawings, schemas, threads' states) and checks a submit against `catalog()`, which
 holds no LangGraph.
 
 The `config.configurable` keys a graph takes are the model factory's (`fake_token_delay_ms`)
 plus those its module lists in `CONFIGURABLE_KEYS`, by attribute name; a graph not listed takes
-any key LangGraph and runstream do not reserve (`runner.configurable`).
+any key LangGraph and runstream do not reserve (`project.configurable`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ from langgraph.pregel import Pregel
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from project.configurable import MODEL_CONFIGURABLE, is_reserved, select
+from project.graph_catalog import GraphCatalog, UnknownGraph
+from project.graph_loading import LoadedGraph, execution_runtime, load_graph, read_runtime
+from project.langgraph_json import GraphSource, Project, ProjectError, load_project
 from stream_store.settings import Settings
-
-from .configurable import MODEL_CONFIGURABLE, is_reserved, select
-from .graph_catalog import GraphCatalog, UnknownGraph
-from .graph_loading import LoadedGraph, execution_runtime, load_graph, read_runtime
-from .project import GraphSource, Project, ProjectError, load_project
 
 __all__ = ["BUILTIN_GRAPHS", "GraphRegistry"]
 
@@ -48,14 +47,14 @@ class GraphRegistry:
 
     The built-in graphs, and over them those of `RUNSTREAM_GRAPHS` and the project's (which
     may not name the same graph). A graph or `StateGraph` is compiled once; a factory
-    (`runner.graph_loading`) is called once per run, and once with a neutral config for its
+    (`project.graph_loading`) is called once per run, and once with a neutral config for its
     structure (drawing, schemas, state reads), as LangGraph builds it for those.
     """
 
     def __init__(
         self, specs: Mapping[str, str | GraphSource], auth: GraphSource | None = None
     ) -> None:
-        # The project's `auth.path`, which the server loads (server/project_auth.py): it is
+        # The project's `auth.path`, which the server loads (server/callers/project_auth.py): it is
         # imported where the graphs are, with the project's env and import paths in place.
         self.auth = auth
         merged: dict[str, str | GraphSource] = {**BUILTIN_GRAPHS, **specs}

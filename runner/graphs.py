@@ -4,7 +4,7 @@
 Graph nodes get their chat model from the run context (`RunContext.chat_model`), made by the
 model factory for each run, so a graph never knows whether it talks to OpenAI or the fake.
 Neither graph reads `configurable` itself: `CONFIGURABLE_KEYS` says so, as any graph's module
-may (`runner.configurable`).
+may (`project.configurable`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 from pydantic import AfterValidator
 
-from clients.wire.approvals import (
+from project.graph_context import RunContext
+from wire.approvals import (
     ActionRequest,
     Decision,
     DecisionType,
@@ -34,7 +35,6 @@ from clients.wire.approvals import (
     request_value,
 )
 
-from .graph_context import RunContext
 from .tools import Execution
 
 __all__ = ["CONFIGURABLE_KEYS", "approval", "chat", "run_save_note"]

@@ -25,9 +25,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from project.configurable import MODEL_CONFIGURABLE, fake_token_delay_ms
 from stream_store.settings import Settings
-
-from .configurable import MODEL_CONFIGURABLE, fake_token_delay_ms
 
 __all__ = [
     "EchoChatModel",

@@ -27,7 +27,6 @@ import structlog
 from langchain_core.messages import BaseMessage
 from redis.exceptions import RedisError
 
-from clients.wire.events import RunStatus
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.lifecycle import PlanRetry, RetryPlan
 from stream_store.live_record import TakeOver
@@ -37,6 +36,7 @@ from stream_store.services import Services
 from stream_store.thread_deletion import delete_thread
 from stream_store.tracing import context_of, run_attributes
 from stream_store.workers import WorkerRegistry
+from wire.events import RunStatus
 
 from .state import WorkerState
 from .translate import StreamTranslator

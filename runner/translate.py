@@ -14,8 +14,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from clients.wire.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
 from stream_store.messages import message_text, state_to_json, to_wire_message
+from wire.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
 
 __all__ = ["StreamTranslator"]
 

@@ -22,6 +22,7 @@ from opentelemetry.trace import TracerProvider
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
+from project.store_index import check_embeddings, store_options
 from stream_store.connections import RedisClients
 from stream_store.errors import StoreUnavailable
 from stream_store.leases import LeaseKeeper
@@ -38,7 +39,6 @@ from .job_loop import JobLoop
 from .recovery import reap_forever
 from .scheduling import window_size
 from .state import WorkerState
-from .store_index import check_embeddings, store_options
 from .sweeps import sweep_items_forever, sweep_threads_forever
 from .tools import ToolLedger
 

@@ -22,7 +22,7 @@ from typing import Any
 from litestar import MediaType, Request, Router, get
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
-from server.bodies import Body
+from server.v1.bodies import Body
 
 __all__ = [
     "DOCS_PATH",
@@ -106,7 +106,7 @@ def _closed_bodies() -> dict[str, type[Body]]:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
         # Litestar names a clashing component by the shortest tail of its module path that
-        # tells it apart (`bodies_RunCreate` beside `langgraph_wire_RunCreate`): every tail
+        # tells it apart (`v1_bodies_RunCreate` beside `langgraph_wire_RunCreate`): every tail
         parts = cls.__module__.split(".")
         for name in (*("_".join(parts[i:]) for i in range(len(parts))), None):
             found[cls.__name__ if name is None else f"{name}_{cls.__name__}"] = cls

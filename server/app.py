@@ -16,8 +16,15 @@ from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp
 from opentelemetry.trace import TracerProvider
 
+from project.langgraph_json import HttpSettings, Project
 from runner.graph_registry import GraphRegistry
-from runner.project import HttpSettings, Project
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas, open_caller_quotas
+from server.langgraph.api import langgraph_router
+from server.langgraph.cron_scheduler import running_scheduler
+from server.streaming.event_stream import with_server_send
+from server.v1.runs import RunsController
+from server.v1.threads import ThreadsController
 from stream_store.settings import Settings
 from stream_store.tracing import make_tracer
 
@@ -28,25 +35,18 @@ from .api_docs import (
     langgraph_docs,
     langgraph_openapi,
 )
-from .auth import Caller
 from .browser_guard import BrowserGuard, browser_guard
 from .cors import CorsPolicy, cors_policy
 from .custom_routes import CustomRoutes, load_custom_app
 from .errors import EXCEPTION_HANDLERS
-from .event_stream import with_server_send
 from .header_limit import bounded_head
 from .health import healthz, readyz
-from .langgraph.api import langgraph_router
-from .langgraph.cron_scheduler import running_scheduler
 from .metrics_endpoint import metrics
 from .page import index, page_assets
-from .quotas import CallerQuotas, open_caller_quotas
 from .raw_input import ApiRequest, refuse_nul_in_url
 from .request_ids import add_request_id_header, bind_request_id
 from .resources import Resources, open_resources
-from .runs import RunsController
 from .security_headers import add_security_headers
-from .threads import ThreadsController
 from .trace_ids import add_trace_id_header, bind_trace_id
 
 __all__ = ["create_app", "project_http", "serving"]
@@ -116,7 +116,8 @@ def _provide_quotas(request: Request[Any, Any, Any], resources: Resources) -> Ca
 
 
 async def _provide_caller(request: Request[Any, Any, Any], quotas: CallerQuotas) -> Caller:
-    """The caller; a route with a budget has its own, which counts it (`server/budgets.py`)."""
+    """The caller; a route with a budget has its own, which counts it
+    (`server/callers/budgets.py`)."""
     resources: Resources = request.app.state.resources
     return await resources.sign_in.caller(request)
 
@@ -143,8 +144,8 @@ def create_app(
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
 
-    The project's `http` (runner/project.py) is served from `graphs.project`: its CORS policy,
-    and its custom app, imported now so that a bad one refuses the start. `serving(app)` is
+    The project's `http` (project/langgraph_json.py) is served from `graphs.project`: its CORS
+    policy, and its custom app, imported now so that a bad one refuses the start. `serving(app)` is
     what to run.
 
     Raises:

@@ -16,7 +16,7 @@ from typing import Any
 
 from litestar.config.cors import CORSConfig
 
-from runner.project import CorsSettings
+from project.langgraph_json import CorsSettings
 from stream_store.settings import Settings
 
 __all__ = ["CorsPolicy", "cors_policy"]

@@ -44,11 +44,12 @@ from litestar.types import (
     Send,
 )
 
-from runner.graph_loading import import_source
-from runner.project import GraphSource, ProjectError
+from project.graph_loading import import_source
+from project.langgraph_json import GraphSource, ProjectError
+from server.callers.auth import SignIn
+from server.errors import Unauthorized
 from stream_store.settings import Settings
 
-from .auth import SignIn, Unauthorized
 from .browser_guard import BrowserGuard
 from .cors import CorsPolicy
 from .errors import ApiError

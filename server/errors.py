@@ -34,7 +34,6 @@ from stream_store.errors import (
     StreamGone,
 )
 
-from .auth import Unauthorized
 from .request_ids import request_id
 
 __all__ = [
@@ -49,6 +48,10 @@ INTERNAL_MESSAGE = "internal server error; quote the request_id when you report 
 UNAVAILABLE_MESSAGE = "the service is briefly unavailable; try again in a few seconds"
 
 logger = structlog.get_logger()
+
+
+class Unauthorized(Exception):
+    """No valid credentials (401)."""
 
 
 class ApiError(Exception):

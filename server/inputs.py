@@ -14,12 +14,11 @@ from typing import Annotated, Any
 import msgspec
 from litestar.params import Parameter
 
-from clients.wire.events import is_event_id
-from runner.configurable import ConfigurableRefused
-from runner.graph_catalog import GraphCatalog
-from server.bodies import InputMessage
+from project.configurable import ConfigurableRefused
+from project.graph_catalog import GraphCatalog
 from stream_store.limits import IDEMPOTENCY_KEY_MAX_CHARS, METADATA_KEY_MAX_CHARS
 from stream_store.settings import Settings
+from wire.events import is_event_id
 
 from .errors import ApiError
 
@@ -31,7 +30,6 @@ __all__ = [
     "event_id",
     "flag",
     "idempotency_key",
-    "input_messages",
     "last_event_id",
     "message_texts",
     "metadata",
@@ -130,11 +128,6 @@ def idempotency_key(value: str | None) -> str | None:
 def _too_large(what: str, size: str, limit: int, setting: str = "") -> ApiError:
     named = f" ({setting})" if setting else ""
     return ApiError(413, "input_too_large", f"{what} {size}; the limit is {limit}{named}")
-
-
-def input_messages(messages: Sequence[InputMessage], settings: Settings) -> None:
-    """413 for more messages, or a longer message, than the operator allows."""
-    message_texts([m.content for m in messages], settings)
 
 
 def message_texts(texts: Sequence[str], settings: Settings, where: str = "input.messages") -> None:

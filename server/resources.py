@@ -11,9 +11,14 @@ from datetime import UTC, datetime
 from langgraph.pregel import Pregel
 from opentelemetry.trace import Tracer
 
-from runner.graph_catalog import GraphCatalog
+from project.graph_catalog import GraphCatalog
+from project.store_index import check_embeddings, store_options
 from runner.graph_registry import GraphRegistry
-from runner.store_index import check_embeddings, store_options
+from server.callers.auth import SignIn, StreamTokens
+from server.callers.caller_queries import CallerQueries, open_caller_queries
+from server.callers.sign_in import sign_in_for
+from server.streaming.fanout import StreamFollower
+from server.streaming.thread_watch import ThreadWatch
 from stream_store.assistant_records import AssistantRecords
 from stream_store.cron_records import CronRecords
 from stream_store.deployment_metrics import DeploymentGauges
@@ -22,12 +27,7 @@ from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 
-from .auth import SignIn, StreamTokens
-from .caller_queries import CallerQueries, open_caller_queries
-from .fanout import StreamFollower
 from .run_reads import RunReads
-from .sign_in import sign_in_for
-from .thread_watch import ThreadWatch
 
 __all__ = ["Resources", "open_resources"]
 
@@ -38,7 +38,7 @@ class Resources(Services):
     graphs: GraphCatalog  # what a submit is checked against: names, `configurable` keys
     registry: GraphRegistry  # the graphs themselves, for the LangGraph API's reads
     tokens: StreamTokens
-    sign_in: SignIn  # how a request's caller is known (server/sign_in.py)
+    sign_in: SignIn  # how a request's caller is known (server/callers/sign_in.py)
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched

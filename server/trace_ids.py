@@ -9,7 +9,7 @@ silence). Without one, a new random id is made. Either way it is
 - returned on every HTTP answer of both APIs (`X-Trace-ID`, beside `X-Request-ID`), errors and
   event streams included (the answer to a refused one carries a new id);
 - in every log line of the request (`x_trace_id`, structlog's context variables);
-- stored with each run the request submits (`x_trace_id`: `server/runs.py` `record_run`), so
+- stored with each run the request submits (`x_trace_id`: `server/v1/runs.py` `record_run`), so
   the worker logs the run's attempts with it and its evaluations are recorded with it.
 
 Like the request id, it is made once, on first use, and kept in the request's scope state.

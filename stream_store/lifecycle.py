@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from clients.wire.events import (
+from wire.events import (
     DoneData,
     ErrorData,
     PendingData,

@@ -8,7 +8,7 @@ records anything (`server.inputs`); the worker applies again the ones it acts on
 model's delay). docs/protocol.md section 3.5 lists them all.
 
 The per-caller limits (submits per minute, active runs, open SSE connections) are kept in
-Redis by `server.quotas` and, for active runs, in Postgres by `RunSubmitter.create_run`; a
+Redis by `server.callers.quotas` and, for active runs, in Postgres by `RunSubmitter.create_run`; a
 value of 0 turns one off. docs/security.md, "Per-caller limits", gives the reasons.
 
 The per-run bounds on a run's event stream (events, bytes) are kept by the append scripts in
@@ -148,7 +148,7 @@ IDENTITY_MAX_BYTES = 256
 
 def identity_problem(identity: object) -> str | None:
     """What is wrong with `identity` as a caller's identity (`IDENTITY_MAX_BYTES`, printable),
-    or None. The one check of every sign-in (`server.auth.Caller.signed_in`) and of the API
+    or None. The one check of every sign-in (`server.callers.auth.Caller.signed_in`) and of the API
     keys' owners at start."""
     if not isinstance(identity, str) or not identity:
         return "it is not a non-empty string"

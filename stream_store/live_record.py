@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from clients.wire.events import RunStatus
+from wire.events import RunStatus
 
 __all__ = ["Claimed", "LiveRecord", "TakeOver"]
 

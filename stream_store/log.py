@@ -5,8 +5,8 @@ terminal event), `append_batch` one EVALSHA for any number of events (pipelined 
 batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running` (pipelined
 with other runs' claims), `reserve` one EVALSHA for an append's checks, writing nothing (before
 a server transition's commit); `read_range` is one XRANGE, as is each page of `read_from_start`
-(the server's live reads are its own XREAD, `server/fanout.py`). Appends are fenced: the script
-refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
+(the server's live reads are its own XREAD, `server/streaming/fanout.py`). Appends are fenced: the
+script refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
 stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
 (`StreamTooLarge` past either). It is the one class that calls the stream scripts and reads a
 run's stream and record, so that the key layout, the fence and the bounds are known in one place.
@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import RedisCluster
 
-from clients.wire.events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
+from wire.events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
 
 from .batch_sender import BatchSender
 from .connections import StoreRedis, register_script

@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel
 
-from clients.wire.events import WireMessage
+from wire.events import WireMessage
 
 from .run_records import RunRecord
 

@@ -1,4 +1,5 @@
-"""A run's statuses, the named sets of them, and the one table of moves between them.
+"""The one table of moves between a run's statuses (the statuses and their named sets are
+`wire.run_status`'s).
 
 Every rule about a run's status is written here once: the SQL conditions of
 `run_records.py` and `run_submit.py` and the arguments of the Lua scripts are built from these
@@ -13,7 +14,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
-from clients.wire.events import RunStatus  # the statuses are the wire's; the rules on them are here
+# the statuses and their named sets are the wire's (every side says them); the moves are here
+from wire.run_status import ACTIVE, IDLE, STARTED, TERMINAL, WORKING, RunStatus
 
 __all__ = [
     "ACTIVE",
@@ -28,20 +30,6 @@ __all__ = [
     "sources",
     "sql_list",
 ]
-
-
-# Over: nothing moves the run again, its stream has its terminal event.
-TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
-# Not over: the run holds its thread (no other run starts, the thread can't be deleted) and
-# recovery rebuilds its stream after Redis lost it.
-ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED})
-# Has work to do without anyone's answer: makes its thread `busy`, counts against the owner's
-# active-run limit (RUNSTREAM_MAX_ACTIVE_RUNS) and keeps its stream from expiring.
-WORKING = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
-# Has the thread's turn: a queued run of the same thread waits behind it.
-STARTED = frozenset({RunStatus.RUNNING, RunStatus.INTERRUPTED})
-# Not executing, not over: no worker holds it, so a cancel ends it at once.
-IDLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
 
 
 class Decision(StrEnum):

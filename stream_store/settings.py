@@ -190,7 +190,7 @@ class Settings:
         "RUNSTREAM_JWT_SECRET",
         "server",
         "sign callers in with HS256 JWTs instead (`Authorization: Bearer <jwt>`, the owner is"
-        " `sub`; server/jwt_auth.py)",
+        " `sub`; server/callers/jwt_auth.py)",
         secret(min_chars=32, why="HS256 needs a 256-bit key"),
     )
     jwt_jwks_url: str | None = setting(
@@ -252,7 +252,7 @@ class Settings:
         "RUNSTREAM_VIEWER_QUEUE_SIZE",
         "server",
         "live events of one run a server keeps for its viewers: how far a viewer may fall"
-        " behind before it catches up from Redis (server/feed.py)",
+        " behind before it catches up from Redis (server/streaming/feed.py)",
         integer(1, unit="events"),
     )
     viewer_cut_off_s: float = setting(
@@ -751,7 +751,7 @@ class Settings:
     @property
     def auth_enabled(self) -> bool:
         """Whether the settings authenticate callers (API keys or JWTs; a project's own auth
-        is the project's, `runner.project`)."""
+        is the project's, `project.langgraph_json`)."""
         return bool(self.api_keys or self.jwt_secret or self.jwt_jwks_url)
 
     @property

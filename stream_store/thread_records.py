@@ -329,7 +329,7 @@ class ThreadRecords:
     ) -> list[tuple[str, bool, datetime | None]]:
         """Of `thread_ids`, those gone or with a run created after its `seen` (None: any run),
         as (thread_id, gone, its newest run's `created_at`); one statement for them all
-        (server/thread_watch.py)."""
+        (server/streaming/thread_watch.py)."""
         rows = await fetch_all(
             self.pool,
             "SELECT w.thread_id::text AS thread_id, t.thread_id IS NULL AS gone,"

@@ -3,7 +3,7 @@
 A run's trace starts at its submit (continuing a W3C `traceparent` the client sent), crosses
 the queue in the run's row and job, and ends with the worker's attempts. This module only
 builds the tracer provider from the standard `OTEL_*` variables and carries span contexts as
-`traceparent` strings; the spans themselves are made where the work is (`server/runs.py`,
+`traceparent` strings; the spans themselves are made where the work is (`server/v1/runs.py`,
 `runner/execute.py`, `runner/graph_spans.py`). It knows nothing of Redis or Postgres: it is
 here, below `server` and `runner`, because both use it and `stream_store` stores and enqueues
 the `traceparent`.

@@ -33,9 +33,9 @@ from bench.launcher import free_port as free_port  # re-exported: tests import i
 from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app, serving
-from server.embedded import EmbeddedServices
 from server.header_limit import bounded_httptools
-from server.logs import configure_logging
+from server.processes.embedded import EmbeddedServices
+from server.processes.logs import configure_logging
 from stream_store.limits import DEFAULT_MAX_HEADER_BYTES
 from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread

@@ -17,8 +17,8 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import PutOp
 from langgraph.types import interrupt
 
+from project.graph_context import RunContext
 from runner.evaluations import record_evaluation
-from runner.graph_context import RunContext
 from runner.graphs import run_save_note
 
 

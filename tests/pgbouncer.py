@@ -61,7 +61,7 @@ class PgBouncer:
                 host=target.hostname or "127.0.0.1",
                 port=target.port or 5432,
                 user=target.username or "postgres",
-                # the embedded PostgreSQL's password (server/embedded.py), when it has one
+                # the embedded PostgreSQL's password (server/processes/embedded.py), when it has one
                 password=f" password={target.password}" if target.password else "",
                 listen=self.port,
                 log=self._dir / "pgbouncer.log",

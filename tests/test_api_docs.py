@@ -112,7 +112,7 @@ class TestSchemaSaysWhatIsRefused:
     ) -> None:
         document = (await client.get("/schema/openapi.json")).json()
         components = document["components"]["schemas"]
-        for name in ("bodies_RunCreate", "InputMessage", "ResumeRequest"):
+        for name in ("v1_bodies_RunCreate", "InputMessage", "ResumeRequest"):
             assert components[name]["additionalProperties"] is False, name
         # LangGraph's server ignores unknown fields (the SDKs send some it does not know)
         assert "additionalProperties" not in components["langgraph_wire_RunCreate"]

@@ -1,4 +1,4 @@
-"""The review request and its answer (`clients.wire.approvals`), read as LangChain's
+"""The review request and its answer (`wire.approvals`), read as LangChain's
 human-in-the-loop middleware reads them: one decision per proposed call, in order."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from clients.wire.approvals import (
+from wire.approvals import (
     Action,
     ActionRequest,
     ApproveDecision,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from server.cli import main
+from server.processes.cli import main
 from tests.openai_compat import RunningServer
 
 
@@ -28,7 +28,7 @@ def _eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str
 def logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """`main` in this process would point the process's logging at the captured stdout, which
     later tests' event loops would then write to after it closed."""
-    monkeypatch.setattr("server.cli.configure_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr("server.processes.cli.configure_logging", lambda *args, **kwargs: None)
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def _eval_process(env: dict[str, str], *argv: str) -> dict[str, Any]:
     """`runstream eval --json` as its own process (as it is run: one event loop, which
     `ChatOpenAI`'s shared HTTP client is bound to)."""
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "eval", "--json", *argv],
+        [sys.executable, "-m", "server.processes.cli", "eval", "--json", *argv],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

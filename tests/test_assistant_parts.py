@@ -16,6 +16,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
+from project.langgraph_json import load_project
 from runner.assistant.confirmation import (
     Classification,
     Judgement,
@@ -53,7 +54,6 @@ from runner.assistant.graph import (
 )
 from runner.assistant.summary import MAX_SUMMARY_CHARS, SUMMARY_LINES, rule_summary
 from runner.models import EchoChatModel
-from runner.project import load_project
 from tests.processes import ROOT
 
 

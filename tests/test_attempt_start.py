@@ -15,7 +15,6 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from redis.asyncio import Redis
 
-from clients.wire.events import RunStatus
 from runner.graphs import chat
 from stream_store import log
 from stream_store.checkpoints import FencedPostgresSaver, FreshThread, attempt_fence, fresh_thread
@@ -28,6 +27,7 @@ from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
+from wire.events import RunStatus
 
 RUNNING = b'{"status":"running","attempt":1}'
 

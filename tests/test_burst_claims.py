@@ -18,7 +18,6 @@ from psycopg.rows import DictRow
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from clients.wire.events import RunStatus
 from stream_store.connections import PgPool, open_pg_pool
 from stream_store.errors import Fenced, StoreUnavailable, StreamGone
 from stream_store.keys import KeySpace
@@ -27,6 +26,7 @@ from stream_store.log import EventLog
 from stream_store.run_records import RunRecord, RunRecords
 from stream_store.settings import Settings
 from tests.processes import TcpProxy
+from wire.events import RunStatus
 
 RUNNING = b'{"status":"running","attempt":1}'
 

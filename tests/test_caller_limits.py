@@ -22,7 +22,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from server.quotas import SLOT_TTL_PINGS, CallerQuotas
+from server.callers.quotas import SLOT_TTL_PINGS, CallerQuotas
 from stream_store.keys import KeySpace
 from stream_store.log import EventLog
 from stream_store.settings import Settings, SettingsError

@@ -8,12 +8,12 @@ import httpx
 import pytest
 
 from clients import AsyncClient, Conflict, NotFound, TooManyRequests
-from clients.wire.events import Event, TokenData
 from runner.job_loop import JobLoop
 from tests.conftest import ServerHandle, StartServer
 from tests.processes import TcpProxy
 from tests.sse import read_events
 from tests.test_langgraph_api import eventually
+from wire.events import Event, TokenData
 
 TEXT = " ".join(f"word{i}" for i in range(120))
 SLOW = {"configurable": {"fake_token_delay_ms": 5}}

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.project import HTTP_NOT_SERVED, ProjectError, load_project
+from project.langgraph_json import HTTP_NOT_SERVED, ProjectError, load_project
 from server.app import create_app
 from stream_store.settings import Settings
 from tests.conftest import StartServer

@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis import Redis
 
-from server.embedded import EmbeddedServices
+from server.processes.embedded import EmbeddedServices
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="as root only: the services then run as nobody (CI runs as root)"

@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from clients.wire.events import RunStatus
 from runner.effects import NotInARun, running
 from runner.evaluations import EvaluationRefused, record_evaluation
 from runner.recovery import expire_idle_threads
@@ -30,6 +29,7 @@ from tests.sse import read_events
 from tests.test_faults import WatchedRun, body, wait_for
 from tests.test_isolation import API_KEYS, bearer
 from tests.test_metrics import scrape, until, value
+from wire.events import RunStatus
 
 GRAPHS = {"grades_itself": "tests.custom_graphs:grades_itself"}
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from runner.job_loop import JobLoop
-from server.attach import BlockedWrite
-from server.feed import Frame, RunFeed, Viewer, sse_frame
+from server.streaming.attach import BlockedWrite
+from server.streaming.feed import Frame, RunFeed, Viewer, sse_frame
 from stream_store.log import StoredEvent
 from tests.conftest import ServerHandle, StartServer
 from tests.sse import Received, read_events
@@ -116,7 +116,7 @@ class TestSlowViewer:
     ) -> None:
         # 6 MB of events that the client leaves unread for a second: more than the sockets'
         # buffers hold, so the server's writes wait on the client (a direct write the viewer's
-        # task finishes, server/attach.py), then the client reads as fast as it can.
+        # task finishes, server/streaming/attach.py), then the client reads as fast as it can.
         server = await start_server(
             max_body_bytes=8 << 20, max_message_chars=8 << 20, viewer_queue_size=4096
         )

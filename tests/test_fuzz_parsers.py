@@ -24,17 +24,17 @@ from litestar import Litestar, post
 from litestar.testing import TestClient
 from redis import Redis
 
-from clients.wire.events import is_event_id, parse_event_id
-from runner.configurable import MODEL_CONFIGURABLE
+from project.configurable import MODEL_CONFIGURABLE
 from runner.graph_registry import BUILTIN_GRAPHS, GraphRegistry
 from server import inputs
-from server.auth import Caller, StreamTokens, Unauthorized
-from server.bodies import RunCreate
-from server.errors import EXCEPTION_HANDLERS, ApiError
+from server.callers.auth import Caller, StreamTokens
+from server.errors import EXCEPTION_HANDLERS, ApiError, Unauthorized
 from server.raw_input import ApiRequest
+from server.v1.bodies import RunCreate
 from stream_store.keys import KeySpace
 from stream_store.limits import GRAPH_NAME_MAX_CHARS, JSON_MAX_DEPTH
 from stream_store.settings import Settings
+from wire.events import is_event_id, parse_event_id
 
 U64 = 2**64 - 1
 
@@ -236,7 +236,7 @@ GRAPHS = GraphRegistry({}).catalog()  # what the server checks a submit against
 
 @post("/runs", status_code=201)
 async def decode_run(data: RunCreate) -> dict[str, Any]:
-    """The body as `POST /v1/runs` decodes and checks it (`server.runs.submit_run`) before it
+    """The body as `POST /v1/runs` decodes and checks it (`server.v1.runs.submit_run`) before it
     looks anything up."""
     if data.graph in GRAPHS:
         inputs.configurable(data.config.configurable, GRAPHS, data.graph)

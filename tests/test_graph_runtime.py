@@ -12,7 +12,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 from pydantic import BaseModel
 
-from runner.graph_context import ContextRefused, graph_context
+from project.graph_context import ContextRefused, graph_context
 from stream_store.assistant_ids import assistant_id_for
 from tests.processes import ROOT, Cluster
 from tests.test_langgraph_api import client_for, human

@@ -1,10 +1,10 @@
-"""The garbage collector's settings of runstream's processes (server/heap.py)."""
+"""The garbage collector's settings of runstream's processes (server/processes/heap.py)."""
 
 from __future__ import annotations
 
 import gc
 
-from server.heap import GEN0_THRESHOLD, settle_heap
+from server.processes.heap import GEN0_THRESHOLD, settle_heap
 
 
 def test_settle_heap_freezes_what_is_loaded_and_collects_the_young_less_often() -> None:

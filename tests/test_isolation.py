@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.auth import StreamTokens
+from server.callers.auth import StreamTokens
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import iter_events, read_events

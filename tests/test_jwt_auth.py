@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from langgraph_sdk import get_client
 
-from server.commands import serve
+from server.processes.commands import serve
 from stream_store.limits import BEARER_TOKEN_MAX_CHARS, DEFAULT_MAX_HEADER_BYTES
 from stream_store.settings import Settings, SettingsError
 from tests.conftest import ServerHandle, StartServer, StartWorker

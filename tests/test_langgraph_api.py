@@ -28,7 +28,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 from langgraph_sdk.schema import StreamPart
 
-from runner.graph_context import RunContext
+from project.graph_context import RunContext
 from runner.graphs import approval, chat
 from runner.models import EchoChatModel
 from stream_store.settings import Settings
@@ -1409,7 +1409,7 @@ async def test_a_stream_the_server_cuts_at_shutdown_leaves_an_on_disconnect_canc
         lines = answer.aiter_lines()
         while "messages" not in await anext(lines):
             pass
-        # as `runstream serve` does on SIGTERM (server/commands.py), then stops
+        # as `runstream serve` does on SIGTERM (server/processes/commands.py), then stops
         stopping.app.state.resources.follower.close_all()
         with contextlib.suppress(httpx.HTTPError, StopAsyncIteration):
             async for _ in lines:

@@ -20,8 +20,8 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 from psycopg import AsyncConnection
 
+from server.callers.quotas import CallerQuotas, open_caller_quotas
 from server.langgraph.conversions import assistant_id_for
-from server.quotas import CallerQuotas, open_caller_quotas
 from server.resources import Resources, open_resources
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from server.callers.quotas import CallerQuotas, open_caller_quotas
 from server.langgraph.cron_scheduler import CronScheduler, slot_key
 from server.langgraph.schedules import next_run
 from server.langgraph.submit import submit_scheduled
 from server.langgraph.wire import RunCreate
-from server.quotas import CallerQuotas, open_caller_quotas
 from server.resources import Resources, open_resources
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker, schema_connection

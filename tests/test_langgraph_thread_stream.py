@@ -18,7 +18,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
 from bench.launcher import Process
-from server.thread_watch import POLL_S, ThreadWatch
+from server.streaming.thread_watch import POLL_S, ThreadWatch
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle
 from tests.processes import Cluster, TcpProxy

@@ -17,7 +17,6 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph_sdk.schema import StreamPart
 from langgraph_sdk.sse import BytesLineDecoder, SSEDecoder
 
-from clients.wire.events import encode_data
 from server.langgraph.conversions import (
     STREAM_MODES,
     assistant_id_for,
@@ -38,6 +37,7 @@ from server.langgraph.wire import (
     ThreadSearch,
 )
 from stream_store.log import StoredEvent
+from wire.events import encode_data
 
 RUN = "0b8f8a4e-2c1d-4f5e-9a7b-3c6d2e1f0a9b"
 THREAD = "5f0c2a7e-9d1b-4c3e-8a6f-2b7d9e1c4a50"

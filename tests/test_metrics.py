@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from bench.launcher import free_port
-from server.commands import worker as run_worker
-from server.fanout import StreamFollower
+from server.processes.commands import worker as run_worker
+from server.streaming.fanout import StreamFollower
 from stream_store.deployment_metrics import DeploymentGauges
 from stream_store.metrics import FanoutMetrics, GraphLabels
 from stream_store.services import open_services

@@ -53,7 +53,7 @@ async def test_two_servers_on_one_port_and_two_workers_run_and_stop_together(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = child_env(cluster.config(), RUNSTREAM_FAKE_TOKEN_DELAY_MS="25")
-    exe = [sys.executable, "-m", "server.cli"]
+    exe = [sys.executable, "-m", "server.processes.cli"]
     servers = Process("servers", [*exe, "serve", "--port", str(port), "--processes", "2"], env)
     # One run at a time per worker process: runs submitted together must use both.
     workers = Process("workers", [*exe, "worker", "--processes", "2", "--concurrency", "1"], env)

@@ -539,7 +539,7 @@ def test_only_the_access_layer_asks_the_projects_auth_or_counts_a_submit() -> No
     `@auth.on` itself, or counted a submit itself, would be a second door: every ask and every
     submit count is in `server/access/`."""
     server = ROOT / "server"
-    for call, owner in ((".authorize(", server / "auth.py"), (".take_submit(", None)):
+    for call, owner in ((".authorize(", server / "callers" / "auth.py"), (".take_submit(", None)):
         found = sorted(
             str(path.relative_to(ROOT))
             for path in server.rglob("*.py")

@@ -59,13 +59,13 @@ def _check_called(package: str, name: str, ours: str, caller: Any, call: str) ->
 
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("server", "runner", "stream_store", "clients")
+PRODUCT = ("server", "runner", "stream_store", "clients", "project", "wire")
 LIBRARIES = ("arq", "litestar", "uvicorn")
 SECTION = "docs/architecture.md, Libraries' private parts"
 
 # (file, private name) -> why it is used, citing SECTION. Empty: runstream reads the queue with
 # its own loop (`runner/job_loop.py`), not by overriding arq's Worker, and the event stream
-# writes its chunks with a method of its own (`server/event_stream.py`).
+# writes its chunks with a method of its own (`server/streaming/event_stream.py`).
 ALLOWED: dict[tuple[str, str], str] = {}
 
 

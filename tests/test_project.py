@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from project.langgraph_json import NOT_SERVED_YET, ProjectError, load_project
 from runner.graph_registry import GraphRegistry
-from runner.project import NOT_SERVED_YET, ProjectError, load_project
 from stream_store.settings import Settings
 from tests.processes import ROOT, Cluster
 from tests.test_langgraph_api import client_for, human
@@ -203,7 +203,7 @@ def _runstream(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
         **env,
     )
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", *argv],
+        [sys.executable, "-m", "server.processes.cli", *argv],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -237,7 +237,7 @@ def test_runstream_config_names_the_project_too(tmp_path: Path) -> None:
 def test_langgraph_json_in_the_working_folder_is_served_when_nothing_is_named(
     tmp_path: Path,
 ) -> None:
-    from server.cli import with_project
+    from server.processes.cli import with_project
 
     write_project(tmp_path, {"graphs": {"g": "./g.py:graph"}})
     here = os.getcwd()
@@ -250,7 +250,7 @@ def test_langgraph_json_in_the_working_folder_is_served_when_nothing_is_named(
 
 
 def test_with_no_project_named_the_commands_serve_the_bundled_assistant(tmp_path: Path) -> None:
-    from server.cli import BUNDLED_PROJECT, with_project
+    from server.processes.cli import BUNDLED_PROJECT, with_project
 
     here = os.getcwd()
     os.chdir(tmp_path)  # no langgraph.json here

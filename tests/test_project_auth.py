@@ -13,8 +13,8 @@ from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
 
-from runner.project import ProjectError, load_project
-from server.project_auth import ProjectAuth
+from project.langgraph_json import ProjectError, load_project
+from server.callers.project_auth import ProjectAuth
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import ROOT
 from tests.test_project import write_project

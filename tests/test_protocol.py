@@ -11,7 +11,7 @@ import httpx
 import structlog
 
 from runner.job_loop import JobLoop
-from server.logs import configure_logging
+from server.processes.logs import configure_logging
 from tests.conftest import StartServer, StartWorker
 from tests.sse import read_events
 from tests.test_runs import run_body

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from runner.graph_catalog import GraphCatalog, UnknownGraph
+from project.graph_catalog import GraphCatalog, UnknownGraph
 from runner.graph_registry import GraphRegistry
 from tests.processes import ROOT
 
@@ -54,7 +54,7 @@ def imported_after(before: list[str], module: str) -> list[str]:
 
 def test_checking_a_submit_imports_neither_langgraph_nor_langchain() -> None:
     """The graph exists, its `configurable` keys, a context on runstream's `RunContext`."""
-    for module in ("server.inputs", "runner.graph_catalog", "runner.graph_context"):
+    for module in ("server.inputs", "project.graph_catalog", "project.graph_context"):
         gained = imported_after([], module)
         assert [m for m in gained if m.startswith(("lang", "openai"))] == [], module
         assert [m for m in gained if m in GRAPH_CODE] == [], module

@@ -1,6 +1,6 @@
 """Threads and runs survive restarting every process; deleting a thread leaves nothing behind.
 
-These tests run the real commands (`python -m server.cli serve|worker`) as subprocesses
+These tests run the real commands (`python -m server.processes.cli serve|worker`) as subprocesses
 (`tests.processes.Cluster`), configured only through the environment, stop them with SIGTERM
 and start new ones.
 """

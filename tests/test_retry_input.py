@@ -20,12 +20,12 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 
-from clients.wire.events import RunStatus
 from runner.graph_input import graph_input
 from stream_store.checkpoints import FencedPostgresSaver
 from stream_store.run_records import RunRecord
 from stream_store.services import open_services
 from stream_store.settings import Settings
+from wire.events import RunStatus
 
 
 class LosesLaterCheckpoints(FencedPostgresSaver):

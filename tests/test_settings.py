@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from server.commands import serve, up
+from server.processes.commands import serve, up
 from stream_store import settings_docs
 from stream_store.settings import GROUPS, Settings, SettingsError, declarations
 
@@ -292,7 +292,7 @@ class TestSigningKeys:
     def test_an_api_keys_owner_no_caller_could_be_refuses_start(
         self, owner: str, problem: str
     ) -> None:
-        """An owner is a caller's identity, checked as a JWT's `sub` is (server/auth.py)."""
+        """An owner is a caller's identity, checked as a JWT's `sub` is (server/callers/auth.py)."""
         with pytest.raises(SettingsError, match=problem) as refused:
             Settings.from_env({"RUNSTREAM_API_KEYS": f"topsecret:{owner}"}, env_file="")
         assert "topsecret" not in str(refused.value)

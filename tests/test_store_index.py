@@ -23,10 +23,10 @@ import pytest
 from langgraph.store.base import ensure_embeddings
 from langgraph_sdk.client import LangGraphClient
 
-from runner.project import ProjectError, load_project
-from runner.store_index import check_embeddings, store_options
+from project.langgraph_json import ProjectError, load_project
+from project.store_index import check_embeddings, store_options
 from server.app import create_app
-from server.commands import migrate as migrate_command
+from server.processes.commands import migrate as migrate_command
 from server.resources import open_resources
 from stream_store.connections import open_pg_pool
 from stream_store.migrations import migrate
@@ -314,7 +314,7 @@ class TestRefusedAtStart:
             "RUNSTREAM_DATABASE_SCHEMA": vector_settings.database_schema,
             "RUNSTREAM_REDIS_PREFIX": vector_settings.redis_prefix,
         }
-        argv = [sys.executable, "-m", "server.cli", command, "--config", str(path)]
+        argv = [sys.executable, "-m", "server.processes.cli", command, "--config", str(path)]
         done = await asyncio.to_thread(
             subprocess.run, argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
         )

@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from server.auth import StreamTokens, Unauthorized
+from server.callers.auth import StreamTokens
+from server.errors import Unauthorized
 from stream_store.settings import Settings
 from tests.conftest import StartServer
 from tests.test_bad_input import assert_error, run_body, send

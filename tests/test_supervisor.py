@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from server.supervisor import Backoff, SupervisedChild, Supervisor, describe_exit
+from server.processes.supervisor import Backoff, SupervisedChild, Supervisor, describe_exit
 
 FAST = Backoff(first_s=0.05, max_s=0.2, healthy_after_s=60)
 

@@ -23,7 +23,7 @@ def spawn_chat(url: str, *extra: str) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTREAM_")}
     return pexpect.spawn(
         sys.executable,
-        ["-m", "server.cli", "chat", "--url", url, *extra],
+        ["-m", "server.processes.cli", "chat", "--url", url, *extra],
         cwd=str(ROOT),
         env=env,
         encoding="utf-8",

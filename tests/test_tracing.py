@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind
 from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app
-from server.logs import configure_logging
+from server.processes.logs import configure_logging
 from stream_store.settings import Settings, SettingsError
 from stream_store.tracing import tracer_provider_from_env
 from tests.conftest import ServerHandle, serve_in_loop, stop_worker

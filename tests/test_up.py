@@ -38,7 +38,7 @@ def launch_up(data_dir: Path, port: int, args: tuple[str, ...], log: Path | None
     the test runs fills up and blocks it)."""
     with open(log, "ab") if log is not None else contextlib.nullcontext() as output:
         return subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "up", "--port", str(port), *args],
+            [sys.executable, "-m", "server.processes.cli", "up", "--port", str(port), *args],
             cwd=ROOT,
             env=up_env(data_dir),
             stdout=output if output is not None else subprocess.PIPE,
@@ -81,8 +81,8 @@ def alive(pid: int) -> bool:
 
 
 _CHILDREN = {
-    "serve": "server.cli serve ",
-    "worker": "server.cli worker ",
+    "serve": "server.processes.cli serve ",
+    "worker": "server.processes.cli worker ",
     "valkey": "valkey-server ",
     "postgres": "bin/postgres -D ",
 }
@@ -112,7 +112,7 @@ async def replaced(up_pid: int, child: str, old_pid: int) -> int:
 def status_beside(data_dir: Path) -> subprocess.CompletedProcess[str]:
     """`runstream status --json` with no service URLs, on up's data folder."""
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", "status", "--json"],
+        [sys.executable, "-m", "server.processes.cli", "status", "--json"],
         cwd=ROOT,
         env=up_env(data_dir),
         capture_output=True,

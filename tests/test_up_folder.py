@@ -73,7 +73,7 @@ async def test_up_makes_and_keeps_a_signing_key_for_a_project_with_auth(base: Pa
 
 def test_serve_still_requires_a_signing_key_for_a_project_with_auth(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "serve", "--config", str(AUTH_PROJECT)],
+        [sys.executable, "-m", "server.processes.cli", "serve", "--config", str(AUTH_PROJECT)],
         cwd=ROOT,
         env=up_env(tmp_path / "rs"),
         capture_output=True,

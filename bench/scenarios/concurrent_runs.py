@@ -60,7 +60,7 @@ async def in_process_floor(concurrency: int, text: str, model_s: float) -> dict[
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from runner.graph_context import RunContext
+    from project.graph_context import RunContext
     from runner.graphs import chat
     from runner.models import EchoChatModel
 

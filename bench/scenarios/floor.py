@@ -4,8 +4,8 @@ No queue, no Redis, no HTTP: `runner.graphs.chat` compiled with an `InMemorySave
 with `stream_mode="messages"`, fake model delay 0. Its token rate (tokens over the whole
 stream) and time to first token are what the served figures are compared with. It runs as a
 worker process does: on uvloop (the bench's loop) and with the worker's garbage-collector
-settings (`server.heap`), taken once the graph is loaded; without them the floor was slower
-than runstream's own worker (issue 12).
+settings (`server.processes.heap`), taken once the graph is loaded; without them the floor was
+slower than runstream's own worker (issue 12).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ async def _stream(graph: object, text: str, modes: object = "messages") -> tuple
     """
     from langchain_core.messages import AIMessageChunk, HumanMessage
 
-    from runner.graph_context import RunContext
+    from project.graph_context import RunContext
     from runner.models import EchoChatModel
 
     context = RunContext(
@@ -67,7 +67,7 @@ async def run(ctx: BenchContext) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     from runner.graphs import chat
-    from server.heap import settle_heap
+    from server.processes.heap import settle_heap
 
     graph = chat.compile(checkpointer=InMemorySaver())
     settle_heap()  # as the worker does once loaded (the bench's own process, from here on)

@@ -3,7 +3,7 @@ its answer: a deterministic fast path for the common yes/no words, a classificat
 rest (a rule offline, a structured-output call with a model).
 
 The question is an interrupt shaped as LangChain's human-in-the-loop request
-(`clients.wire.approvals.HITLRequest`), so the web page, `runstream chat` and agent-chat-ui
+(`wire.approvals.HITLRequest`), so the web page, `runstream chat` and agent-chat-ui
 draw Approve / Reject buttons for it. An answer is a decision (`{"decisions": [{"type":
 "approve"}]}` or `reject`, or the older `{"approve": bool}`) or any text ("yes", "nope",
 "I moved last month").
@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 from pydantic import BaseModel, Field
 
-from clients.wire.approvals import (
+from wire.approvals import (
     ActionRequest,
     ApproveDecision,
     BadAnswer,

@@ -2,24 +2,76 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from typing import Any
 
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
+from stream_store.assistant_ids import assistant_id_for
 from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 
-from ..auth import Caller
-from ..langgraph.views import assistant_of
-from ..quotas import CallerQuotas
-from ..resources import Resources
-
 __all__ = [
     "allowed_assistant",
     "assistant_listing_filters",
+    "assistant_of",
+    "graph_assistant",
+    "graph_of_assistant",
     "new_assistant_filters",
     "record_assistant",
     "run_assistant",
 ]
+
+
+def graph_of_assistant(resources: Resources, assistant_id: str) -> str:
+    """The graph an assistant id names: the graph's name, or LangGraph's uuid5 of it."""
+    if assistant_id in resources.graphs:
+        return assistant_id
+    for name in resources.graphs.names():
+        if assistant_id_for(name) == assistant_id:
+            return name
+    raise NotFound(f"assistant {assistant_id} not found")
+
+
+def graph_assistant(name: str, created_at: datetime) -> AssistantRecord:
+    """A registered graph's own assistant (owned by nobody, never stored)."""
+    return AssistantRecord(
+        assistant_id=assistant_id_for(name),
+        owner=None,
+        graph=name,
+        name=name,
+        description=None,
+        config={},
+        context={},
+        metadata={"created_by": "system"},
+        version=1,
+        created_at=created_at,
+        updated_at=created_at,
+    )
+
+
+async def assistant_of(resources: Resources, owner: str, assistant_id: str) -> AssistantRecord:
+    """The assistant an id names for `owner`: a graph's own (by the graph's name or LangGraph's
+    uuid5 of it), or one of the owner's created assistants.
+
+    Raises:
+        NotFound: none (another owner's assistant included).
+    """
+    try:
+        return graph_assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
+    except NotFound:
+        pass
+    try:
+        canonical = str(uuid.UUID(assistant_id))
+    except ValueError:
+        raise NotFound(f"assistant {assistant_id} not found") from None
+    found = await resources.assistant_records.get_assistant(canonical, owner)
+    if found is None:
+        raise NotFound(f"assistant {assistant_id} not found")
+    return found
 
 
 async def allowed_assistant(

@@ -7,14 +7,13 @@ from typing import Any
 
 import structlog
 
+from server import inputs
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
 from stream_store.cron_records import CronFields, CronRecord
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
-
-from .. import inputs
-from ..auth import Caller
-from ..quotas import CallerQuotas
-from ..resources import Resources
 
 __all__ = [
     "cron_listing_filters",

@@ -9,17 +9,17 @@ from typing import Any
 
 import structlog
 
+from server import inputs
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
+from server.trace_ids import current_trace_id
 from stream_store.errors import NotFound
 from stream_store.metadata_filters import matches
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 from stream_store.tracing import run_attributes, traceparent_of
 
-from .. import inputs
-from ..auth import Caller
-from ..quotas import CallerQuotas
-from ..resources import Resources
-from ..trace_ids import current_trace_id
 from .threads import ask_threads, thread_not_found
 
 __all__ = ["allowed_runs", "prepare_run", "reach_run", "record_run", "run_not_found"]

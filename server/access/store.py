@@ -10,12 +10,11 @@ from typing import Any
 
 from langgraph.store.base import Item
 
+from server.callers.auth import Caller
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store.metadata_filters import matches
 from stream_store.store import OwnerStore, StoreCaps, owner_store_on
-
-from ..auth import Caller
-from ..errors import ApiError
-from ..resources import Resources
 
 __all__ = ["ask_store", "caller_store", "check_put", "shown"]
 
@@ -34,7 +33,7 @@ async def ask_store(caller: Caller, action: str, value: dict[str, Any]) -> dict[
 @contextlib.asynccontextmanager
 async def caller_store(resources: Resources, caller: Caller) -> AsyncIterator[OwnerStore]:
     """The caller's store, within its caps, on a connection of the caller's query pool (its
-    statement timeout and its turn, `server/caller_queries.py`)."""
+    statement timeout and its turn, `server/callers/caller_queries.py`)."""
     async with resources.queries.connection(caller.owner) as conn:
         caps = StoreCaps.of(resources.settings)
         async with owner_store_on(conn, caller.owner, resources.store_options, caps) as store:

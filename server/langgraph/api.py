@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router
 
-from ..errors import EXCEPTION_HANDLERS
+from server.errors import EXCEPTION_HANDLERS
+
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
 from .crons import CronsController, create_for_thread

@@ -25,6 +25,19 @@ import structlog
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.params import Body, Parameter
 
+from server import inputs
+from server.access.assistants import (
+    allowed_assistant,
+    assistant_listing_filters,
+    new_assistant_filters,
+    record_assistant,
+)
+from server.access.run_context import check_context_with, context_schema
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store.assistant_records import AssistantFields, AssistantRecord
 from stream_store.errors import Conflict, NotFound
 from stream_store.limits import (
@@ -36,20 +49,7 @@ from stream_store.metadata_filters import matches
 from stream_store.run_status import WORKING
 from stream_store.thread_deletion import delete_assistant
 
-from .. import inputs
-from ..access.assistants import (
-    allowed_assistant,
-    assistant_listing_filters,
-    new_assistant_filters,
-    record_assistant,
-)
-from ..auth import Caller
-from ..budgets import QUERY, WRITE
-from ..errors import ApiError
-from ..quotas import CallerQuotas
-from ..resources import Resources
 from .graph_schemas import graph_schemas, subgraph_schemas
-from .run_context import check_context_with, context_schema
 from .submit import unprocessable
 from .views import (
     assistant_of,

@@ -9,17 +9,17 @@ import structlog
 from litestar import Controller, post
 from litestar.params import Parameter
 
-from clients.wire.events import RunStatus
+from server import inputs
+from server.access.runs import allowed_runs
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
+from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.limits import BULK_CANCEL_MAX_RUNS
 from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
+from wire.events import RunStatus
 
-from .. import inputs
-from ..access.runs import allowed_runs
-from ..auth import Caller
-from ..budgets import WRITE
-from ..resources import Resources
 from .conversions import is_over
 from .submit import unprocessable
 from .wire import BulkCancel

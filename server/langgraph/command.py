@@ -22,7 +22,7 @@ from langgraph.graph import END
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
-from ..errors import ApiError
+from server.errors import ApiError
 
 __all__ = ["COMMAND_KEYS", "checked_command", "checked_update"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from langchain_core.messages import convert_to_messages
 
-from clients.wire.events import RunStatus
 from stream_store.assistant_ids import assistant_id_for, run_assistant_id
 from stream_store.run_status import WORKING
+from wire.events import RunStatus
 
 from .wire import RunStatusName
 
@@ -173,7 +173,7 @@ _LANGCHAIN_TYPES = {"user": "human", "assistant": "ai", "system": "system", "too
 
 
 def to_langchain_dict(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A runstream wire message (`clients.wire.events.WireMessage` as a dict) as LangGraph
+    """A runstream wire message (`wire.events.WireMessage` as a dict) as LangGraph
     serialises a LangChain message, key order included."""
     kind = _LANGCHAIN_TYPES.get(message["role"], message["role"])
     converted: dict[str, Any] = {

@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 import msgspec
 import structlog
 
+from server.callers.quotas import CallerQuotas
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store.cron_records import CronRecord, CronRecords
 from stream_store.errors import StoreError, StoreUnavailable
 
-from ..errors import ApiError
-from ..quotas import CallerQuotas
-from ..resources import Resources
 from .schedules import next_run
 from .submit import submit_scheduled
 from .wire import RunCreate

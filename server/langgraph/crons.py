@@ -17,23 +17,23 @@ import structlog
 from litestar import Controller, delete, patch, post
 from litestar.params import Body
 
-from stream_store.assistant_records import AssistantRecord
-from stream_store.cron_records import CronFields, CronRecord
-from stream_store.errors import NotFound
-
-from .. import inputs
-from ..access.crons import (
+from server import inputs
+from server.access.crons import (
     cron_listing_filters,
     cron_not_found,
     new_cron_filters,
     reach_cron,
     record_cron,
 )
-from ..access.threads import reach_thread
-from ..auth import Caller
-from ..budgets import QUERY, WRITE
-from ..quotas import CallerQuotas
-from ..resources import Resources
+from server.access.threads import reach_thread
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
+from stream_store.assistant_records import AssistantRecord
+from stream_store.cron_records import CronFields, CronRecord
+from stream_store.errors import NotFound
+
 from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
 from .submit import check_run, checked_run, unprocessable

@@ -1,8 +1,8 @@
 """Following a run in LangGraph's dialect: its events as LangGraph's SSE stream (`/stream`),
 or its outcome once it ends (`/wait`, `/join`).
 
-Both attach to the run's stream as `/v1` does (`server.attach`); the stream is translated per
-viewer by `stream.LangGraphStream`.
+Both attach to the run's stream as `/v1` does (`server.streaming.attach`); the stream is translated
+per viewer by `stream.LangGraphStream`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import msgspec
 import structlog
 from litestar.params import Parameter
 
-from clients.wire.events import RunStatus, parse_event_id
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
+from server.streaming.attach import Attachment, ReplayBound, check_resume_point
+from server.streaming.event_stream import EventStream
+from server.streaming.feed import Frame
 from stream_store.errors import Conflict
 from stream_store.run_records import RunRecord
 from stream_store.run_status import WORKING
+from wire.events import RunStatus, parse_event_id
 
-from ..attach import Attachment, ReplayBound, check_resume_point
-from ..auth import Caller
-from ..event_stream import EventStream
-from ..feed import Frame
-from ..quotas import CallerQuotas
-from ..resources import Resources
 from .conversions import run_assistant_id
 from .rejoin import catch_up
 from .stream import LangGraphStream
@@ -212,8 +212,8 @@ async def _to_the_end(
                 yield chunk
         finished = attachment.complete
     except (asyncio.CancelledError, GeneratorExit):
-        # the response's task cancelled on `http.disconnect` (server/event_stream.py), or the
-        # generator closed after it; not a server that is stopping
+        # the response's task cancelled on `http.disconnect` (server/streaming/event_stream.py), or
+        # the generator closed after it; not a server that is stopping
         client_left = not resources.follower.closing
         raise
     finally:

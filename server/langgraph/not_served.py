@@ -14,8 +14,8 @@ from typing import Any
 
 from litestar import HttpMethod, Router, route
 
-from ..auth import Caller
-from ..errors import ApiError
+from server.callers.auth import Caller
+from server.errors import ApiError
 
 __all__ = ["not_served_router"]
 

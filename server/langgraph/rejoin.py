@@ -7,11 +7,11 @@ the client already has, so it holds what the viewer that sent them held.
 
 from __future__ import annotations
 
-from clients.wire.events import parse_event_id
+from server import inputs
+from server.resources import Resources
+from server.streaming.attach import REPLAY_PAGE
+from wire.events import parse_event_id
 
-from .. import inputs
-from ..attach import REPLAY_PAGE
-from ..resources import Resources
 from .stream import LangGraphStream, split_frame_id
 
 __all__ = ["catch_up", "opens", "resume_point"]

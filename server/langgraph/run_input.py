@@ -20,11 +20,11 @@ from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
 from langgraph.pregel import Pregel
 
+from server import inputs
+from server.access.new_runs import with_message_id
+from server.errors import ApiError
 from stream_store.settings import Settings
 
-from .. import inputs
-from ..errors import ApiError
-from ..new_runs import with_message_id
 from .conversions import engine_messages
 
 __all__ = ["checked_input", "input_keys"]

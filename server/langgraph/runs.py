@@ -15,17 +15,17 @@ from litestar import Controller, Response, delete, get, post
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from clients.wire.events import RunStatus
+from server import inputs
+from server.access.runs import reach_run
+from server.access.threads import reach_thread
+from server.callers.auth import Caller
+from server.callers.budgets import WRITE
+from server.callers.quotas import CallerQuotas
+from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.run_status import ACTIVE
+from wire.events import RunStatus
 
-from .. import inputs
-from ..access.runs import reach_run
-from ..access.threads import reach_thread
-from ..auth import Caller
-from ..budgets import WRITE
-from ..quotas import CallerQuotas
-from ..resources import Resources
 from .conversions import is_over, run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ..errors import ApiError
+from server.errors import ApiError
 
 __all__ = ["checked_schedule", "checked_timezone", "next_run"]
 

@@ -24,15 +24,15 @@ from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import InvalidUpdateError
 from langgraph.pregel import Pregel
 
+from server.access.threads import thread_not_found
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store.checkpoint_quota import CheckpointQuota
 from stream_store.checkpoints import checkpointer_on
 from stream_store.errors import Conflict, NotFound
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecord
 
-from ..access.threads import thread_not_found
-from ..errors import ApiError
-from ..resources import Resources
 from .command import checked_update
 from .views import graph_name, graph_of_thread
 from .wire import StateUpdate

@@ -9,7 +9,7 @@ it), and so does the server, with the other labels the store cannot keep. Every 
 422 naming the field, before the store is touched.
 
 A caller shapes these queries (a filter, a prefix, an offset), so each runs on the connections
-for such queries (`server.caller_queries`: a pool of their own, a turn per caller, a
+for such queries (`server.callers.caller_queries`: a pool of their own, a turn per caller, a
 statement timeout), with its filter bounded here. A put meets the caller's caps on items and
 bytes (`RUNSTREAM_MAX_STORE_ITEMS`, `RUNSTREAM_MAX_STORE_BYTES`) in `OwnerStore` itself, where
 a graph's puts meet them too. docs/security.md, "Per-caller limits", has the numbers.
@@ -24,14 +24,14 @@ import msgspec
 from langgraph.store.base import NOT_PROVIDED
 from litestar import Controller, Response, delete, get, post, put
 
+from server import inputs
+from server.access.store import ask_store, caller_store, check_put, shown
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store import limits
 
-from .. import inputs
-from ..access.store import ask_store, caller_store, check_put, shown
-from ..auth import Caller
-from ..budgets import QUERY, WRITE
-from ..errors import ApiError
-from ..resources import Resources
 from .wire import StoreDelete, StoreListNamespaces, StorePut, StoreSearch
 
 __all__ = ["StoreController"]

@@ -41,9 +41,9 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from clients.wire.events import RunStatus
 from stream_store.log import StoredEvent
 from stream_store.messages import message_text
+from wire.events import RunStatus
 
 from .conversions import assistant_id_for, run_status, to_langchain_dict
 from .partials import Complete, FrameData, MessageText, Partial, replaces

@@ -15,23 +15,23 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from server import inputs
+from server.access.assistants import run_assistant
+from server.access.new_runs import new_run
+from server.access.run_context import check_context
+from server.access.runs import prepare_run, record_run
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store.assistant_records import AssistantRecord
 from stream_store.errors import Conflict, NotFound, StoreError
 from stream_store.limits import BATCH_MAX_RUNS
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import Created, NewRun
 
-from .. import inputs
-from ..access.assistants import run_assistant
-from ..access.runs import prepare_run, record_run
-from ..auth import Caller
-from ..errors import ApiError
-from ..new_runs import new_run
-from ..quotas import CallerQuotas
-from ..resources import Resources
 from .command import checked_command
 from .conversions import stream_modes
-from .run_context import check_context
 from .run_input import checked_input
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
@@ -157,7 +157,7 @@ async def _new_run(
         **(body.context or {}),
     }
     # As LangGraph's server keeps them: the run's configurable is its context too (a key the
-    # context schema does not name is dropped as the context is built, runner/graph_context.py)
+    # context schema does not name is dropped as the context is built, project/graph_context.py)
     context = {**assistant.context, **run_configurable, **(body.context or {})}
     kwargs = {
         "input": body.input,

@@ -17,12 +17,12 @@ from typing import Any
 
 import msgspec
 
+from server.errors import ApiError
+from server.resources import Resources
 from stream_store import limits
 from stream_store.errors import QueryTimeout
 from stream_store.thread_records import ThreadRecord, ThreadRecords
 
-from ..errors import ApiError
-from ..resources import Resources
 from .views import thread_view
 from .wire import Thread, ThreadSearch
 

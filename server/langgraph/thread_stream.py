@@ -17,7 +17,7 @@ longer kept is skipped; so, after an id naming a run that is gone (rolled back o
 the runs already over.
 
 While no run is followed, the stream waits on the process's thread watcher
-(`server/thread_watch.py`), which looks for all waiting thread streams at once, every
+(`server/streaming/thread_watch.py`), which looks for all waiting thread streams at once, every
 `thread_watch.POLL_S`, for threads with a run newer than those their viewers have read; it wakes
 this one when its thread has one (or is gone), and the stream reads its thread's runs again.
 A run is read from its start, so none of its events is missed by that delay.
@@ -35,17 +35,16 @@ from urllib.parse import urlencode
 
 import structlog
 
+from server import inputs
+from server.callers.auth import Caller
+from server.callers.quotas import CallerQuotas
+from server.errors import ApiError
+from server.resources import Resources
+from server.streaming.attach import Attachment
+from server.streaming.event_stream import EventStream
 from stream_store.errors import StreamGone
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
-
-from .. import inputs
-from ..attach import Attachment
-from ..auth import Caller
-from ..errors import ApiError
-from ..event_stream import EventStream
-from ..quotas import CallerQuotas
-from ..resources import Resources
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream
 from .conversions import is_over, run_assistant_id
@@ -199,7 +198,8 @@ async def _next_run(
             return
         if await resources.thread_records.get_thread(thread.thread_id, thread.owner) is None:
             return
-        # Any run not read above is newer than all of these (see `server/thread_watch.py`).
+        # Any run not read above is newer than all of these (see
+        # `server/streaming/thread_watch.py`).
         seen = max((run.created_at for run in runs), default=None)
         while not await resources.thread_watch.wait(
             thread.thread_id, seen, quiet_since + HEARTBEAT_S - time.monotonic()

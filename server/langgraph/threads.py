@@ -9,11 +9,8 @@ from litestar import Controller, delete, get, patch, post
 from litestar.params import Body, Parameter
 from litestar.response import Stream
 
-from stream_store.errors import Conflict
-from stream_store.thread_deletion import delete_langgraph_threads
-
-from .. import inputs
-from ..access.threads import (
+from server import inputs
+from server.access.threads import (
     create_thread,
     new_thread_filters,
     reach_thread,
@@ -21,11 +18,14 @@ from ..access.threads import (
     thread_not_found,
     threads_to_prune,
 )
-from ..auth import Caller
-from ..budgets import QUERY, WRITE
-from ..errors import ApiError
-from ..quotas import CallerQuotas
-from ..resources import Resources
+from server.callers.auth import Caller
+from server.callers.budgets import QUERY, WRITE
+from server.callers.quotas import CallerQuotas
+from server.errors import ApiError
+from server.resources import Resources
+from stream_store.errors import Conflict
+from stream_store.thread_deletion import delete_langgraph_threads
+
 from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
 from .thread_search import search_threads

@@ -6,15 +6,14 @@ from the graph's structure), so this is the one place the server loads graphs fo
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
 from typing import Any, cast
 
 import msgspec
 from langgraph.pregel import Pregel
 from langgraph.types import PregelTask, StateSnapshot
 
-from clients.wire.events import RunStatus
+from server.access.assistants import assistant_of, graph_assistant, graph_of_assistant
+from server.resources import Resources
 from stream_store.assistant_records import AssistantRecord
 from stream_store.assistant_records import AssistantVersion as StoredVersion
 from stream_store.checkpoints import checkpoint_before_runs
@@ -22,9 +21,9 @@ from stream_store.errors import NotFound
 from stream_store.messages import state_to_json
 from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
+from wire.events import RunStatus
 
-from ..resources import Resources
-from .conversions import assistant_id_for, run_assistant_id, run_status
+from .conversions import run_assistant_id, run_status
 from .wire import (
     Assistant,
     AssistantVersion,
@@ -51,54 +50,6 @@ __all__ = [
     "thread_view",
     "version_view",
 ]
-
-
-def graph_of_assistant(resources: Resources, assistant_id: str) -> str:
-    """The graph an assistant id names: the graph's name, or LangGraph's uuid5 of it."""
-    if assistant_id in resources.graphs:
-        return assistant_id
-    for name in resources.graphs.names():
-        if assistant_id_for(name) == assistant_id:
-            return name
-    raise NotFound(f"assistant {assistant_id} not found")
-
-
-def graph_assistant(name: str, created_at: datetime) -> AssistantRecord:
-    """A registered graph's own assistant (owned by nobody, never stored)."""
-    return AssistantRecord(
-        assistant_id=assistant_id_for(name),
-        owner=None,
-        graph=name,
-        name=name,
-        description=None,
-        config={},
-        context={},
-        metadata={"created_by": "system"},
-        version=1,
-        created_at=created_at,
-        updated_at=created_at,
-    )
-
-
-async def assistant_of(resources: Resources, owner: str, assistant_id: str) -> AssistantRecord:
-    """The assistant an id names for `owner`: a graph's own (by the graph's name or LangGraph's
-    uuid5 of it), or one of the owner's created assistants.
-
-    Raises:
-        NotFound: none (another owner's assistant included).
-    """
-    try:
-        return graph_assistant(graph_of_assistant(resources, assistant_id), resources.started_at)
-    except NotFound:
-        pass
-    try:
-        canonical = str(uuid.UUID(assistant_id))
-    except ValueError:
-        raise NotFound(f"assistant {assistant_id} not found") from None
-    found = await resources.assistant_records.get_assistant(canonical, owner)
-    if found is None:
-        raise NotFound(f"assistant {assistant_id} not found")
-    return found
 
 
 def registered_graph(resources: Resources, assistant: AssistantRecord) -> str:

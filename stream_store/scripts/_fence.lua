@@ -1,4 +1,4 @@
--- Shared by the scripts of stream_store/log.py and server/quotas.py: composed in front of a script
+-- Shared by the scripts of stream_store/log.py and server/access/quotas.py: composed in front of a script
 -- that uses it (preamble + script, one chunk), never pasted into one. Only local functions: a
 -- script may not create globals.
 

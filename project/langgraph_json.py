@@ -86,8 +86,8 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three; the others disable what runstream does not have (LangGraph's
-# generative UI, MCP and A2A routes, webhooks), so they hold whatever their value.
+# Served: the first three and `disable_mcp`; the others disable what runstream does not have
+# (LangGraph's generative UI, A2A routes, webhooks), so they hold whatever their value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -228,6 +228,7 @@ class HttpSettings:
     app: GraphSource | None = None  # a Starlette app's source, read like a graph's
     cors: CorsSettings | None = None
     enable_custom_route_auth: bool = False
+    disable_mcp: bool = False  # no `/mcp` (LangGraph's `http.disable_mcp`)
 
 
 @dataclass(frozen=True)
@@ -453,7 +454,12 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     auth = raw.get("enable_custom_route_auth", False)
     if not isinstance(auth, bool):
         raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
-    return HttpSettings(app=source, cors=cors_settings, enable_custom_route_auth=auth)
+    disable_mcp = raw.get("disable_mcp", False)
+    if not isinstance(disable_mcp, bool):
+        raise ProjectError(path, "http.disable_mcp", "must be true or false")
+    return HttpSettings(
+        app=source, cors=cors_settings, enable_custom_route_auth=auth, disable_mcp=disable_mcp
+    )
 
 
 def _cause(error: msgspec.ValidationError) -> str:

@@ -25,8 +25,8 @@ __all__ = [
     "to_langchain_dict",
 ]
 
-# The stream modes runstream's events can serve; `debug`, `tasks`, `checkpoints`, `tools` and
-# `lifecycle` need graph internals the worker does not store.
+# The stream modes runstream's events can serve; `tools` and `lifecycle` need graph internals
+# the worker does not store.
 STREAM_MODES: tuple[str, ...] = (
     "values",
     "updates",
@@ -34,6 +34,9 @@ STREAM_MODES: tuple[str, ...] = (
     "messages-tuple",
     "custom",
     "events",
+    "debug",
+    "tasks",
+    "checkpoints",
 )
 
 # An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a

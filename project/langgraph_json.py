@@ -26,6 +26,8 @@ from dotenv import dotenv_values
 from stream_store.settings import SettingsError
 from stream_store.store import HALFVEC_MAX_DIMS
 
+from .errors import ProjectContractError
+
 __all__ = [
     "AUTH_IGNORED_KEYS",
     "BUILD_ONLY_KEYS",
@@ -86,8 +88,8 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three; the others disable what runstream does not have (LangGraph's
-# generative UI, MCP and A2A routes, webhooks), so they hold whatever their value.
+# Served: the first three and `disable_mcp`; the others disable what runstream does not have
+# (LangGraph's generative UI, A2A routes, webhooks), so they hold whatever their value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -135,7 +137,7 @@ AUTH_IGNORED_KEYS: dict[str, str] = {
 _JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 
 
-class ProjectError(SettingsError):
+class ProjectError(ProjectContractError, SettingsError):
     """The project cannot be served: one line naming the file, the key and the cause."""
 
     def __init__(self, file: str | Path, key: str, cause: str) -> None:
@@ -228,6 +230,7 @@ class HttpSettings:
     app: GraphSource | None = None  # a Starlette app's source, read like a graph's
     cors: CorsSettings | None = None
     enable_custom_route_auth: bool = False
+    disable_mcp: bool = False  # no `/mcp` (LangGraph's `http.disable_mcp`)
 
 
 @dataclass(frozen=True)
@@ -453,7 +456,12 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     auth = raw.get("enable_custom_route_auth", False)
     if not isinstance(auth, bool):
         raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
-    return HttpSettings(app=source, cors=cors_settings, enable_custom_route_auth=auth)
+    disable_mcp = raw.get("disable_mcp", False)
+    if not isinstance(disable_mcp, bool):
+        raise ProjectError(path, "http.disable_mcp", "must be true or false")
+    return HttpSettings(
+        app=source, cors=cors_settings, enable_custom_route_auth=auth, disable_mcp=disable_mcp
+    )
 
 
 def _cause(error: msgspec.ValidationError) -> str:

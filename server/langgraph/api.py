@@ -21,6 +21,7 @@ from server.inputs import InvalidId
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
 from .crons import CronsController, create_for_thread
+from .mcp import mcp_delete, mcp_get, mcp_post
 from .not_served import not_served_router
 from .runs import RunsController, StatelessRunsController
 from .store import StoreController
@@ -65,7 +66,8 @@ def _in_langgraph_shape(handler: Handler) -> Handler:
     return handle
 
 
-def langgraph_router() -> Router:
+def langgraph_router(*, mcp: bool = True) -> Router:
+    """LangGraph's routes; `/mcp` unless the project's `http.disable_mcp` turns it off."""
     return Router(
         path="/",
         route_handlers=[
@@ -79,6 +81,7 @@ def langgraph_router() -> Router:
             StoreController,
             info,
             ok,
+            *((mcp_post, mcp_get, mcp_delete) if mcp else ()),
             not_served_router(),
         ],
         exception_handlers={

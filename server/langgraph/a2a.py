@@ -32,6 +32,7 @@ from server.callers.auth import Caller
 from server.callers.budgets import QUERY
 from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
+from server.inputs import InvalidId
 from server.resources import Resources
 from stream_store.assistant_ids import run_assistant_id
 from stream_store.assistant_records import AssistantRecord
@@ -281,12 +282,8 @@ async def _resolve(call: _Call, task_id: str, context_id: str | None) -> _Task |
     resources, owner = call.resources, call.caller.owner
     try:
         anchor = await reach_run(resources, call.caller, run_id, thread_id=context_id)
-    except NotFound:
+    except (NotFound, InvalidId):
         return None
-    except ApiError as exc:
-        if exc.code == "invalid_id":
-            return None
-        raise
     if run_assistant_id(anchor) != call.assistant_id:
         return None
     if tasks.task_id_of_run(anchor) not in (task_id, tasks.make_task_id(context_id, run_id)):

@@ -3,7 +3,7 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`webhooks`, ...) is refused, so that nothing a project relies
+version will serve (`ui`, ...) is refused, so that nothing a project relies
 on, above all its auth, is silently dropped; so is a part of `store`, `checkpointer` or `http`
 runstream does not serve (a custom store or checkpointer, `serde`, `keep_latest`, ...). Every
 refusal is a `ProjectError` naming the file, the key and the cause, which `runstream` prints as
@@ -25,6 +25,8 @@ from dotenv import dotenv_values
 
 from stream_store.settings import SettingsError
 from stream_store.store import HALFVEC_MAX_DIMS
+
+from .webhooks import PAYLOAD_FIELDS, WebhooksSpec, resolve_headers
 
 __all__ = [
     "AUTH_IGNORED_KEYS",
@@ -67,7 +69,6 @@ BUILD_ONLY_KEYS = frozenset(
 NOT_SERVED_YET: dict[str, str] = {
     "ui": "generative UI components (ui) are not served",
     "ui_config": "generative UI components (ui_config) are not served",
-    "webhooks": "webhooks are not served yet",
     "encryption": "custom encryption is not served",
     "priority": "run priorities are not served",
 }
@@ -86,8 +87,8 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three; the others disable what runstream does not have (LangGraph's
-# generative UI, MCP and A2A routes, webhooks), so they hold whatever their value.
+# Served: the first three and `disable_webhooks`; the others disable what runstream does not
+# have (LangGraph's generative UI, MCP and A2A routes), so they hold whatever their value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -119,7 +120,17 @@ _NOT_SERVED_PARTS: dict[tuple[str, str], str] = {
 
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
 _SERVED = frozenset(
-    {"graphs", "env", "dependencies", "auth", "http", "store", "checkpointer", "$schema"}
+    {
+        "graphs",
+        "env",
+        "dependencies",
+        "auth",
+        "http",
+        "store",
+        "checkpointer",
+        "webhooks",
+        "$schema",
+    }
 )
 
 # `auth` keys accepted without effect (langgraph_cli/schemas.py `AuthConfig`), and why.
@@ -206,6 +217,7 @@ class _ProjectFile(msgspec.Struct):
     auth: dict[str, Any] | None = None
     store: _StoreFile | None = None
     checkpointer: _CheckpointerFile | None = None
+    webhooks: WebhooksSpec | None = None
 
 
 class CorsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -228,6 +240,7 @@ class HttpSettings:
     app: GraphSource | None = None  # a Starlette app's source, read like a graph's
     cors: CorsSettings | None = None
     enable_custom_route_auth: bool = False
+    disable_webhooks: bool = False  # runs keep their webhook; nothing is POSTed
 
 
 @dataclass(frozen=True)
@@ -288,6 +301,10 @@ class Project:
     store_index: StoreIndexSpec | None = None
     store_ttl: StoreTTLSpec | None = None
     thread_ttl: ThreadTTLSpec | None = None
+    # `webhooks` (project/webhooks.py): its policy, and its headers with their templates
+    # resolved from the environment and the project's env
+    webhooks: WebhooksSpec | None = None
+    webhook_headers: dict[str, str] = field(default_factory=dict)
 
     def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
         """Put the project's env and import paths in place, before its graphs are imported.
@@ -320,8 +337,9 @@ class Project:
             )
 
 
-def load_project(file: str | Path) -> Project:
+def load_project(file: str | Path, environ: Mapping[str, str] = os.environ) -> Project:
     """Read and check `file` (a langgraph.json); imports nothing and changes nothing.
+    `environ` (with the project's env over it) resolves the webhook headers' templates.
 
     Raises:
         ProjectError: the file is missing or malformed, or asks for what is not served.
@@ -348,10 +366,11 @@ def load_project(file: str | Path) -> Project:
     unknown = sorted(set(raw) - _SERVED - BUILD_ONLY_KEYS - set(NOT_SERVED_YET))
     if unknown:
         logger.warning("unknown langgraph.json keys are ignored", keys=unknown, file=str(path))
+    env = _env(path, shape.env, base)
     return Project(
         file=path,
         graphs=graphs,
-        env=_env(path, shape.env, base),
+        env=env,
         import_paths=tuple(
             dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
         ),
@@ -361,7 +380,40 @@ def load_project(file: str | Path) -> Project:
         store_index=shape.store.index if shape.store else None,
         store_ttl=shape.store.ttl if shape.store else None,
         thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
+        webhooks=_webhooks(path, shape.webhooks),
+        webhook_headers=_webhook_headers(path, shape.webhooks, {**environ, **env}),
     )
+
+
+def _webhooks(path: Path, spec: WebhooksSpec | None) -> WebhooksSpec | None:
+    """`webhooks`, its `allowed_fields` and domain wildcards checked as LangGraph does."""
+    if spec is None:
+        return None
+    unknown = sorted(set(spec.allowed_fields or ()) - PAYLOAD_FIELDS)
+    if unknown:
+        valid = ", ".join(sorted(PAYLOAD_FIELDS))
+        raise ProjectError(
+            path, "webhooks.allowed_fields", f"{unknown[0]!r} is not one of: {valid}"
+        )
+    for domain in spec.url.allowed_domains if spec.url else ():
+        if "*" in domain and not domain.startswith("*."):
+            raise ProjectError(
+                path,
+                "webhooks.url.allowed_domains",
+                f"a wildcard only starts a domain ('*.example.com'), got {domain!r}",
+            )
+    return spec
+
+
+def _webhook_headers(
+    path: Path, spec: WebhooksSpec | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    if spec is None:
+        return {}
+    try:
+        return resolve_headers(spec, environ)
+    except ValueError as exc:
+        raise ProjectError(path, "webhooks.headers", str(exc)) from None
 
 
 def _auth_source(path: Path, auth: dict[str, Any] | None, base: Path) -> GraphSource | None:
@@ -453,7 +505,15 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     auth = raw.get("enable_custom_route_auth", False)
     if not isinstance(auth, bool):
         raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
-    return HttpSettings(app=source, cors=cors_settings, enable_custom_route_auth=auth)
+    disable_webhooks = raw.get("disable_webhooks", False)
+    if not isinstance(disable_webhooks, bool):
+        raise ProjectError(path, "http.disable_webhooks", "must be true or false")
+    return HttpSettings(
+        app=source,
+        cors=cors_settings,
+        enable_custom_route_auth=auth,
+        disable_webhooks=disable_webhooks,
+    )
 
 
 def _cause(error: msgspec.ValidationError) -> str:

@@ -194,6 +194,10 @@ class Settings:
     max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
     max_assistants: int = limits.DEFAULT_MAX_ASSISTANTS
     max_crons: int = limits.DEFAULT_MAX_CRONS
+    # LangGraph's webhooks (docs/langgraph.md, "Webhooks"): a caller's deliveries not settled
+    # yet; and whether a webhook may reach loopback and private addresses (tests, one host).
+    max_pending_webhooks: int = limits.DEFAULT_MAX_PENDING_WEBHOOKS
+    webhook_private_addresses: bool = False
     max_assistant_versions: int = limits.DEFAULT_MAX_ASSISTANT_VERSIONS
     max_writes_per_minute: int = limits.DEFAULT_MAX_WRITES_PER_MINUTE
     max_queries_per_minute: int = limits.DEFAULT_MAX_QUERIES_PER_MINUTE
@@ -343,6 +347,10 @@ class Settings:
             max_active_runs=per_caller("RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
             max_assistants=per_caller("RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
             max_crons=per_caller("RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
+            max_pending_webhooks=per_caller(
+                "RUNSTREAM_MAX_PENDING_WEBHOOKS", limits.DEFAULT_MAX_PENDING_WEBHOOKS
+            ),
+            webhook_private_addresses=_flag(env, "RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES"),
             max_assistant_versions=per_caller(
                 "RUNSTREAM_MAX_ASSISTANT_VERSIONS", limits.DEFAULT_MAX_ASSISTANT_VERSIONS
             ),

@@ -218,7 +218,8 @@ def test_runstream_refuses_a_bad_project_with_one_line_and_exit_2(
     tmp_path: Path, command: str
 ) -> None:
     webhooks = {"url": {"allowed_domains": ["ex*ample.com"]}}
-    path = write_project(tmp_path, {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks})
+    config = {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks}
+    path = write_project(tmp_path, config, **{"g.py": ""})
     done = _runstream(command, "--config", str(path))
     assert done.returncode == 2, done.stderr
     assert f"runstream: {path}: webhooks.url.allowed_domains: " in done.stderr

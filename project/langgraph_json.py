@@ -87,8 +87,9 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three and `disable_webhooks`; the others disable what runstream does not
-# have (LangGraph's generative UI, MCP and A2A routes), so they hold whatever their value.
+# Served: the first three, `disable_mcp` and `disable_webhooks`; the others disable what
+# runstream does not have (LangGraph's generative UI, A2A routes), so they hold whatever their
+# value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -240,6 +241,7 @@ class HttpSettings:
     app: GraphSource | None = None  # a Starlette app's source, read like a graph's
     cors: CorsSettings | None = None
     enable_custom_route_auth: bool = False
+    disable_mcp: bool = False  # no `/mcp` (LangGraph's `http.disable_mcp`)
     disable_webhooks: bool = False  # runs keep their webhook; nothing is POSTed
 
 
@@ -505,6 +507,9 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     auth = raw.get("enable_custom_route_auth", False)
     if not isinstance(auth, bool):
         raise ProjectError(path, "http.enable_custom_route_auth", "must be true or false")
+    disable_mcp = raw.get("disable_mcp", False)
+    if not isinstance(disable_mcp, bool):
+        raise ProjectError(path, "http.disable_mcp", "must be true or false")
     disable_webhooks = raw.get("disable_webhooks", False)
     if not isinstance(disable_webhooks, bool):
         raise ProjectError(path, "http.disable_webhooks", "must be true or false")
@@ -512,6 +517,7 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
         app=source,
         cors=cors_settings,
         enable_custom_route_auth=auth,
+        disable_mcp=disable_mcp,
         disable_webhooks=disable_webhooks,
     )
 

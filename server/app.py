@@ -179,7 +179,7 @@ def create_app(
         route_handlers=[
             RunsController,
             ThreadsController,
-            langgraph_router(),
+            langgraph_router(mcp=not http.disable_mcp),
             healthz,
             readyz,
             metrics,

@@ -316,3 +316,11 @@ probes_store = (
     .add_edge(START, "probe")
     .add_edge("probe", END)
 )
+
+
+async def _fail(state: MessagesState) -> dict[str, Any]:
+    raise RuntimeError("this graph always fails")
+
+
+# a graph whose every run fails (tests/test_langgraph_mcp.py)
+always_fails = StateGraph(MessagesState).add_node("fail", _fail).add_edge(START, "fail").compile()

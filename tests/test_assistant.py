@@ -25,7 +25,7 @@ from stream_store.store import OwnerStore, StoreCaps
 from tests.conftest import StartServer, StartWorker
 from tests.openai_compat import RunningServer
 from tests.processes import ROOT
-from tests.test_langgraph_api import API_KEYS, client_for, human
+from tests.test_langgraph_api import API_KEYS, client_for, first_seen, human
 from tests.test_langgraph_store import store_rows
 
 CONFIG = str(ROOT / "runner" / "assistant" / "langgraph.json")
@@ -468,6 +468,80 @@ async def test_each_turn_is_graded_after_its_answer_and_the_grades_are_recorded(
     with pytest.raises(httpx.HTTPStatusError) as refused:
         await bob.http.get(f"/v1/threads/{thread_id}/evaluations")
     assert refused.value.response.status_code == 404
+
+
+# agent-chat-ui (`useStream` with `fetchStateHistory: true`) reads the thread's 10 latest
+# checkpoints, across branches, and draws a branch switcher where a checkpoint in them has two
+# children in them (`getBranchSequence` of @langchain/langgraph-sdk 1.8)
+AGENT_CHAT_UI_WINDOW = 10
+
+
+def children_in(window: list[dict[str, Any]], parent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of `window` whose parent checkpoint is `parent`."""
+    return [
+        h
+        for h in window
+        if (h["parent_checkpoint"] or {}).get("checkpoint_id") == parent["checkpoint_id"]
+    ]
+
+
+def ancestors_in(window: list[dict[str, Any]], entry: dict[str, Any]) -> list[str]:
+    """The checkpoint ids above `entry`, its parent first, as far as `window` links them (the
+    last one may be outside it)."""
+    parents = {h["checkpoint"]["checkpoint_id"]: h["parent_checkpoint"] for h in window}
+    found = []
+    parent = entry["parent_checkpoint"]
+    while parent is not None:
+        found.append(parent["checkpoint_id"])
+        parent = parents.get(parent["checkpoint_id"])
+    return found
+
+
+async def test_a_turn_writes_three_checkpoints_so_edit_and_regenerate_branch_in_agent_chat_ui(
+    users: tuple[LangGraphClient, LangGraphClient],
+) -> None:
+    """A turn that asks nothing writes 3 checkpoints (its input, the start, the answer with its
+    memory work, as `chat`), so that agent-chat-ui's edit and regenerate, each a run from the
+    parent of the state where the message first shows in the 10 latest, fork within those 10
+    and both branches show in them."""
+    alice, _ = users
+    thread_id = await new_thread(alice)
+    written = []
+    for text in ("Hi, my name is Ann.", "I like tea.", "What is my name?"):
+        before = len(await alice.threads.get_history(thread_id, limit=100))
+        done = await turn(alice, thread_id, text)
+        assert done.events("remembered") or text.endswith("?")
+        written.append(len(await alice.threads.get_history(thread_id, limit=100)) - before)
+    assert written == [3, 3, 3]
+    graded = (await alice.http.get(f"/v1/threads/{thread_id}/evaluations"))["evaluations"]
+    assert len(graded) == 6  # each turn's reply and extraction, graded within its 3
+
+    # edit the last message, as agent-chat-ui does
+    window = await alice.threads.get_history(thread_id, limit=AGENT_CHAT_UI_WINDOW)
+    asked = window[first_seen(window, lambda m: m["content"] == "What is my name?")]
+    fork = asked["parent_checkpoint"]
+    parents = {h["checkpoint"]["checkpoint_id"]: h["parent_checkpoint"] for h in window}
+    assert parents[fork["checkpoint_id"]] is not None  # the turn's input: in the window too
+    edited = await turn(alice, thread_id, "Where do I live?", checkpoint=fork)
+    assert edited.answer.endswith("You said: Where do I live?")
+    window = await alice.threads.get_history(thread_id, limit=AGENT_CHAT_UI_WINDOW)
+    assert len(children_in(window, fork)) == 2  # the old branch and the edit's: a switcher
+    new = window[first_seen(window, lambda m: m["content"] == "Where do I live?")]
+    assert fork["checkpoint_id"] in ancestors_in(window, new)  # it shows on the edited message
+
+    # regenerate the edit's answer: no input, from the parent of its first state
+    answer = edited.values["messages"][-1]
+    given = window[first_seen(window, lambda m: m["id"] == answer["id"])]["parent_checkpoint"]
+    again = await turn(alice, thread_id, checkpoint=given)
+    assert again.values["messages"][-1]["id"] != answer["id"]
+    assert again.values["messages"][-1]["content"] == answer["content"]
+    window = await alice.threads.get_history(thread_id, limit=AGENT_CHAT_UI_WINDOW)
+    assert len(children_in(window, given)) == 2  # the old answer's state and the fork
+    regenerated = window[
+        first_seen(window, lambda m: m["id"] == again.values["messages"][-1]["id"])
+    ]
+    assert given["checkpoint_id"] in ancestors_in(window, regenerated)
+    assert len(children_in(window, fork)) == 2  # the edit's fork still in the window too
 
 
 async def test_with_a_model_every_step_is_a_structured_output_call(

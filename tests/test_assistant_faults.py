@@ -1,8 +1,8 @@
-"""A worker SIGKILLed during the assistant's memory steps, after their writes and before the
-step's checkpoint: the next attempt runs the step again and writes nothing twice
-(`runner.effects.once` and the store's stamp), and the thread shows each answer once.
-Extraction, confirmation and grading, each on the assistant itself
-(tests/projects/assistant_fault lingers after each step's writes)."""
+"""A worker SIGKILLed during the assistant's memory steps: the next attempt runs the step again
+and writes nothing twice (`runner.effects.once` and the store's stamp), and the thread shows
+each answer once. Extraction (killed between two facts' writes, and after both), confirmation
+and grading, each on the assistant itself (tests/projects/assistant_fault lingers before or
+after each step's writes)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from stream_store.settings import Settings
 from tests.processes import ROOT, Cluster
+from tests.sse import Received
 from tests.test_faults import WatchedRun, body, wait_for
 
 PROJECT = {
@@ -31,24 +32,53 @@ def cluster_settings(settings: Settings) -> Settings:
     return replace(settings, lease_s=1.0, reaper_interval_s=0.2, shutdown_grace_s=2.0)
 
 
+def memory_events(events: list[Received], kind: str) -> list[dict[str, str]]:
+    """The `memory` custom events of `kind` among `events`."""
+    return [
+        e.data["memory"]
+        for e in events
+        if e.event == "custom" and e.data.get("memory", {}).get("event") == kind
+    ]
+
+
+async def ledger_and_store(
+    settings: Settings, run_id: str
+) -> tuple[list[tuple[str, int, str]], list[tuple[str, str, str, datetime]]]:
+    """The run's ledger rows (key, attempt, recorded stamp) and the store's rows (key, value,
+    stamp, when written), each by key."""
+    schema = settings.database_schema
+    async with await psycopg.AsyncConnection.connect(str(settings.database_url)) as conn:
+        ledger = await (
+            await conn.execute(
+                f"SELECT tool_call_id, attempt, result->>'written_at'"
+                f' FROM "{schema}".runstream_tool_executions WHERE run_id = %s ORDER BY 1',
+                (run_id,),
+            )
+        ).fetchall()
+        rows = await (
+            await conn.execute(f'SELECT key, value, updated_at FROM "{schema}".store ORDER BY key')
+        ).fetchall()
+    return (
+        [(key, attempt, stamp) for key, attempt, stamp in ledger],
+        [(key, value["value"], value["written_at"], at) for key, value, at in rows],
+    )
+
+
 async def test_a_worker_killed_mid_extraction_writes_each_fact_once(
     cluster: Cluster, cluster_settings: Settings
 ) -> None:
+    """Killed after both facts were written, before the turn's checkpoint: the next attempt
+    reaches both keys again, gets each one's recorded stamp back from the ledger and writes
+    neither again."""
     _, url = await cluster.server(**PROJECT)
     first = await cluster.ready_worker(**PROJECT)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         request = body("My name is Ann and I live in Paris.", graph="assistant")
         watched = await WatchedRun.submit(http, url, request)
         events = watched.events
-
-        def remembered() -> list[dict[str, str]]:
-            return [
-                e.data["memory"]
-                for e in events
-                if e.event == "custom" and e.data.get("memory", {}).get("event") == "remembered"
-            ]
-
-        await wait_for(lambda: len(remembered()) == 2, what="the facts written")
+        await wait_for(
+            lambda: len(memory_events(events, "remembered")) == 2, what="the facts written"
+        )
         killed_at = datetime.now(UTC)
         first.kill()
         await cluster.ready_worker(**PROJECT, RUNSTREAM_TEST_LINGER_S="0")
@@ -56,35 +86,68 @@ async def test_a_worker_killed_mid_extraction_writes_each_fact_once(
         thread = (await http.get(f"/v1/threads/{watched.run['thread_id']}")).json()
 
     assert events[-1].event == "done", events[-1]
-    assert "retry" in [e.event for e in events]
-    # the retry extracted again and found both facts written: it wrote neither again
-    seen = remembered()
-    assert [e["key"] for e in seen] == ["name", "location"]
-    unchanged = [
-        e.data["memory"]["key"]
-        for e in events
-        if e.event == "custom" and e.data.get("memory", {}).get("event") == "unchanged"
+    retry = [e.event for e in events].index("retry")
+    before = memory_events(events[:retry], "remembered")
+    after = memory_events(events[retry:], "remembered")
+    assert [e["key"] for e in before] == ["name", "location"]
+    assert after == before  # replayed: the same stamps, no new write
+    assert memory_events(events, "unchanged") == []
+    stamps = {e["key"]: e["written_at"] for e in before}
+    ledger, rows = await ledger_and_store(cluster_settings, watched.run["run_id"])
+    assert ledger == [
+        ("fact:location", 1, stamps["location"]),
+        ("fact:name", 1, stamps["name"]),
     ]
-    assert unchanged == ["name", "location"]
-    stamps = {e["key"]: e["written_at"] for e in seen}
-    schema = cluster_settings.database_schema
-    async with await psycopg.AsyncConnection.connect(str(cluster_settings.database_url)) as conn:
-        rows = await (
-            await conn.execute(f'SELECT key, value, updated_at FROM "{schema}".store ORDER BY key')
-        ).fetchall()
-        ledger = await (
-            await conn.execute(
-                f'SELECT tool_call_id FROM "{schema}".runstream_tool_executions'
-                " WHERE run_id = %s ORDER BY 1",
-                (watched.run["run_id"],),
-            )
-        ).fetchall()
-    assert ledger == [("fact:location",), ("fact:name",)]
-    assert [(key, value["value"], value["written_at"]) for key, value, _ in rows] == [
+    assert [row[:3] for row in rows] == [
         ("location", "Paris", stamps["location"]),
         ("name", "Ann", stamps["name"]),
     ]
-    assert all(updated_at < killed_at for _, _, updated_at in rows)  # not written again
+    assert all(at < killed_at for *_, at in rows)  # not written again
+    answers = [m for m in thread["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 1
+
+
+async def test_a_worker_killed_between_two_facts_writes_replays_the_first_and_writes_the_second(
+    cluster: Cluster, cluster_settings: Settings
+) -> None:
+    """Killed inside the extraction, after the first fact's write and before the second's
+    (each write lingers before it starts): the next attempt replays the first from the ledger
+    (its recorded stamp, the store left as it was) and writes the second, each once."""
+    _, url = await cluster.server(**PROJECT)
+    lingering = {"RUNSTREAM_TEST_LINGER_S": "0", "RUNSTREAM_TEST_FACT_LINGER_S": "5"}
+    first = await cluster.ready_worker(**PROJECT, **lingering)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        request = body("My name is Ann and I live in Paris.", graph="assistant")
+        watched = await WatchedRun.submit(http, url, request)
+        events = watched.events
+        await wait_for(
+            lambda: len(memory_events(events, "remembered")) == 1, what="the first fact written"
+        )
+        killed_at = datetime.now(UTC)  # the second write is a linger (5 s) away
+        first.kill()
+        await cluster.ready_worker(**PROJECT, RUNSTREAM_TEST_LINGER_S="0")
+        await watched.end()
+        thread = (await http.get(f"/v1/threads/{watched.run['thread_id']}")).json()
+
+    assert events[-1].event == "done", events[-1]
+    names = [e.event for e in events]
+    assert names.count("retry") == 1
+    retry = names.index("retry")
+    before = memory_events(events[:retry], "remembered")
+    after = memory_events(events[retry:], "remembered")
+    assert [e["key"] for e in before] == ["name"]  # killed before the second write
+    assert [e["key"] for e in after] == ["name", "location"]
+    # the replay path: the second attempt got the first's recorded stamp back (a new write
+    # would have made a new one)
+    assert after[0] == before[0]
+    name, location = before[0]["written_at"], after[1]["written_at"]
+    ledger, rows = await ledger_and_store(cluster_settings, watched.run["run_id"])
+    # each key once in the ledger: the name claimed by attempt 1, the location by attempt 2
+    assert ledger == [("fact:location", 2, location), ("fact:name", 1, name)]
+    # and once in the store: the name as attempt 1 wrote it, the location after the kill
+    assert [row[:3] for row in rows] == [("location", "Paris", location), ("name", "Ann", name)]
+    written = {key: at for key, *_, at in rows}
+    assert written["name"] < killed_at < written["location"]
     answers = [m for m in thread["messages"] if m["role"] == "assistant"]
     assert len(answers) == 1
 

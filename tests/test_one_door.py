@@ -71,9 +71,10 @@ class Route:
     budget: Budget | None = None  # the per-minute budget the route counts against, if any
 
 
-def at(template: str, body: Any = None) -> Build:
+def at(template: str, body: Any = None, headers: dict[str, str] | None = None) -> Build:
     def build(ids: Ids) -> tuple[str, dict[str, Any]]:
-        return template.format(**ids), ({} if body is None else {"json": filled(body, ids)})
+        kwargs: dict[str, Any] = {} if body is None else {"json": filled(body, ids)}
+        return template.format(**ids), {**kwargs, **({"headers": headers} if headers else {})}
 
     return build
 
@@ -84,6 +85,7 @@ def _route(reach: Reach, *requests: Build, budget: Budget | None = None) -> Rout
 
 V1_RUN = {"input": {"messages": [{"role": "user", "content": "hi"}]}}
 LG_RUN = {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
 CHECKPOINT_ID = "1f0a0b1c-2d3e-6f40-8000-000000000000"
 OBJ, LIST, NEW, STORE = Reach.OBJECT, Reach.LISTING, Reach.CREATE, Reach.STORE
 SUBMITS, WRITES, QUERIES = Budget.SUBMITS, Budget.WRITES, Budget.QUERIES
@@ -250,6 +252,25 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/store/namespaces"): _route(
         Reach.NAMESPACES, at("/store/namespaces", {}), budget=QUERIES
     ),
+    # `/mcp`: a tools/list lists alice's assistant, a tools/call of it would run it; both ask
+    # `assistants.search` first. GET and DELETE hold nothing of anyone's (405, 404).
+    ("POST", "/mcp"): _route(
+        LIST,
+        at("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, MCP_ACCEPT),
+        at(
+            "/mcp",
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "mine", "arguments": {"messages": "hi"}},
+            },
+            MCP_ACCEPT,
+        ),
+        budget=QUERIES,
+    ),
+    ("GET", "/mcp"): _route(Reach.PUBLIC),
+    ("DELETE", "/mcp"): _route(Reach.PUBLIC),
     ("GET", "/ok"): _route(Reach.PUBLIC),
     ("GET", "/info"): _route(Reach.PUBLIC),
     # -- runstream's own -----------------------------------------------------------------------

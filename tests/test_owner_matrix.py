@@ -235,6 +235,12 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("DELETE", "/store/items"): STORE,
     ("POST", "/store/items/search"): STORE,
     ("POST", "/store/namespaces"): STORE,
+    ("POST", "/mcp"): Unscoped(
+        "the graphs' assistants and the caller's as tools; a call runs one on a new thread of"
+        " the caller's (tests/test_langgraph_mcp.py)"
+    ),
+    ("GET", "/mcp"): PUBLIC,
+    ("DELETE", "/mcp"): PUBLIC,
     ("GET", "/ok"): PUBLIC,
     ("GET", "/info"): PUBLIC,
     # -- runstream's own -----------------------------------------------------------------------

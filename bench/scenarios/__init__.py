@@ -30,6 +30,7 @@ MODULES = {
     "cluster": "cluster",
     "user_graph": "user_graph",
     "burst": "burst",
+    "fixed_path": "fixed_path",
     "memory": "memory",
 }
 ORDER = list(MODULES)

@@ -1,22 +1,28 @@
 """The memory-aware assistant (`assistant` in runner/assistant/langgraph.json): an ordinary
 LangGraph graph on runstream's "own project" mechanism.
 
-Each turn:
+A turn that asks nothing is one step, `answer`, so it writes the checkpoints `chat` writes
+(its input, the start, the step: 3), and agent-chat-ui, which reads a thread's 10 latest, finds
+an edited or regenerated message's fork among them and shows both branches. In it:
 
 - `respond` (the answer) assembles the context from one store search (the user's facts, framed
-  stated / likely / uncertain by confidence) and the thread's state (the summary and the recent
-  messages), with no model call before the answer's, and streams the answer.
-- `extract`, beside it, reads facts from the user's message (rules offline, structured output
-  with a model), writes each new one once (`runner.effects.once`), and stages one that
-  contradicts a stored value as a pending conflict, the old value kept. A user keeps at most
-  `RUNSTREAM_MAX_FACTS` facts: past them (or when the store refuses a write, `store_full`) no
-  new one is written, and `notice`, after the answer, says so in a short message.
-- `confirm` asks about each pending conflict through `interrupt()` (the human-in-the-loop shape
-  the UIs draw buttons for): yes applies the new value, no keeps the old, an unclear answer asks
-  again; a conflict older than `conflict_ttl_s` is dropped, the old value kept (a late answer
-  is told so: `expired_message`).
-- `summarize` folds the older messages into the summary past `summary_after` messages.
-- `grade` grades the turn (runner/assistant/grading.py) and records it, once per run and key.
+  stated / likely / uncertain by confidence; not those this run writes) and the thread's state
+  (the summary and the recent messages), with no model call before the answer's, and streams
+  the answer.
+- `extract`, beside it (a task of the same step), reads facts from the user's message (rules
+  offline, structured output with a model), writes each new one once (`runner.effects.once`),
+  and stages one that contradicts a stored value as a pending conflict, the old value kept. A
+  user keeps at most `RUNSTREAM_MAX_FACTS` facts: past them (or when the store refuses a
+  write, `store_full`) no new one is written, and a short message after the answer says so.
+- Then, nothing being pending, `summarize` folds the older messages into the summary past
+  `summary_after` messages, and `grade` grades the turn (runner/assistant/grading.py) and
+  records it, once per run and key.
+
+A turn that stages a conflict goes on to the `confirm` node, which asks about each pending
+conflict through `interrupt()` (the human-in-the-loop shape the UIs draw buttons for): yes
+applies the new value, no keeps the old, an unclear answer asks again; a conflict older than
+`conflict_ttl_s` is dropped, the old value kept (a late answer is told so: `expired_message`).
+After the last answer `wrap_up` summarises and grades the turn.
 
 What a client sends is `messages` (`AssistantInput`, the graph's input schema): `summary`,
 `pending` and `turn` are the graph's bookkeeping, which LangGraph drops from a run's input
@@ -32,11 +38,12 @@ lists them to their user, `DELETE /store/items` forgets one (docs/memory.md).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired, TypeVar
+from typing import Annotated, Any, NotRequired, Protocol, TypeVar
 
 import structlog
 from langchain_core.language_models import BaseChatModel
@@ -165,8 +172,8 @@ CONFIGURABLE_KEYS = {"graph": frozenset(field.name for field in fields(Assistant
 
 
 def merge_turn(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """The turn's record: each node adds its part (`respond` and `extract` run side by side);
-    an empty update (from `grade`) starts the next turn's."""
+    """The turn's record, for its grades: `answer` writes its part when a question is asked,
+    `confirm` each answer; an empty update (the turn graded) starts the next turn's."""
     return {**current, **update} if update else {}
 
 
@@ -250,8 +257,16 @@ async def respond(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
     """Context assembly (one store search, the state) and the answer, streamed."""
     context = _context(runtime)
     items = await _store(runtime).asearch(NAMESPACE, limit=context.recalled_facts)
+    run_id = _run_id(get_config())
+    # what was known before this message: not the facts this run writes beside the answer (an
+    # attempt retried after a kill answers as the first did)
     facts = sorted(
-        (fact for item in items if (fact := Fact.read(item.value)) is not None), key=Fact.order
+        (
+            fact
+            for item in items
+            if (fact := Fact.read(item.value)) is not None and fact.source_run != run_id
+        ),
+        key=Fact.order,
     )
     system = SystemMessage(memory_prompt(facts, state.get("summary", "")))
     prompt: list[BaseMessage] = [system, *state["messages"]]
@@ -412,8 +427,19 @@ def _dropped(conflict: Any, problems: list[str]) -> dict[str, Any]:
     return {"memory": {"event": "conflict_dropped", "key": str(key)[:120], "problems": problems}}
 
 
-async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
-    """Facts from the user's message: new ones written once, contradicting ones staged."""
+# How a fact is written once (`remember_once`'s signature); the fault tests wrap it to be killed
+# between two facts' writes
+Remember = Callable[..., Awaitable[dict[str, Any] | None]]
+
+
+async def extract(
+    state: AssistantState, runtime: Runtime[AssistantContext], remember: Remember = remember_once
+) -> dict[str, Any]:
+    """Facts from the user's message: new ones written once, contradicting ones staged.
+
+    A fact this run wrote already (an earlier attempt's, killed before the turn's checkpoint)
+    goes through `once` again, which replays its recorded stamp: the store is left as it is,
+    and the stream says `remembered` with the same stamp, as the first attempt did."""
     context = _context(runtime)
     store = _store(runtime)
     writer = get_stream_writer()
@@ -448,15 +474,16 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
             writer({"memory": {"event": "conflict_staged", "key": fact.key, "new": fact.value}})
             continue
         same = stored.get(fact.key)
-        if same is not None and same.confidence >= fact.confidence:
-            # nothing new: the same value, as sure or surer (also what a retry finds)
+        mine = same is not None and same.source_run == run_id  # written by an earlier attempt
+        if same is not None and same.confidence >= fact.confidence and not mine:
+            # nothing new: the same value, as sure or surer
             writer({"memory": {"event": "unchanged", "key": fact.key}})
             continue
         if refused or (same is None and max_facts and kept >= max_facts):
             full = True  # a fact replacing a stored one still fits; a new one does not
             continue
         try:
-            written = await remember_once(store, f"fact:{fact.key}", fact)
+            written = await remember(store, f"fact:{fact.key}", fact)
         except QuotaExceeded:  # the owner's store caps (RUNSTREAM_MAX_STORE_ITEMS, _BYTES)
             full = refused = True
             continue
@@ -470,14 +497,6 @@ async def extract(state: AssistantState, runtime: Runtime[AssistantContext]) -> 
         writer({"memory": {"event": "memory_full", "kept": kept, "max_facts": max_facts}})
         turn["memory_full"] = True
     return {"pending": pending, "turn": turn}
-
-
-async def notice(state: AssistantState) -> dict[str, Any]:
-    """After the answer (it streams beside the extraction, so it cannot say it), a short
-    message when memory was full and something the user said was not remembered."""
-    if not state.get("turn", {}).get("memory_full"):
-        return {}
-    return {"messages": [AIMessage(content=MEMORY_FULL)]}
 
 
 # -- confirmation ----------------------------------------------------------------------------
@@ -570,21 +589,17 @@ def _question(request: dict[str, Any]) -> str:
     return str(request["action_requests"][0].get("description", ""))
 
 
-def _after_confirm(state: AssistantState) -> str:
-    return "confirm" if _pending(state) else "summarize"
-
-
 # -- summary and grading ---------------------------------------------------------------------
 
 
-async def summarize(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
-    """Past `summary_after` messages, all but the last `keep_recent` folded into the summary."""
-    context = _context(runtime)
-    messages = state["messages"]
+async def summarize(
+    messages: list[BaseMessage], previous: str, context: AssistantContext
+) -> dict[str, Any]:
+    """Past `summary_after` messages (`messages`: the thread's with this turn's), all but the
+    last `keep_recent` folded into the summary: the update that folds them, or none."""
     if len(messages) <= context.summary_after:
         return {}
     folded = messages[: -context.keep_recent]
-    previous = state.get("summary", "")
     model = _model()
     if _offline(model):
         summary = rule_summary(previous, folded)
@@ -628,11 +643,11 @@ async def judge_with_model(model: BaseChatModel, confirmation: dict[str, Any]) -
     return result.verdict if isinstance(result, Judgement) else None
 
 
-async def grade(state: AssistantState) -> dict[str, Any]:
-    """Grade the turn after its answer streamed; recorded once per run and key. With a model,
-    each answer to a conflict question is judged by the model (`judge_with_model`)."""
+async def grade(turn: dict[str, Any]) -> None:
+    """Grade the turn (its record, `AssistantState.turn`) after its answer streamed; recorded
+    once per run and key. With a model, each answer to a conflict question is judged by the
+    model (`judge_with_model`)."""
     writer = get_stream_writer()
-    turn = state.get("turn", {})
     judged: list[tuple[Verdict, str] | None] = []
     confirmations = turn.get("confirmations", [])
     model = _model() if confirmations else None
@@ -651,31 +666,102 @@ async def grade(state: AssistantState) -> dict[str, Any]:
             passed=result.passed,
             detail=result.detail,
         )
-    return {"turn": {}}
+
+
+# -- the graph: a turn that asks nothing is one step ---------------------------------------
+
+# A step of the turn the fault tests replace (`assistant_builder`)
+ExtractStep = Callable[
+    [AssistantState, Runtime[AssistantContext]], Coroutine[Any, Any, dict[str, Any]]
+]
+GradeStep = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Node(Protocol):
+    """A node of the assistant, as LangGraph calls it (by the parameters' names)."""
+
+    def __call__(
+        self, state: AssistantState, runtime: Runtime[AssistantContext]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+
+async def close_turn(
+    state: AssistantState,
+    runtime: Runtime[AssistantContext],
+    turn: dict[str, Any],
+    said: list[BaseMessage],
+    grade_step: GradeStep,
+) -> dict[str, Any]:
+    """The end of a turn, nothing left to ask: the summary (the thread's messages with `said`,
+    this step's), then the turn's grades; the update that adds `said` and starts the next
+    turn's record."""
+    messages: list[BaseMessage] = [*state["messages"], *said]
+    folded = await summarize(messages, state.get("summary", ""), _context(runtime))
+    await grade_step(turn)
+    return {**folded, "messages": [*said, *folded.get("messages", [])], "turn": {}}
+
+
+def answer_node(extract_step: ExtractStep, grade_step: GradeStep) -> Node:
+    """The turn's step: `respond` and `extract` side by side (the extraction does not delay
+    the answer's first token), then the memory-full notice; when nothing is to be asked, the
+    summary and the grades too, so that a turn writes the checkpoints `chat`'s does (its input,
+    the start, this step: agent-chat-ui finds an edit's or a regenerate's fork among the 10
+    latest). A conflict to ask about leaves the summary and grades to `wrap_up`, after
+    `confirm`."""
+
+    async def answer(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+        async with asyncio.TaskGroup() as steps:  # one failing cancels the other
+            replying = steps.create_task(respond(state, runtime))
+            extracting = steps.create_task(extract_step(state, runtime))
+        replied, extracted = replying.result(), extracting.result()
+        said: list[BaseMessage] = list(replied["messages"])
+        if extracted["turn"].get("memory_full"):
+            # after the answer, which streamed beside the extraction and so could not say it
+            said.append(AIMessage(content=MEMORY_FULL))
+        record = {**replied["turn"], **extracted["turn"]}
+        if extracted["pending"]:
+            return {"messages": said, "pending": extracted["pending"], "turn": record}
+        turn = merge_turn(state.get("turn", {}), record)
+        closed = await close_turn(state, runtime, turn, said, grade_step)
+        return {**closed, "pending": []}
+
+    return answer
+
+
+def wrap_up_node(grade_step: GradeStep) -> Node:
+    """After the last conflict question of a turn is answered: its summary and grades."""
+
+    async def wrap_up(state: AssistantState, runtime: Runtime[AssistantContext]) -> dict[str, Any]:
+        return await close_turn(state, runtime, state.get("turn", {}), [], grade_step)
+
+    return wrap_up
+
+
+def _after_answer(state: AssistantState) -> str:
+    return "confirm" if _pending(state) else END
+
+
+def _after_confirm(state: AssistantState) -> str:
+    return "confirm" if _pending(state) else "wrap_up"
 
 
 def assistant_builder(
-    extract_node: Callable[..., Awaitable[dict[str, Any]]] = extract,
+    extract_step: ExtractStep = extract,
     confirm_node: Callable[..., Awaitable[dict[str, Any]]] = confirm,
-    grade_node: Callable[..., Awaitable[dict[str, Any]]] = grade,
+    grade_step: GradeStep = grade,
 ) -> StateGraph[AssistantState, AssistantContext, AssistantInput, AssistantState]:
-    """The assistant's graph, uncompiled; `extract_node`, `confirm_node` and `grade_node`
-    replace those steps (the fault tests wrap them to be killed mid-way)."""
+    """The assistant's graph, uncompiled: `answer`, then, when a conflict is to be asked,
+    `confirm` (once per question) and `wrap_up`. `extract_step`, `confirm_node` and
+    `grade_step` replace those steps (the fault tests wrap them to be killed mid-way)."""
     return (
         StateGraph(AssistantState, input_schema=AssistantInput, context_schema=AssistantContext)
-        .add_node("respond", respond)
-        .add_node("extract", extract_node)
-        .add_node("notice", notice)
+        .add_node("answer", answer_node(extract_step, grade_step))
         .add_node("confirm", confirm_node)
-        .add_node("summarize", summarize)
-        .add_node("grade", grade_node)
-        .add_edge(START, "respond")
-        .add_edge(START, "extract")
-        .add_edge(["respond", "extract"], "notice")
-        .add_edge("notice", "confirm")
-        .add_conditional_edges("confirm", _after_confirm, ["confirm", "summarize"])
-        .add_edge("summarize", "grade")
-        .add_edge("grade", END)
+        .add_node("wrap_up", wrap_up_node(grade_step))
+        .add_edge(START, "answer")
+        .add_conditional_edges("answer", _after_answer, ["confirm", END])
+        .add_conditional_edges("confirm", _after_confirm, ["confirm", "wrap_up"])
+        .add_edge("wrap_up", END)
     )
 
 

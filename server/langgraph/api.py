@@ -17,6 +17,7 @@ from server.errors import EXCEPTION_HANDLERS
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
 from .crons import CronsController, create_for_thread
+from .mcp import mcp_delete, mcp_get, mcp_post
 from .not_served import not_served_router
 from .runs import RunsController, StatelessRunsController
 from .store import StoreController
@@ -53,7 +54,8 @@ def _in_langgraph_shape(handler: Handler) -> Handler:
     return handle
 
 
-def langgraph_router() -> Router:
+def langgraph_router(*, mcp: bool = True) -> Router:
+    """LangGraph's routes; `/mcp` unless the project's `http.disable_mcp` turns it off."""
     return Router(
         path="/",
         route_handlers=[
@@ -67,6 +69,7 @@ def langgraph_router() -> Router:
             StoreController,
             info,
             ok,
+            *((mcp_post, mcp_get, mcp_delete) if mcp else ()),
             not_served_router(),
         ],
         exception_handlers={

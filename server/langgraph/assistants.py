@@ -69,7 +69,13 @@ from .wire import (
     AssistantVersions,
 )
 
-__all__ = ["AssistantsController", "info", "ok", "owned_assistant"]
+__all__ = [
+    "AssistantsController",
+    "info",
+    "ok",
+    "owned_assistant",
+    "search_assistants",
+]
 
 logger = structlog.get_logger()
 
@@ -78,6 +84,35 @@ XRAY_DEPTH = re.compile(r"[0-9]{1,3}")  # `re`'s [0-9] is ASCII only, unlike \d
 
 def _graph_assistants(resources: Resources) -> list[AssistantRecord]:
     return [graph_assistant(name, resources.started_at) for name in resources.graphs.names()]
+
+
+async def search_assistants(
+    resources: Resources, caller: Caller, body: AssistantSearch, *, limit: int
+) -> list[AssistantRecord]:
+    """The graphs' assistants and the caller's that `body` asks for (at most `limit`), once the
+    project's `assistants.search` handler allowed it and with its filter applied: what
+    `POST /assistants/search` lists, and `/mcp` offers as tools."""
+    filters = await assistant_listing_filters(
+        caller,
+        {
+            "graph_id": body.graph_id,
+            "metadata": body.metadata or {},
+            "limit": body.limit,
+            "offset": body.offset,
+        },
+    )
+    return await resources.searched_assistants(caller.owner).search_assistants(
+        caller.owner,
+        _graph_assistants(resources),
+        graph=body.graph_id,
+        name=body.name,
+        metadata=body.metadata or {},
+        auth_filters=filters,
+        limit=limit,
+        offset=body.offset,
+        sort_by=body.sort_by or "created_at",
+        descending=(body.sort_order or "desc") == "desc",
+    )
 
 
 def _read_only(assistant: AssistantRecord) -> Conflict:
@@ -305,27 +340,8 @@ class AssistantsController(Controller):
         data: Annotated[AssistantSearch | None, Body()] = None,
     ) -> Response[list[dict[str, Any]]]:
         body = data or AssistantSearch()
-        filters = await assistant_listing_filters(
-            caller,
-            {
-                "graph_id": body.graph_id,
-                "metadata": body.metadata or {},
-                "limit": body.limit,
-                "offset": body.offset,
-            },
-        )
-        found = await resources.searched_assistants(caller.owner).search_assistants(
-            caller.owner,
-            _graph_assistants(resources),
-            graph=body.graph_id,
-            name=body.name,
-            metadata=body.metadata or {},
-            auth_filters=filters,
-            limit=body.limit + 1,  # one more tells whether there is a next page
-            offset=body.offset,
-            sort_by=body.sort_by or "created_at",
-            descending=(body.sort_order or "desc") == "desc",
-        )
+        # one more than the page tells whether there is a next page
+        found = await search_assistants(resources, caller, body, limit=body.limit + 1)
         views = [msgspec.to_builtins(assistant_view(a)) for a in found[: body.limit]]
         if body.select:
             views = [{k: v for k, v in view.items() if k in body.select} for view in views]

@@ -40,6 +40,7 @@ __all__ = [
     "TranslatedDialect",
     "langgraph_attachment",
     "modes_of",
+    "outcome_at_end",
     "run_paths",
     "stream_response",
     "wait_response",
@@ -233,6 +234,21 @@ async def _cancel_quietly(resources: Resources, run: RunRecord) -> None:
             with contextlib.suppress(Conflict):
                 await resources.lifecycle.cancel(current)
             logger.info("run cancelled: its client went away (on_disconnect=cancel)")
+
+
+async def outcome_at_end(resources: Resources, run: RunRecord) -> dict[str, Any]:
+    """What `/wait` answers, once the run's LangGraph stream ended: for a caller that answers in
+    one piece rather than a stream (`/mcp`).
+
+    Raises:
+        StreamCut: the stream was cut before its end (shutdown, Redis lost it).
+    """
+    attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
+    async for _ in attachment.frames():
+        pass
+    if not attachment.complete:
+        raise StreamCut(f"following run {run.run_id} cut before its end")
+    return await _outcome(resources, run, True)
 
 
 async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> dict[str, Any]:

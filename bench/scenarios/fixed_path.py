@@ -1,0 +1,133 @@
+"""`fixed_path`: where a run's fixed path goes, step by step, for one run and for a burst.
+
+What every run pays before its graph and after its first token (issue 36), split at the
+moments the product records on the one machine clock: submit (this process, before its POST),
+recorded (Postgres `created_at`), claimed (`started_at`, set by the claim), first token
+appended (the Redis stream id of the run's first `token` event, in milliseconds), and, for one
+run, first token at the client (an SSE client attached right after the 202). The steps:
+
+- record: submit → recorded (the POST's work up to its transaction: rows, checks);
+- answer: recorded → 202 at the client (the rest of the submit: the stream opened, the job
+  enqueued, the answer sent);
+- claim: recorded → claimed (the job found and claimed by the worker);
+- start: claimed → first token appended (the attempt's start, the graph's first step, the
+  model's first token, the append);
+- deliver: first token appended → first token at the client (the server's wake and write).
+
+One run: sequential runs of the `chat` graph with the fake model (delay 0), each on a new
+thread, after a warm-up. Burst: N runs submitted together (`burst`'s clients and moments),
+N = 50 and 200 (`--quick`: 50). Redis ids have millisecond resolution, the others
+microseconds: a step under 1 ms reads as 0 or 1.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from bench.api import TERMINAL_STATUSES, Api
+from bench.context import BenchContext
+from bench.lean_client import LeanClient
+from bench.processes import Namespace
+from bench.report import summary
+from bench.scenarios.burst import Moments, burst, first_token_ms
+from bench.sse import TERMINAL, SseStream
+
+from .sizes import TTFT_TEXT
+
+NAME = "fixed_path"
+NEEDS: tuple[str, ...] = ()
+WARMUP = 3
+
+
+async def _recorded_and_claimed(
+    namespace: Namespace, run_ids: list[str]
+) -> dict[str, tuple[float, float]]:
+    """Each run's (created_at, started_at), Unix seconds."""
+    async with await psycopg.AsyncConnection.connect(
+        namespace.services.database_url, autocommit=True
+    ) as conn:
+        cur = await conn.execute(
+            "SELECT run_id::text, extract(epoch FROM created_at), extract(epoch FROM started_at)"
+            f' FROM "{namespace.schema}".runstream_runs WHERE run_id = ANY(%s::uuid[])',
+            (run_ids,),
+        )
+        return {run_id: (float(c), float(s)) for run_id, c, s in await cur.fetchall()}
+
+
+async def one_run_steps(namespace: Namespace, server_url: str, n: int) -> dict[str, list[float]]:
+    """Each step's milliseconds over `n` sequential runs (after `WARMUP` more)."""
+    seen: list[tuple[str, float, float, float]] = []  # run, submit, 202, first token at client
+    async with Api(server_url) as api:
+        for i in range(WARMUP + n):
+            submitted = time.time()
+            run = await api.submit(TTFT_TEXT, delay_ms=0)
+            accepted = time.time()
+            first = 0.0
+            async with await SseStream.open(server_url, run["stream_url"]) as sse:
+                async for batch in sse.batches():
+                    now = time.time()
+                    for event in batch:
+                        if event.event == b"token" and not first:
+                            first = now
+                    if any(event.event in TERMINAL for event in batch):
+                        break
+            if i >= WARMUP:
+                seen.append((run["run_id"], submitted, accepted, first))
+    run_ids = [run_id for run_id, *_ in seen]
+    rows = await _recorded_and_claimed(namespace, run_ids)
+    appended = await first_token_ms(namespace, run_ids)
+    steps: dict[str, list[float]] = {
+        name: [] for name in ("record", "answer", "claim", "start", "deliver", "total")
+    }
+    for run_id, submitted, accepted, first in seen:
+        created, claimed = rows[run_id]
+        token = appended[run_id] / 1000
+        for name, value in (
+            ("record", created - submitted),
+            ("answer", accepted - created),
+            ("claim", claimed - created),
+            ("start", token - claimed),
+            ("deliver", first - token),
+            ("total", first - submitted),
+        ):
+            steps[name].append(value * 1000)
+    return steps
+
+
+def burst_steps(moments: list[Moments]) -> dict[str, list[float]]:
+    return {
+        "record": [(m.created - m.submit) * 1000 for m in moments],
+        "claim": [(m.claimed - m.created) * 1000 for m in moments],
+        "start": [(m.first_token - m.claimed) * 1000 for m in moments],
+        "total": [(m.first_token - m.submit) * 1000 for m in moments],
+    }
+
+
+def report(ctx: BenchContext, label: str, steps: dict[str, list[float]]) -> None:
+    for name, values in steps.items():
+        stats = summary(values)
+        ctx.figure(
+            NAME,
+            f"{label}: {name}, median (p99 {stats['p99']:.1f})",
+            stats["median"],
+            "ms",
+            stats=stats,
+        )
+    ctx.note(NAME, **{label: {name: summary(values) for name, values in steps.items()}})
+
+
+async def run(ctx: BenchContext) -> None:
+    sizes = [50] if ctx.quick else [50, 200]
+    async with ctx.cluster(NAME) as (namespace, cluster):
+        server = await cluster.server()
+        worker = await cluster.ready_worker(concurrency=max(sizes))
+        report(ctx, "one run", await one_run_steps(namespace, server.url, ctx.size(40, 15)))
+        async with Api(server.url) as api:
+            warm = await api.submit("warm up", delay_ms=0)
+            await api.wait_status(warm["run_id"], TERMINAL_STATUSES)
+        for n in sizes:
+            async with LeanClient(server.url, connections=n) as client:
+                moments, _, _ = await burst(client, namespace, worker, n, "v1")
+            report(ctx, f"burst of {n}", burst_steps(moments))

@@ -27,6 +27,7 @@ from server.callers.quotas import CallerQuotas
 from server.resources import Resources
 from stream_store.settings import Settings
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection, serve_in_loop
+from tests.processes import Cluster
 from tests.test_langgraph_api import API_KEYS, client_for, eventually, human
 from tests.test_langgraph_crons import EVERY_MINUTE, Clock, deps, scheduler, when
 
@@ -59,6 +60,7 @@ class Receiver:
     def __init__(self) -> None:
         self.received: list[tuple[dict[str, str], Any]] = []
         self.answers: list[int] = []
+        self.statuses: list[int] = []  # what it answered, in turn
         self.hold = False
         self.release = asyncio.Event()
         self.handle: ServerHandle | None = None
@@ -67,7 +69,9 @@ class Receiver:
         self.received.append((dict(request.headers), await request.json()))
         if self.hold:
             await self.release.wait()
-        return Response(status_code=self.answers.pop(0) if self.answers else 200)
+        status = self.answers.pop(0) if self.answers else 200
+        self.statuses.append(status)
+        return Response(status_code=status)
 
     @property
     def url(self) -> str:
@@ -349,3 +353,40 @@ async def test_loopback_and_private_addresses_are_the_operators_to_allow() -> No
     assert await _refusal(project_open, "https://127.0.0.1/x") == (
         "Webhook host blocked: loopback IP range"
     )
+
+
+@pytest.mark.fault
+async def test_a_worker_killed_after_the_run_ended_leaves_its_webhook_to_another(
+    cluster: Cluster, receiver: Receiver
+) -> None:
+    """SIGKILL the worker that ran the run as soon as the run has ended, its receiver down
+    (503) until then, so that worker cannot have delivered it: another worker does."""
+    private = {"RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES": "true"}
+    _, url = await cluster.server(**private)
+    first = await cluster.ready_worker(**private)
+    receiver.answers = [503] * 1000  # down
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        tid = (await http.post("/threads", json={})).json()["thread_id"]
+        body = {"assistant_id": "chat", "input": human("hi"), "webhook": receiver.url}
+        run = (await http.post(f"/threads/{tid}/runs", json=body)).json()
+
+        async def ended() -> bool:
+            answer = (await http.get(f"/threads/{tid}/runs/{run['run_id']}")).json()
+            return bool(answer["status"] == "success")
+
+        await eventually(ended, "the run to end")
+        first.kill()
+        receiver.answers = []  # up
+        await cluster.ready_worker(**private)
+        # a delivery the dead worker held mid-POST waits for its lease (60 s) to run out
+        await eventually(lambda: _answered(receiver, 200), "another worker's POST", 150)
+        webhooks = (await http.get(f"/v1/runs/{run['run_id']}/webhooks")).json()["webhooks"]
+    [delivery] = webhooks
+    assert delivery["state"] == "delivered"
+    assert delivery["attempts"][-1]["status_code"] == 200
+    assert all(a["status_code"] == 503 for a in delivery["attempts"][:-1])
+    assert {payload["run_id"] for _, payload in receiver.received} == {run["run_id"]}
+
+
+async def _answered(receiver: Receiver, status: int) -> bool:
+    return status in receiver.statuses

@@ -214,6 +214,26 @@ async def test_a_slow_receiver_never_holds_a_run_up(
     receiver.release.set()
 
 
+async def test_a_caller_at_its_pending_webhooks_bound_gets_429_and_others_do_not(
+    start_server: StartServer, start_worker: StartWorker, receiver: Receiver
+) -> None:
+    server = await start_server(
+        api_keys=API_KEYS, webhook_private_addresses=True, max_pending_webhooks=1
+    )
+    await start_worker(webhook_private_addresses=True)
+    alice, bob = client_for(server.url, "key-a"), client_for(server.url, "key-b")
+    receiver.hold = True  # alice's first delivery stays pending
+    await alice.runs.wait(None, "chat", input=human("one"), webhook=receiver.url)
+    await eventually(lambda: _received(receiver, 1), "the first POST")
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await alice.runs.create(None, "chat", input=human("two"), webhook=receiver.url)
+    assert refused.value.response.status_code == 429
+    assert refused.value.response.json()["code"] == "too_many_pending_webhooks"
+    await alice.runs.wait(None, "chat", input=human("no webhook"))  # only webhooks are bounded
+    await bob.runs.create(None, "chat", input=human("bob's"), webhook=receiver.url)
+    receiver.release.set()
+
+
 async def _received(receiver: Receiver, count: int) -> bool:
     return len(receiver.received) >= count
 

@@ -8,8 +8,10 @@ allow loopback addresses (`webhook_private_addresses`), as an operator would on 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,6 +53,28 @@ PAYLOAD_KEYS = [
     "webhook_sent_at",
     "values",
 ]
+
+
+GRAPH = """
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+
+class State(TypedDict, total=False):
+    text: str
+
+
+def node(state: State) -> State:
+    return {"text": (state.get("text") or "") + "!"}
+
+
+builder = StateGraph(State)
+builder.add_node("node", node)
+builder.add_edge(START, "node")
+builder.add_edge("node", END)
+graph = builder.compile()
+"""
 
 
 class Receiver:
@@ -232,6 +256,42 @@ async def test_a_caller_at_its_pending_webhooks_bound_gets_429_and_others_do_not
     await alice.runs.wait(None, "chat", input=human("no webhook"))  # only webhooks are bounded
     await bob.runs.create(None, "chat", input=human("bob's"), webhook=receiver.url)
     receiver.release.set()
+
+
+async def test_the_projects_webhooks_key_sets_the_policy_the_headers_and_the_fields(
+    start_server: StartServer, start_worker: StartWorker, receiver: Receiver, tmp_path: Path
+) -> None:
+    assert receiver.handle is not None
+    port = int(receiver.handle.url.rsplit(":", 1)[1])
+    webhooks = {
+        "url": {"require_https": False, "allowed_ports": [port]},
+        "headers": {"X-Token": "Bearer ${{ env.LG_WEBHOOK_TOKEN }}", "X-Static": "s"},
+        "allowed_fields": ["run_id", "status", "values"],
+    }
+    config = tmp_path / "langgraph.json"
+    (tmp_path / "agent.py").write_text(GRAPH)  # the graph LangGraph's POST was observed with
+    project = {
+        "graphs": {"agent": "./agent.py:graph"},
+        "env": {"LG_WEBHOOK_TOKEN": "t0k"},
+        "webhooks": webhooks,
+    }
+    config.write_text(json.dumps(project))
+    changes = {"config_path": str(config), "webhook_private_addresses": True}
+    server = await start_server(**changes)
+    await start_worker(**changes)
+    sdk = client_for(server.url)
+    with pytest.raises(UnprocessableEntityError) as refused:
+        await sdk.runs.create(
+            None, "chat", input=human("x"), webhook=f"http://127.0.0.1:{port + 1}/"
+        )
+    assert refused.value.response.json()["detail"] == f"Webhook port {port + 1} not allowed"
+    run = await sdk.runs.create(None, "agent", input={"text": "hi"}, webhook=receiver.url)
+    await eventually(lambda: _received(receiver, 1), "the POST")
+    [(headers, payload)] = receiver.received
+    assert (headers["x-token"], headers["x-static"]) == ("Bearer t0k", "s")
+    assert list(payload) == ["run_id", "status", "values"]
+    assert (payload["run_id"], payload["status"]) == (run["run_id"], "success")
+    assert payload["values"] == {"text": "hi!"}
 
 
 async def _received(receiver: Receiver, count: int) -> bool:

@@ -196,6 +196,8 @@ def test_a_failed_runs_payload_has_langgraphs_error_and_a_cancelled_ones_its_sta
     assert "rollback" not in payload["kwargs"]
     cancelled = webhook_payload({**ended, "status": "cancelled", "error": None}, None, sent)
     assert cancelled["status"] == "interrupted" and "error" not in cancelled
+    paused = webhook_payload({**ended, "status": "interrupted", "error": None}, None, sent)
+    assert paused["status"] == "success"  # stopped at interrupt(): LangGraph's run succeeded
     rolled_back = {**ended, "status": "cancelled", "kwargs": {"rollback": True}}
     assert webhook_payload(rolled_back, None, sent)["status"] == "rollback"
     only = webhook_payload(ended, {"a": 1}, sent, allowed_fields=["run_id", "values"])

@@ -23,6 +23,8 @@ import structlog
 
 from stream_store.limits import MAX_FAKE_TOKEN_DELAY_MS
 
+from .errors import ProjectContractError
+
 __all__ = [
     "MODEL_CONFIGURABLE",
     "RESERVED_KEYS",
@@ -79,7 +81,7 @@ MODEL_CONFIGURABLE: dict[str, Callable[[Any], object]] = {
 }
 
 
-class ConfigurableRefused(ValueError):
+class ConfigurableRefused(ProjectContractError, ValueError):
     """A `configurable` key the graph does not take, or a value its reader refuses."""
 
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configurable import check
+from .errors import ProjectContractError
 
 __all__ = ["GraphCatalog", "UnknownGraph"]
 
 
-class UnknownGraph(LookupError):
+class UnknownGraph(ProjectContractError, LookupError):
     """No graph is registered under that name."""
 
 

@@ -10,8 +10,8 @@ never a run that fails.
 
 The built-in graphs take runstream's `RunContext` instead (`runner.graphs`): a graph whose
 `context_schema` is `RunContext` gets that, whatever the run's context (`takes_run_context`).
-This module imports no LangChain (the chat model's type only), so the server checks a context
-at submit without it.
+What a node does in its run (`once`, its model) is `runner.run_scope`'s, not the context's.
+This module imports no LangChain, so the server checks a context at submit without it.
 """
 
 from __future__ import annotations
@@ -19,14 +19,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_type_hints, is_typeddict
+from typing import Any, get_type_hints, is_typeddict
 
 from pydantic import BaseModel, ValidationError
 
-from runner.tools import Effect, Execution, ToolLedger
-
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
+from .errors import ProjectContractError
 
 __all__ = ["ContextRefused", "RunContext", "graph_context", "takes_run_context"]
 
@@ -38,18 +35,6 @@ class RunContext:
     run_id: str
     thread_id: str
     attempt: int
-    chat_model: BaseChatModel
-    ledger: ToolLedger
-
-    async def write(self, tool: str, tool_call_id: str, effect: Effect) -> Execution:
-        """Run a write tool's effect at most once for this tool call (see `runner.tools`)."""
-        return await self.ledger.execute(
-            run_id=self.run_id,
-            tool_call_id=tool_call_id,
-            tool=tool,
-            attempt=self.attempt,
-            effect=effect,
-        )
 
 
 def takes_run_context(schema: Any) -> bool:
@@ -58,7 +43,7 @@ def takes_run_context(schema: Any) -> bool:
     return isinstance(schema, type) and issubclass(schema, RunContext)
 
 
-class ContextRefused(ValueError):
+class ContextRefused(ProjectContractError, ValueError):
     """A run's context that the graph's `context_schema` cannot take."""
 
 

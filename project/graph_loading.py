@@ -15,9 +15,11 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, get_args, get_origin
 
@@ -186,8 +188,30 @@ def import_source(source: GraphSource) -> ModuleType:
         return module
     except Exception as exc:
         cause = str(exc).splitlines()[0] if str(exc) else ""
+        at = _failed_at(exc)
+        # Chained: the user's traceback stays on the error, for a log that prints it.
         raise ProjectError(
             source.origin,
             source.key,
-            f"importing {source.where} failed: {type(exc).__name__}: {cause}",
-        ) from None
+            f"importing {source.where} failed{at}: {type(exc).__name__}: {cause}",
+        ) from exc
+
+
+def _failed_at(exc: BaseException) -> str:
+    """Where the user's code failed, as ` at file:line` (empty when not known): for a
+    `SyntaxError` the line it found, else the innermost frame that is neither the import
+    machinery's nor in the Python installation (a library the user's module imported), or
+    failing that the innermost that is not the import machinery's."""
+    if isinstance(exc, SyntaxError):
+        return f" at {exc.filename}:{exc.lineno}" if exc.filename else ""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<frozen") and frame.filename != __file__
+    ]
+    installed = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    users = [f for f in frames if not any(Path(f.filename).is_relative_to(p) for p in installed)]
+    if not frames:
+        return ""
+    frame = (users or frames)[-1]
+    return f" at {frame.filename}:{frame.lineno}"

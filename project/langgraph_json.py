@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from stream_store.settings import SettingsError
 from stream_store.store import HALFVEC_MAX_DIMS
 
+from .errors import ProjectContractError
 from .webhooks import PAYLOAD_FIELDS, WebhooksSpec, resolve_headers
 
 __all__ = [
@@ -147,7 +148,7 @@ AUTH_IGNORED_KEYS: dict[str, str] = {
 _JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 
 
-class ProjectError(SettingsError):
+class ProjectError(ProjectContractError, SettingsError):
     """The project cannot be served: one line naming the file, the key and the cause."""
 
     def __init__(self, file: str | Path, key: str, cause: str) -> None:

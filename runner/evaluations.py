@@ -1,12 +1,13 @@
-"""`record_evaluation`: a graph's grade of its own work, recorded with its run, once per key.
+"""What `runner.run_scope.record_evaluation` records: a graph's grade of its own work, with its
+run, once per key.
 
 A node of any graph (a judge after the reply, a check of an extraction) calls `await
-record_evaluation(kind, score, key=...)`. The run, thread, owner, graph, attempt and trace id
-come from the context variable the worker sets around the graph's stream
-(`runner.effects.running`), as `once` takes them. The row is written once per run and key across
-crashes and retries (`stream_store.evaluations`): a node that a later attempt runs again records
-nothing new, so a grade is never stored or counted twice (/metrics counts the writes), and an
-attempt that lost its run writes nothing.
+record_evaluation(kind, score, key=...)` (`runner.run_scope`, the API graph code imports), which
+hands its run scope here: the run, thread, owner, graph, attempt and trace ids come from it, as
+`once` takes them. The row is written once per run and key across crashes and retries
+(`stream_store.evaluations`): a node that a later attempt runs again records nothing new, so a
+grade is never stored or counted twice (/metrics counts the writes), and an attempt that lost
+its run writes nothing.
 
 The inputs are checked before anything is written, with errors that say what is wrong: a graph's
 bug should fail its run loudly rather than put a label of unbounded cardinality into /metrics or
@@ -18,7 +19,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -30,9 +32,12 @@ from stream_store.limits import (
     EVALUATIONS_MAX_PER_RUN,
 )
 
-from .effects import NotInARun, current_run
+if TYPE_CHECKING:
+    from .run_scope import RunScope
 
-__all__ = ["EvaluationRefused", "NotInARun", "record_evaluation"]
+from .errors import RunnerError
+
+__all__ = ["EvaluationRefused", "record"]
 
 logger = structlog.get_logger()
 
@@ -48,12 +53,13 @@ _LOGGED = {
 }
 
 
-class EvaluationRefused(ValueError):
+class EvaluationRefused(RunnerError, ValueError):
     """`record_evaluation` was given something it does not record (the message says what), or
     the run holds as many evaluations as one run may."""
 
 
-async def record_evaluation(
+async def record(
+    run: RunScope,
     kind: str,
     score: float,
     *,
@@ -61,17 +67,11 @@ async def record_evaluation(
     passed: bool | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """Record the current run's evaluation `key`: of `kind` (`reply`, `extraction`: a lowercase
-    identifier, at most 32 characters), a `score` in [0, 1], whether it `passed` (None: not a
-    pass/fail check) and a JSON object of `detail` (at most 16 KiB as compact JSON).
-
-    The first call for `key` in a run writes it; any later one, in this attempt or a later
-    one, changes nothing (whatever its values), as does a call from an attempt that no longer
-    holds the run (its lease was lost, the run was deleted).
+    """Record `run`'s evaluation `key` (`runner.run_scope.record_evaluation` says what each
+    value may be), once per run and key.
 
     Raises:
-        EvaluationRefused: an input is not as above, or the run holds 1000 evaluations already.
-        NotInARun: called outside a run of runstream's worker.
+        EvaluationRefused: an input is not as it may be, or the run holds 1000 evaluations.
     """
     checked_kind = _check_kind(kind)
     checked_score = _check_score(score)
@@ -79,7 +79,6 @@ async def record_evaluation(
     if passed is not None and not isinstance(passed, bool):
         raise EvaluationRefused(f"passed must be true, false or None, not {passed!r}")
     checked_detail = _check_detail(detail)
-    run = current_run("runner.evaluations.record_evaluation")
     recorded = await run.evaluations.record(
         NewEvaluation(
             run_id=run.run_id,
@@ -164,3 +163,17 @@ def _check_detail(detail: object) -> dict[str, Any] | None:
         raise EvaluationRefused("detail must not contain the NUL character")
     parsed: dict[str, Any] = json.loads(encoded)  # what is stored: keys as JSON has them
     return parsed
+
+
+def __getattr__(name: str) -> Any:
+    """`record_evaluation` and `NotInARun`, deprecated here: `runner.run_scope` has them."""
+    if name in ("record_evaluation", "NotInARun"):
+        from . import run_scope
+
+        warnings.warn(
+            f"runner.evaluations.{name} is deprecated: import it from runner.run_scope",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(run_scope, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

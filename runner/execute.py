@@ -45,11 +45,10 @@ from wire.events import MessageData, RunStatus, ValuesData, WireMessage
 
 from .attempt_spans import graph_callbacks
 from .attempt_writer import AttemptWriter
-from .effects import running
 from .graph_events import EVENTS_MODE, stream_with_events
 from .graph_input import graph_input
-from .models import make_chat_model, model_for_run
 from .recovery import hand_back, retry_planner
+from .run_scope import RunScope, running
 from .state import Attempt, AttemptPhase, WorkerState
 from .translate import StreamTranslator
 
@@ -267,7 +266,7 @@ async def _stream_built(
     callbacks = graph_callbacks(services.tracer)  # a span per node and model call, if traced
     if callbacks:
         config["callbacks"] = callbacks
-    context = _graph_context(state, run, graph, configurable)
+    context = _graph_context(run, graph)
     # `config` is the thread's latest checkpoint, where the run's outcome is read; `call.config`
     # is where the graph starts (a fork's checkpoint, until the run saved one of its own)
     call = await graph_input(graph, run, config)
@@ -314,12 +313,8 @@ async def _stream_built(
             )
         else:
             stream = graph.astream(invoke_with, call.config, **options)  # type: ignore[call-overload]
-        # `runner.effects.once`, `runner.evaluations.record_evaluation` and
-        # `runner.models.chat_model()` in any graph's nodes
-        with (
-            running(run, state.ledger, services.evaluations, max_facts=services.settings.max_facts),
-            model_for_run(services.settings, configurable),
-        ):
+        # the run-scoped API of any graph's nodes (`runner.run_scope`): set here only
+        with running(RunScope.of(run, services, configurable)):
             async for item in stream:
                 namespace, mode, chunk = item if subgraphs else ((), *item)
                 for event, data in translator.translate_nested(namespace, mode, chunk):
@@ -327,21 +322,13 @@ async def _stream_built(
     return await _settle(services, attempt, run, writer, graph, config)
 
 
-def _graph_context(
-    state: WorkerState, run: RunRecord, graph: Pregel, configurable: dict[str, Any]
-) -> Any:
+def _graph_context(run: RunRecord, graph: Pregel) -> Any:
     """The graph's `runtime.context`: runstream's `RunContext` for a graph that asks for it
     (the built-ins), else the run's context (the assistant's under the run's, recorded at
     submit) built into the graph's own `context_schema` (`project.graph_context`)."""
     schema = graph.context_schema
     if takes_run_context(schema):
-        return RunContext(
-            run_id=run.run_id,
-            thread_id=run.thread_id,
-            attempt=run.attempt,
-            chat_model=make_chat_model(state.services.settings, configurable),
-            ledger=state.ledger,
-        )
+        return RunContext(run_id=run.run_id, thread_id=run.thread_id, attempt=run.attempt)
     return graph_context(schema, run.kwargs.get("context") or {})
 
 

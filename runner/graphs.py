@@ -1,10 +1,11 @@
 """The built-in graphs, `chat` and `approval`: graph code, loaded by `GraphRegistry`
 (runner/graph_registry.py) under the names `BUILTIN_GRAPHS` gives them, as any other graph is.
 
-Graph nodes get their chat model from the run context (`RunContext.chat_model`), made by the
-model factory for each run, so a graph never knows whether it talks to OpenAI or the fake.
-Neither graph reads `configurable` itself: `CONFIGURABLE_KEYS` says so, as any graph's module
-may (`project.configurable`).
+Their nodes use the run-scoped API any graph's code does (`runner.run_scope`): the worker's chat
+model (`chat_model`, so a graph never knows whether it talks to OpenAI or the fake), and `once`
+for `save_note`'s write. Their `context_schema` is `RunContext`, so no run's context reaches
+them. Neither graph reads `configurable` itself: `CONFIGURABLE_KEYS` says so, as any graph's
+module may (`project.configurable`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.runtime import Runtime
 from langgraph.types import interrupt
-from psycopg import AsyncConnection
-from psycopg.rows import DictRow
+from psycopg import DatabaseError
 from pydantic import AfterValidator
 
 from project.graph_context import RunContext
+from stream_store.checkpoints import FENCE_REFUSED
+from stream_store.errors import Fenced
 from wire.approvals import (
     ActionRequest,
     Decision,
@@ -35,6 +36,7 @@ from wire.approvals import (
     request_value,
 )
 
+from .run_scope import chat_model, current_run, once
 from .tools import Execution
 
 __all__ = ["CONFIGURABLE_KEYS", "approval", "chat", "run_save_note"]
@@ -43,9 +45,9 @@ __all__ = ["CONFIGURABLE_KEYS", "approval", "chat", "run_save_note"]
 # -- chat ---------------------------------------------------------------------------------
 
 
-async def respond(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def respond(state: MessagesState) -> dict[str, Any]:
     """One model turn over the whole conversation."""
-    reply = await runtime.context.chat_model.ainvoke(state["messages"])
+    reply = await chat_model().ainvoke(state["messages"])
     return {"messages": [reply]}
 
 
@@ -63,28 +65,47 @@ chat = (
 @tool
 def save_note(content: str) -> str:
     """Save a note for the user (a write: it runs only after a person approved it)."""
-    raise NotImplementedError("executed through RunContext.write; this is the schema")
+    raise NotImplementedError("executed by run_save_note; this is the schema")
 
 
-async def run_save_note(context: RunContext, call: ToolCall) -> Execution:
-    """The `save_note` effect: one row in `runstream_notes`, at most once per tool call."""
+async def run_save_note(call: ToolCall) -> Execution:
+    """The `save_note` effect: one row in `runstream_notes`, once per tool call (`once`, keyed
+    by the call's id; `replayed`: an earlier call ran it).
+
+    The insert is made idempotent by that key, as `once` asks of an effect: an attempt that
+    died between its insert and the ledger's record left the row, which the next attempt's
+    insert finds; one that lost the run (`runstream_fence`) inserts nothing and stops.
+    """
+    run = current_run()
     content = str(call["args"].get("content", ""))
     call_id = call["id"] or ""
+    ran = False
 
-    async def insert(conn: AsyncConnection[DictRow]) -> str:
-        await conn.execute(
-            "INSERT INTO runstream_notes (thread_id, run_id, tool_call_id, content)"
-            " VALUES (%s, %s, %s, %s)",
-            (context.thread_id, context.run_id, call_id, content),
-        )
+    async def insert() -> str:
+        nonlocal ran
+        ran = True
+        try:
+            async with run.ledger.pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT runstream_fence(%s, %s)", (run.run_id, run.attempt))
+                await conn.execute(
+                    "INSERT INTO runstream_notes (thread_id, run_id, tool_call_id, content)"
+                    " SELECT %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM runstream_notes"
+                    " WHERE run_id = %s AND tool_call_id = %s)",
+                    (run.thread_id, run.run_id, call_id, content, run.run_id, call_id),
+                )
+        except DatabaseError as exc:
+            if exc.sqlstate == FENCE_REFUSED:
+                raise Fenced(f"run {run.run_id}: attempt {run.attempt} lost the run") from exc
+            raise
         return f"saved note ({len(content)} characters)"
 
-    return await context.write("save_note", call_id, insert)
+    result = await once(call_id, insert, name="save_note")
+    return Execution(result=result, replayed=not ran)
 
 
-async def propose(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def propose(state: MessagesState) -> dict[str, Any]:
     """The model answers, or proposes a `save_note` call."""
-    model = runtime.context.chat_model.bind_tools([save_note])
+    model = chat_model().bind_tools([save_note])
     reply = await model.ainvoke(state["messages"])
     return {"messages": [reply]}
 
@@ -133,7 +154,7 @@ def _answer_schema(request: HITLRequest) -> Any:
     return Annotated[Any, AfterValidator(review_answer)]
 
 
-async def confirm_and_run(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def confirm_and_run(state: MessagesState) -> dict[str, Any]:
     """Ask a person about the proposed calls at once; run the approved or edited ones.
 
     `interrupt()` pauses the run here; code above it re-runs on resume, so nothing with a side
@@ -157,7 +178,7 @@ async def confirm_and_run(state: MessagesState, runtime: Runtime[RunContext]) ->
         ran = call
         if isinstance(decision, EditDecision):
             ran = {**call, "args": decision.edited_action.args}
-        execution = await run_save_note(runtime.context, ran)
+        execution = await run_save_note(ran)
         output = str(execution.result)
         if isinstance(decision, EditDecision):
             edited = json.dumps(decision.edited_action.args, ensure_ascii=False)

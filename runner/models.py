@@ -1,8 +1,8 @@
 """The model factory: `ChatOpenAI`, or the deterministic `fake` model, behind one call.
 
-Graph code receives a `BaseChatModel` from `make_chat_model` and cannot tell which it got; both
-stream through LangChain's callbacks, so LangGraph's `messages` stream mode sees their tokens
-the same way.
+Graph code receives a `BaseChatModel` from `make_chat_model` (through
+`runner.run_scope.chat_model`) and cannot tell which it got; both stream through LangChain's
+callbacks, so LangGraph's `messages` stream mode sees their tokens the same way.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -21,21 +21,14 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from project.configurable import MODEL_CONFIGURABLE, fake_token_delay_ms
+from project.configurable import fake_token_delay_ms
 from stream_store.settings import Settings
 
-__all__ = [
-    "EchoChatModel",
-    "NoModelHere",
-    "chat_model",
-    "make_chat_model",
-    "model_for_run",
-    "split_tokens",
-]
+__all__ = ["EchoChatModel", "make_chat_model", "split_tokens"]
 
 # A chunk is a run of non-space characters with the whitespace before it.
 _TOKEN = re.compile(r"\s*\S+|\s+")
@@ -155,46 +148,17 @@ def make_chat_model(settings: Settings, configurable: dict[str, Any]) -> BaseCha
     )
 
 
-class NoModelHere(RuntimeError):
-    """`chat_model()` was called outside a run that runstream's worker executes."""
+def __getattr__(name: str) -> Any:
+    """`chat_model` and its error (`NoModelHere`, now `NotInARun`), deprecated here:
+    `runner.run_scope` has them."""
+    if name in ("chat_model", "NoModelHere"):
+        from . import run_scope
 
-
-# The run's settings and `configurable`, set by the worker around a run's graph stream
-# (`model_for_run`); LangGraph's node tasks, started inside it, inherit it.
-_run_model: ContextVar[tuple[Settings, Mapping[str, Any]] | None] = ContextVar(
-    "runstream_run_model", default=None
-)
-
-
-@contextlib.contextmanager
-def model_for_run(settings: Settings, configurable: Mapping[str, Any]) -> Iterator[None]:
-    """Within this block (the worker's stream of one run's graph), `chat_model()` makes the
-    model the built-in graphs get for this run."""
-    token = _run_model.set((settings, configurable))
-    try:
-        yield
-    finally:
-        _run_model.reset(token)
-
-
-def chat_model(config: RunnableConfig | None = None) -> BaseChatModel:
-    """The worker's configured chat model for the current run, for any graph's node: the
-    deterministic `fake` model offline, `ChatOpenAI` with `OPENAI_API_KEY`/`OPENAI_BASE_URL`,
-    exactly what the built-in graphs get. The model factory's keys (`fake_token_delay_ms`) are
-    the run's `configurable`, or `config`'s when it names them.
-
-    Raises:
-        NoModelHere: called outside a run runstream's worker executes (at import time, in a
-        test calling the node directly): there is no configured model to give.
-    """
-    current = _run_model.get()
-    if current is None:
-        raise NoModelHere(
-            "runner.models.chat_model() gives the worker's model to a node of a run runstream"
-            " executes; outside one (at import, in a plain test) make a model yourself"
+        warnings.warn(
+            f"runner.models.{name} is deprecated: import chat_model (and NotInARun, its error)"
+            " from runner.run_scope",
+            DeprecationWarning,
+            stacklevel=2,
         )
-    settings, configurable = current
-    merged = dict(configurable)
-    given = (config or {}).get("configurable") or {}
-    merged.update({key: given[key] for key in MODEL_CONFIGURABLE if key in given})
-    return make_chat_model(settings, merged)
+        return run_scope.chat_model if name == "chat_model" else run_scope.NotInARun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

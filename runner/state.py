@@ -17,7 +17,6 @@ from stream_store.metrics import WorkerMetrics
 from stream_store.services import Services
 
 from .graph_registry import GraphRegistry
-from .tools import ToolLedger
 
 __all__ = ["Attempt", "AttemptPhase", "WorkerState"]
 
@@ -57,7 +56,6 @@ class Attempt:
 class WorkerState:
     services: Services
     graphs: GraphRegistry
-    ledger: ToolLedger
     wake: asyncio.Event  # set to make the worker read the queue now
     metrics: WorkerMetrics  # served on RUNSTREAM_WORKER_METRICS_PORT when set
     leases: LeaseKeeper  # renews the running attempts' leases from its own thread

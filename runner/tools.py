@@ -1,18 +1,13 @@
-"""Write tools: side effects that happen at most once per tool call, whatever the retries.
+"""The write-once ledger behind `runner.run_scope.once`: a side effect of a graph's node at most
+once per run and key (a write tool's call id, for the built-in `save_note`), whatever the
+retries. Table `runstream_tool_executions`, (run id, key) its primary key.
 
-Two ledgers of one table, (run id, tool-call id) the key:
-
-- `execute`: the effect runs inside the Postgres transaction that records it, on its
-  connection. A retried attempt that reaches the same call finds the record and gets the
-  recorded result back; two attempts racing on one call serialise on the primary key. An
-  effect in the same database (the built-ins' `save_note`) is therefore exactly once.
-- `once` (`runner.effects.once`, for any graph's code): two phases. The claim commits first;
-  the effect then runs with no connection or transaction held (it may be slow, or use the
-  pool itself, the store included); its result, checked as JSON, is recorded after it. A
-  later attempt gets the recorded result back, decoded as the first call's was. An attempt
-  that died between its claim and its record leaves a claim without an outcome: the next
-  attempt takes the claim over and runs the effect again, so an effect outside runstream's
-  Postgres is made idempotent by its key (the guarantee the one-transaction ledger gave too).
+Two phases. The claim commits first; the effect then runs with no connection or transaction
+held (it may be slow, or use the pool itself, the store included); its result, checked as JSON,
+is recorded after it. A later attempt gets the recorded result back, decoded as the first call's
+was. An attempt that died between its claim and its record leaves a claim without an outcome:
+the next attempt takes the claim over and runs the effect again, so an effect is made
+idempotent by its key (`save_note`'s insert is: runner/graphs.py).
 """
 
 from __future__ import annotations
@@ -23,21 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from psycopg import AsyncConnection
 from psycopg.rows import DictRow
-from psycopg.types.json import Jsonb
 
 from stream_store.connections import PgPool
 from stream_store.errors import Fenced
+
+from .errors import RunnerError
 
 __all__ = ["EffectNotRecorded", "Execution", "ToolLedger"]
 
 logger = structlog.get_logger()
 
-Effect = Callable[[AsyncConnection[DictRow]], Awaitable[Any]]
 
-
-class EffectNotRecorded(TypeError):
+class EffectNotRecorded(RunnerError, TypeError):
     """The effect of a `once` call ran, but its result is not JSON, so it cannot be recorded
     (and replayed): raised then, and by every later call with the key, which does not run the
     effect again."""
@@ -52,35 +45,6 @@ class Execution:
 class ToolLedger:
     def __init__(self, pool: PgPool) -> None:
         self.pool = pool
-
-    async def execute(
-        self, *, run_id: str, tool_call_id: str, tool: str, attempt: int, effect: Effect
-    ) -> Execution:
-        """Run `effect` once for this tool call, or return what it returned the first time."""
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO runstream_tool_executions (run_id, tool_call_id, tool, attempt)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING attempt",
-                (run_id, tool_call_id, tool, attempt),
-            )
-            if await cur.fetchone() is None:
-                cur = await conn.execute(
-                    "SELECT result FROM runstream_tool_executions"
-                    " WHERE run_id = %s AND tool_call_id = %s",
-                    (run_id, tool_call_id),
-                )
-                row = await cur.fetchone()
-                assert row is not None
-                logger.info("write tool replayed", tool=tool, tool_call_id=tool_call_id)
-                return Execution(result=row["result"], replayed=True)
-            result = await effect(conn)
-            await conn.execute(
-                "UPDATE runstream_tool_executions SET result = %s"
-                " WHERE run_id = %s AND tool_call_id = %s",
-                (Jsonb(result), run_id, tool_call_id),
-            )
-        logger.info("write tool executed", tool=tool, tool_call_id=tool_call_id)
-        return Execution(result=result, replayed=False)
 
     async def once(
         self,

@@ -40,7 +40,6 @@ from .recovery import reap_forever
 from .scheduling import window_size
 from .state import WorkerState
 from .sweeps import sweep_items_forever, sweep_threads_forever
-from .tools import ToolLedger
 from .webhooks import deliver_webhooks_forever
 
 __all__ = ["build_worker"]
@@ -79,7 +78,6 @@ async def startup(ctx: dict[str, Any]) -> None:
     state = WorkerState(
         services=services,
         graphs=graphs,
-        ledger=ToolLedger(services.pool),
         wake=ctx["wake"],
         metrics=WorkerMetrics(GraphLabels(graphs.names()), concurrency=settings.worker_concurrency),
         leases=leases,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from litestar import Response, get
@@ -19,23 +18,9 @@ async def healthz() -> dict[str, str]:
 
 @get("/readyz", summary="Readiness: Redis and Postgres answer", tags=["health"])
 async def readyz(resources: Resources) -> Response[dict[str, Any]]:
-    async def redis_ok() -> bool:
-        try:
-            return bool(await asyncio.wait_for(resources.redis.ping(), 2))
-        except Exception:
-            return False
-
-    async def postgres_ok() -> bool:
-        try:
-            async with asyncio.timeout(2), resources.pool.connection() as conn:
-                await conn.execute("SELECT 1")
-            return True
-        except Exception:
-            return False
-
-    redis, postgres = await asyncio.gather(redis_ok(), postgres_ok())
-    ready = redis and postgres
+    answers = await resources.readiness.check()  # a failure is logged there (server/readiness.py)
+    ready = all(answers.values())
     return Response(
-        {"status": "ready" if ready else "unavailable", "redis": redis, "postgres": postgres},
+        {"status": "ready" if ready else "unavailable", **answers},
         status_code=200 if ready else 503,
     )

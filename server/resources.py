@@ -27,6 +27,7 @@ from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 
+from .readiness import Readiness
 from .run_reads import RunReads
 
 __all__ = ["Resources", "open_resources"]
@@ -42,6 +43,7 @@ class Resources(Services):
     metrics: ServerMetrics  # runstream's part of /metrics
     deployment: DeploymentGauges  # read from storage when /metrics is scraped
     run_reads: RunReads  # the requests' reads of a run by id, batched
+    readiness: Readiness  # `/readyz`'s probes, which log a dependency's change of state
     thread_watch: ThreadWatch  # the new runs of the threads that idle thread streams wait on
     queries: CallerQueries  # the store's and the searches' connections, bounded per caller
     # When the graphs were loaded: the LangGraph API's assistants were "created" then.
@@ -103,6 +105,7 @@ async def open_resources(
         await follower.start()
         thread_watch = ThreadWatch(services.thread_records, closing=lambda: follower.closing)
         await thread_watch.start()
+        run_reads = RunReads(services.run_records)
         try:
             fields = {f.name: getattr(services, f.name) for f in dataclasses.fields(services)}
             yield Resources(
@@ -114,10 +117,12 @@ async def open_resources(
                 sign_in=sign_in,
                 metrics=metrics,
                 deployment=deployment,
-                run_reads=RunReads(services.run_records),
+                run_reads=run_reads,
+                readiness=Readiness(services.redis, services.pool),
                 thread_watch=thread_watch,
                 queries=queries,
             )
         finally:
+            await run_reads.aclose()
             await thread_watch.stop()
             await follower.stop()

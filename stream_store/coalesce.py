@@ -16,18 +16,25 @@ from typing import Generic, TypeVar
 
 from .errors import StoreUnavailable
 
-__all__ = ["Coalescer"]
+__all__ = ["BatchMismatch", "Coalescer"]
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+class BatchMismatch(RuntimeError):
+    """`send_batch` answered another number of results than it was sent items: a defect of
+    the caller's `send_batch`, which every caller of that batch gets."""
 
 
 class Coalescer(Generic[ItemT, ResultT]):
     """Sends every item waiting as one batch through `send_batch`, then whatever arrived
     meanwhile, until none is left; each caller awaits its own item's answer.
 
-    `send_batch` answers a result or an exception per item, in order; if it raises, every
-    caller of that batch gets the same error, and the next batch is sent as usual.
+    `send_batch` answers a result or an exception per item, in order; if it raises, or
+    answers another number of results than it got items, every caller of that batch gets an
+    error (the same one; for a wrong count, `BatchMismatch`), and the next batch is sent as
+    usual. After `aclose`, `submit` is refused (`StoreUnavailable`): no sender starts again.
     """
 
     def __init__(
@@ -40,9 +47,17 @@ class Coalescer(Generic[ItemT, ResultT]):
         self.name = name  # what closed, in the error its waiters get
         self._waiting: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
         self._sender: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def submit(self, item: ItemT) -> ResultT:
-        """The answer to `item`, sent with whatever other items are waiting."""
+        """The answer to `item`, sent with whatever other items are waiting.
+
+        Raises:
+            StoreUnavailable: `aclose` was called (the process is stopping), or was called
+                while this item waited.
+        """
+        if self._closed:
+            raise StoreUnavailable(f"{self.name} is closed: no call is sent after aclose")
         future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, future))
         if self._sender is None or self._sender.done():
@@ -53,7 +68,9 @@ class Coalescer(Generic[ItemT, ResultT]):
         return await future
 
     async def aclose(self) -> None:
-        """Stop sending (process shutdown); callers still waiting get StoreUnavailable."""
+        """Stop sending (process shutdown); callers still waiting get StoreUnavailable, and
+        later calls are refused with it."""
+        self._closed = True
         if self._sender is not None:
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -77,6 +94,13 @@ class Coalescer(Generic[ItemT, ResultT]):
                 raise
             except Exception as exc:
                 results = [exc] * len(batch)
+            if len(results) != len(batch):
+                # Matched one to one below, a wrong count would fail mid-batch and leave the
+                # rest of its callers waiting for ever.
+                mismatch = BatchMismatch(
+                    f"{self.name} answered {len(results)} results for {len(batch)} calls"
+                )
+                results = [mismatch] * len(batch)
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():
                     continue  # its caller gave up waiting (cancelled)

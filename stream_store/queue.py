@@ -39,7 +39,9 @@ class RunQueue:
         self._enqueue = redis.register_script(_ENQUEUE_JOB)
 
     async def enqueue(self, run: RunRecord) -> None:
-        """Queue the run's job and wake the workers, unless its id is queued or ran already.
+        """Queue the run's job and wake the workers, unless its job is queued or running
+        already (a job that ended left no key, so it is queued again: the claim, queued runs
+        only, keeps a run from running twice).
 
         One script call (`scripts/enqueue_job.lua`) does what `ArqRedis.enqueue_job` and a
         PUBLISH would in five round trips; the job is serialized as arq's own.

@@ -95,14 +95,14 @@ class RunRecord(msgspec.Struct, kw_only=True):
     stream_modes: list[str] = []
     kwargs: dict[str, Any] = {}
     # Traces (stream_store/tracing.py): the submit span's `traceparent`, and that of the attempt
-    # that claimed the run last; `claim_run` returns the one before its own claim.
+    # that claimed the run last; `claim_runs` returns the one before its own claim.
     traceparent: str | None = None
     attempt_traceparent: str | None = None
     queued_at: datetime | None = None  # since its current attempt (or dispatch) was queued
     claimed_at: datetime | None = None  # by its current attempt; None while queued
     # The `X-Trace-ID` of the request that submitted it (server/trace_ids.py)
     x_trace_id: str | None = None
-    # Read by `claim_run` only (None elsewhere): whether the thread had any checkpoint when
+    # Read by `claim_runs` only (None elsewhere): whether the thread had any checkpoint when
     # the attempt claimed the run. Nothing else writes a running run's thread, so with False
     # the attempt skips LangGraph's read of it at the graph's start (stream_store/checkpoints.py).
     thread_has_checkpoints: bool | None = None

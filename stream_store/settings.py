@@ -1,28 +1,68 @@
-"""Process settings: read once from the environment (and `.env`) at the entry point.
+"""Process settings: each declared once, read once from the environment (and `.env`).
+
+Every setting is one field of `Settings`, declared by `setting(...)` with all there is to know
+of it: its environment variable, its default, the parser that reads it and checks its bounds
+(`stream_store.setting_parsers`),
+its concern (server, worker, storage, model, client) and what it means. `Settings.from_env` is
+one reader over those declarations, and docs/operations.md's settings tables are made from
+them (`python -m stream_store.settings_docs`), so neither can tell another story than the
+fields.
+
+Two kinds of rule belong to no one field: a default that depends on other settings (`unset=`
+at the field: the per-caller limits, the model) and rules between settings (`_RELATIONS`,
+checked once every field is read).
 
 Nothing else in runstream reads `os.environ`; the `Settings` built here is passed down to
-every component. It is frozen: a value cannot change after it was read. Its length is the
-number of settings (a field and a line of `from_env` each), not the length of any one rule.
+every component. It is frozen: a value cannot change after it was read. Secrets are kept out
+of its repr.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Literal, get_args
 
 from dotenv import dotenv_values
 
 from . import limits
+from .setting_parsers import (
+    Parser,
+    SettingsError,
+    api_key_list,
+    flag,
+    graph_list,
+    host_list,
+    http_url,
+    identifier,
+    integer,
+    is_set,
+    key_prefix,
+    milliseconds,
+    one_of,
+    origin_list,
+    path,
+    seconds_or_never,
+    secret,
+    service_url,
+    signing_key_list,
+    text,
+)
 
-__all__ = ["SINGLE_KEY_ID", "Settings", "SettingsError"]
+__all__ = [
+    "GROUPS",
+    "SINGLE_KEY_ID",
+    "Declared",
+    "Group",
+    "Settings",
+    "SettingsError",
+    "declarations",
+    "env_name",
+]
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$")
-_KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+Group = Literal["server", "worker", "storage", "model", "client"]
+GROUPS: tuple[Group, ...] = get_args(Group)
 
 SINGLE_KEY_ID = "default"  # the key id of RUNSTREAM_SIGNING_KEY's one key
 # Without API keys every caller is `local`: a token can grant nothing a request without one
@@ -30,388 +70,666 @@ SINGLE_KEY_ID = "default"  # the key id of RUNSTREAM_SIGNING_KEY's one key
 _NO_AUTH_KEY = ("local", "runstream-no-auth")
 
 
-class SettingsError(ValueError):
-    """A configuration value is missing or malformed."""
+@dataclass(frozen=True)
+class Declared:
+    """One setting as declared: everything about it but its attribute name and default."""
+
+    env: str
+    group: Group
+    doc: str
+    parse: Parser
+    # What an unset variable means, given the other settings and the field's default
+    unset: Callable[[Settings, Any], Any] | None = None
+    shown_default: str | None = None  # the docs' default, when the default is not one value
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
-    return value
+def setting(
+    default: Any,
+    env: str,
+    group: Group,
+    doc: str,
+    parse: Parser,
+    *,
+    unset: Callable[[Settings, Any], Any] | None = None,
+    shown_default: str | None = None,
+) -> Any:
+    """Declare a `Settings` field: the one place its variable, default, bounds and meaning are
+    written."""
+    declared = Declared(env, group, doc, parse, unset, shown_default)
+    metadata = {"setting": declared}
+    if isinstance(default, dict):
+        return field(default_factory=default.copy, metadata=metadata, repr=not parse.secret)
+    return field(default=default, metadata=metadata, repr=not parse.secret)
 
 
-def _items(
-    env: Mapping[str, str], name: str, sep: str, *, secret: bool = False
-) -> list[tuple[str, str]]:
-    """Parse `a<sep>b,c<sep>d` lists (RUNSTREAM_API_KEYS, RUNSTREAM_GRAPHS, ...), in order.
-
-    With `secret` (the right-hand sides are secrets), an error never shows an item.
-    """
-    result: list[tuple[str, str]] = []
-    for item in (env.get(name) or "").split(","):
-        left, found, right = (part.strip() for part in item.strip().partition(sep))
-        if not (left or found or right):
-            continue
-        if not found or not left or not right:
-            shown = "one is incomplete" if secret else f"got {item.strip()!r}"
-            raise SettingsError(f"{name}: expected 'x{sep}y' items, {shown}")
-        result.append((left, right))
-    return result
+# Defaults that depend on other settings
 
 
-def _pairs(env: Mapping[str, str], name: str, sep: str, *, secret: bool = False) -> dict[str, str]:
-    return dict(_items(env, name, sep, secret=secret))
+def _off_without_sign_in(settings: Settings, default: int) -> int:
+    """A limit that shares the service between callers: with no API keys or JWTs there is one
+    caller (`local`, on loopback only), whom it would only get in the way of, so it is off
+    unless set (docs/security.md, "Per-caller limits")."""
+    return default if settings.auth_enabled else 0
 
 
-def _signing_keys(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
-    """Parse RUNSTREAM_SIGNING_KEYS, `key_id:secret,...` (the first signs), in order.
-
-    Errors name the key id, never the secret.
-    """
-    keys = _items(env, name, ":", secret=True)
-    for index, (key_id, _) in enumerate(keys):
-        if not _KEY_ID.match(key_id):
-            raise SettingsError(
-                f"{name}: a key id is 1-32 characters from A-Z a-z 0-9 _ -, got {key_id[:40]!r}"
-            )
-        if any(key_id == earlier for earlier, _ in keys[:index]):
-            raise SettingsError(f"{name}: key id {key_id!r} is given twice")
-    return tuple(keys)
+def _model_of_endpoint(settings: Settings, default: str) -> str:
+    """A key, or an OpenAI-compatible endpoint of one's own (a local server needs no key),
+    makes the model `gpt-4o-mini`; otherwise the fake one."""
+    return "gpt-4o-mini" if settings.openai_api_key or settings.openai_base_url else default
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    """A yes/no setting: `true`/`1`/`yes` or `false`/`0`/`no` (unset: no)."""
-    raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "false", "0", "no"):
-        return False
-    if raw in ("true", "1", "yes"):
-        return True
-    raise SettingsError(f"{name} must be true or false, got {raw!r}")
-
-
-def _origins(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Parse a comma list of web origins (RUNSTREAM_CORS_ORIGINS): `scheme://host[:port]`."""
-    result: list[str] = []
-    for item in (env.get(name) or "").split(","):
-        origin = item.strip().lower().rstrip("/")
-        if not origin:
-            continue
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
-            raise SettingsError(f"{name}: expected origins like https://app.example, got {item!r}")
-        result.append(origin)
-    return tuple(result)
-
-
-def _hosts(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Parse a comma list of host names or IP addresses (RUNSTREAM_ALLOWED_HOSTS), lower-cased.
-
-    An IPv6 address may be given with or without brackets; a port, scheme or wildcard is refused.
-    """
-    result: list[str] = []
-    for item in (env.get(name) or "").split(","):
-        host = item.strip().lower()
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if not host:
-            continue
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            if not _HOST_NAME.match(host):
-                raise SettingsError(
-                    f"{name}: expected host names or IP addresses (no scheme, port or wildcard), "
-                    f"got {item.strip()!r}"
-                ) from None
-        result.append(host)
-    return tuple(result)
+def per_caller(default: int, env: str, doc: str) -> Any:
+    """Declare a per-caller limit: on at `default` with a sign-in, off (0) without one unless
+    set; 0 always turns it off."""
+    return setting(
+        default,
+        env,
+        "server",
+        f"{doc}; `0`: no limit",
+        integer(),
+        unset=_off_without_sign_in,
+        shown_default=f"`{default}` (without a sign-in: `0`)",
+    )
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a server or worker process is configured with (README.md configuration table)."""
+    """Everything a server, worker or command-line client is configured with.
 
-    redis_url: str | None = None
-    database_url: str | None = None
-    database_schema: str = "public"
-    # "transaction": database_url is a transaction-mode pooler (PgBouncer), which keeps no
-    # session state, so runstream sends none and migrates through direct_database_url.
-    database_pool_mode: str = "session"
-    direct_database_url: str | None = None
-    redis_prefix: str = "runstream"
-    # On a Redis Cluster: how many hash tags a deployment's runs are spread over (keys.py).
-    redis_cluster_shards: int = 16
-    host: str = "127.0.0.1"
-    port: int = 8000
-    allowed_hosts: tuple[str, ...] = ()  # names the server is reached by, beyond loopback and host
-    # Web origins whose pages may call the API from the browser (CORS); none by default.
-    cors_origins: tuple[str, ...] = ()
-    # Without a sign-in, pages of origins a project's `http.cors` lets in by `*` or a regex may
-    # read too (server/browser_guard.py); refused unless this is set.
-    cors_any_origin_without_sign_in: bool = False
-    api_keys: dict[str, str] = field(default_factory=dict)
-    # Sign-in with JWTs instead of API keys (server/callers/jwt_auth.py): an HS256 secret, or the
-    # JWKS of an identity provider (RS256/ES256); the token's `sub` is the owner.
-    jwt_secret: str = ""
-    jwt_jwks_url: str | None = None
-    jwt_issuer: str | None = None  # required in every token when set
-    jwt_audience: str | None = None  # required in every token when set
-    signing_key: str = ""  # one key, id SINGLE_KEY_ID; or signing_keys, not both
-    signing_keys: tuple[tuple[str, str], ...] = ()  # (key id, secret); the first signs
-    graphs: dict[str, str] = field(default_factory=dict)
-    # A LangGraph project's langgraph.json (project/langgraph_json.py); `--config` or
-    # ./langgraph.json
-    config_path: str | None = None
-    stream_ttl_s: int = 24 * 3600
-    interrupted_ttl_s: int = limits.DEFAULT_INTERRUPTED_TTL_S  # until the run is resumed
-    stream_token_ttl_s: int = 3600
-    ping_interval_s: float = 15.0
-    viewer_queue_size: int = 4096
-    viewer_cut_off_s: float = 10.0
-    max_body_bytes: int = 1024 * 1024
-    max_header_bytes: int = limits.DEFAULT_MAX_HEADER_BYTES  # request line and headers
-    max_message_chars: int = limits.DEFAULT_MAX_MESSAGE_CHARS
-    max_run_messages: int = limits.DEFAULT_MAX_RUN_MESSAGES
-    max_metadata_bytes: int = limits.DEFAULT_MAX_METADATA_BYTES
-    max_metadata_keys: int = limits.DEFAULT_MAX_METADATA_KEYS
-    max_resume_bytes: int = limits.DEFAULT_MAX_RESUME_BYTES
-    # What one run's stream may hold; past either bound the run fails (`stream_too_large`).
-    max_run_events: int = limits.DEFAULT_MAX_RUN_EVENTS
-    max_run_stream_bytes: int = limits.DEFAULT_MAX_RUN_STREAM_BYTES
-    # What one replay of a LangGraph stream may write (docs/security.md, "Replays").
-    max_replay_bytes: int = limits.DEFAULT_MAX_REPLAY_BYTES
-    # Per caller, across all servers; 0 turns one off (docs/security.md, "Per-caller limits").
-    max_submits_per_minute: int = limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
-    max_active_runs: int = limits.DEFAULT_MAX_ACTIVE_RUNS
-    max_sse_connections: int = limits.DEFAULT_MAX_SSE_CONNECTIONS
-    max_sse_connections_per_token: int = limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN
-    max_assistants: int = limits.DEFAULT_MAX_ASSISTANTS
-    max_crons: int = limits.DEFAULT_MAX_CRONS
-    # LangGraph's webhooks (docs/langgraph.md, "Webhooks"): a caller's deliveries not settled
-    # yet; and whether a webhook may reach loopback and private addresses (tests, one host).
-    max_pending_webhooks: int = limits.DEFAULT_MAX_PENDING_WEBHOOKS
-    webhook_private_addresses: bool = False
-    max_assistant_versions: int = limits.DEFAULT_MAX_ASSISTANT_VERSIONS
-    max_writes_per_minute: int = limits.DEFAULT_MAX_WRITES_PER_MINUTE
-    max_queries_per_minute: int = limits.DEFAULT_MAX_QUERIES_PER_MINUTE
-    max_concurrent_queries: int = limits.DEFAULT_MAX_CONCURRENT_QUERIES
-    query_timeout_ms: int = limits.DEFAULT_QUERY_TIMEOUT_MS
-    max_store_items: int = limits.DEFAULT_MAX_STORE_ITEMS
-    max_store_bytes: int = limits.DEFAULT_MAX_STORE_BYTES
-    max_facts: int = limits.DEFAULT_MAX_FACTS  # the memory assistant's, per user
-    max_thread_checkpoints: int = limits.DEFAULT_MAX_THREAD_CHECKPOINTS
-    max_checkpoint_bytes: int = limits.DEFAULT_MAX_CHECKPOINT_BYTES
-    worker_concurrency: int = 100
-    worker_metrics_port: int = 0  # the worker's /metrics on RUNSTREAM_HOST; 0: none
-    job_timeout_s: int = 3600
-    poll_delay_s: float = 0.5  # only when a wake-up is lost: enqueues wake the workers
-    lease_s: float = 5.0
-    reaper_interval_s: float = 1.0
-    cron_interval_s: float = 1.0  # how often a server fires due LangGraph crons; 0: never
-    max_attempts: int = 3
-    shutdown_grace_s: float = 10.0
-    thread_retention_s: int | None = None
-    openai_api_key: str | None = None
-    openai_base_url: str | None = None
-    model: str = "fake"
-    fake_token_delay_ms: int = 20
-    data_dir: str = ".runstream"  # where `runstream up` keeps its embedded services' data
-    client_api_key: str | None = None  # what the API's command-line clients present
-    client_url: str | None = None  # the server they talk to (RUNSTREAM_URL)
-    log_json: bool = False
-    log_level: str = "info"
+    Declared in docs/operations.md's order, by concern; that file's "Settings" tables are made
+    from these declarations.
+    """
+
+    # --- server: listening, signing callers in, what a request and a caller may do ---
+    host: str = setting(
+        "127.0.0.1", "RUNSTREAM_HOST", "server", "where `serve` listens (an address)", text
+    )
+    port: int = setting(
+        8000, "RUNSTREAM_PORT", "server", "the port `serve` listens on", integer(0, 65535)
+    )
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        "RUNSTREAM_ALLOWED_HOSTS",
+        "server",
+        "names and addresses the server is reached by, beyond loopback names and addresses and"
+        " `RUNSTREAM_HOST` (any port is allowed). Without API keys any other `Host` is refused"
+        " (400); in every mode a browser's POST/PUT/PATCH/DELETE from another origin is refused"
+        " (403) unless its host is listed (docs/security.md)",
+        host_list,
+    )
+    cors_origins: tuple[str, ...] = setting(
+        (),
+        "RUNSTREAM_CORS_ORIGINS",
+        "server",
+        "web pages on other origins that may call the API from the browser (a LangGraph UI,"
+        " say): they get CORS answers and may write (docs/langgraph.md)",
+        origin_list,
+        shown_default="unset (no CORS)",
+    )
+    cors_any_origin_without_sign_in: bool = setting(
+        False,
+        "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN",
+        "server",
+        "`true`: with no sign-in, pages of origins a project's `http.cors` lets in by `*` or a"
+        ' regex may read too (refused with 403 otherwise; docs/security.md, "Browsers";'
+        " server/browser_guard.py)",
+        flag,
+    )
+    # (`setting` gives a dict a default_factory: ruff cannot see it)
+    api_keys: dict[str, str] = setting(  # noqa: RUF009
+        {},
+        "RUNSTREAM_API_KEYS",
+        "server",
+        "sign callers in with API keys, each naming its owner; unset: no sign-in, loopback only"
+        " (unless JWTs or a project's `auth` sign callers in: one way at a time,"
+        " docs/security.md)",
+        api_key_list,
+    )
+    jwt_secret: str = setting(
+        "",
+        "RUNSTREAM_JWT_SECRET",
+        "server",
+        "sign callers in with HS256 JWTs instead (`Authorization: Bearer <jwt>`, the owner is"
+        " `sub`; server/callers/jwt_auth.py)",
+        secret(min_chars=32, why="HS256 needs a 256-bit key"),
+    )
+    jwt_jwks_url: str | None = setting(
+        None,
+        "RUNSTREAM_JWT_JWKS_URL",
+        "server",
+        "instead, your identity provider's JWKS URL: RS256/ES256 JWTs",
+        http_url,
+    )
+    jwt_issuer: str | None = setting(
+        None,
+        "RUNSTREAM_JWT_ISSUER",
+        "server",
+        "with a JWT sign-in: the `iss` every token must carry",
+        text,
+    )
+    jwt_audience: str | None = setting(
+        None,
+        "RUNSTREAM_JWT_AUDIENCE",
+        "server",
+        "with a JWT sign-in: the `aud` every token must carry",
+        text,
+    )
+    signing_key: str = setting(
+        "",
+        "RUNSTREAM_SIGNING_KEY",
+        "server",
+        "the secret that signs `stream_url` tokens, the same on every server; required with"
+        " `RUNSTREAM_API_KEYS`, a JWT sign-in or a project's `auth` (`serve` and `up` refuse to"
+        " start without it, but `up` makes one for a project's `auth` and keeps it in its data"
+        " folder). The same as `RUNSTREAM_SIGNING_KEYS=default:<secret>`",
+        secret(),
+        shown_default="unset (only without a sign-in: a fixed key)",
+    )
+    signing_keys: tuple[tuple[str, str], ...] = setting(
+        (),
+        "RUNSTREAM_SIGNING_KEYS",
+        "server",
+        "instead of `RUNSTREAM_SIGNING_KEY`, to rotate keys: the first signs, all verify"
+        " (docs/security.md)",
+        signing_key_list,
+    )
+    stream_token_ttl_s: int = setting(
+        3600,
+        "RUNSTREAM_STREAM_TOKEN_TTL",
+        "server",
+        "how long a `stream_url` token is valid",
+        integer(1, unit="seconds"),
+    )
+    ping_interval_s: float = setting(
+        15.0,
+        "RUNSTREAM_PING_INTERVAL_MS",
+        "server",
+        "the interval of SSE `: ping` comments",
+        milliseconds(10),
+    )
+    viewer_queue_size: int = setting(
+        4096,
+        "RUNSTREAM_VIEWER_QUEUE_SIZE",
+        "server",
+        "live events of one run a server keeps for its viewers: how far a viewer may fall"
+        " behind before it catches up from Redis (server/streaming/feed.py)",
+        integer(1, unit="events"),
+    )
+    viewer_cut_off_s: float = setting(
+        10.0,
+        "RUNSTREAM_VIEWER_CUT_OFF_MS",
+        "server",
+        "how long one write may wait on a client that stopped reading before its connection is"
+        " closed",
+        milliseconds(100),
+    )
+    cron_interval_s: float = setting(
+        1.0,
+        "RUNSTREAM_CRON_INTERVAL_MS",
+        "server",
+        "how often each server fires the LangGraph crons that are due (docs/langgraph.md,"
+        ' "Crons"); `0`: this server fires none',
+        milliseconds(),
+    )
+    max_body_bytes: int = setting(
+        1024 * 1024,
+        "RUNSTREAM_MAX_BODY_BYTES",
+        "server",
+        "a request body's limit (413 above it)",
+        integer(1024, unit="bytes"),
+    )
+    max_header_bytes: int = setting(
+        limits.DEFAULT_MAX_HEADER_BYTES,
+        "RUNSTREAM_MAX_HEADER_BYTES",
+        "server",
+        "a request's head (request line and headers) limit, in every mode (431 above it, before"
+        " it is parsed further; docs/security.md)",
+        integer(4096, unit="bytes"),
+    )
+    max_message_chars: int = setting(
+        limits.DEFAULT_MAX_MESSAGE_CHARS,
+        "RUNSTREAM_MAX_MESSAGE_CHARS",
+        "server",
+        "characters of one input message (413 above it)",
+        integer(1),
+    )
+    max_run_messages: int = setting(
+        limits.DEFAULT_MAX_RUN_MESSAGES,
+        "RUNSTREAM_MAX_RUN_MESSAGES",
+        "server",
+        "input messages of one run (413 above it)",
+        integer(1),
+    )
+    max_metadata_bytes: int = setting(
+        limits.DEFAULT_MAX_METADATA_BYTES,
+        "RUNSTREAM_MAX_METADATA_BYTES",
+        "server",
+        "run or thread metadata as JSON (413 above it)",
+        integer(2, unit="bytes"),
+    )
+    max_metadata_keys: int = setting(
+        limits.DEFAULT_MAX_METADATA_KEYS,
+        "RUNSTREAM_MAX_METADATA_KEYS",
+        "server",
+        "top-level keys of run or thread metadata (413 above it)",
+        integer(),
+    )
+    max_resume_bytes: int = setting(
+        limits.DEFAULT_MAX_RESUME_BYTES,
+        "RUNSTREAM_MAX_RESUME_BYTES",
+        "server",
+        "a resume value as JSON (413 above it)",
+        integer(4, unit="bytes"),
+    )
+    max_replay_bytes: int = setting(
+        limits.DEFAULT_MAX_REPLAY_BYTES,
+        "RUNSTREAM_MAX_REPLAY_BYTES",
+        "server",
+        "what one replay of a LangGraph stream may write (its frames from before the client"
+        " attached); past it the stream ends with an `error` event (`ReplayTooLarge`), and a"
+        ' rejoin with the last id goes on (docs/security.md, "Replays")',
+        integer(1024, unit="bytes"),
+    )
+    max_submits_per_minute: int = per_caller(
+        limits.DEFAULT_MAX_SUBMITS_PER_MINUTE,
+        "RUNSTREAM_MAX_SUBMITS_PER_MINUTE",
+        "`POST`s of runs and threads one caller may make in any 60 s, across all servers (429"
+        " above it)",
+    )
+    max_active_runs: int = per_caller(
+        limits.DEFAULT_MAX_ACTIVE_RUNS,
+        "RUNSTREAM_MAX_ACTIVE_RUNS",
+        "one caller's queued and running runs (429 for a submit above it)",
+    )
+    max_sse_connections: int = per_caller(
+        limits.DEFAULT_MAX_SSE_CONNECTIONS,
+        "RUNSTREAM_MAX_SSE_CONNECTIONS",
+        "one caller's open event streams, across all servers (429 above it)",
+    )
+    max_sse_connections_per_token: int = per_caller(
+        limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN,
+        "RUNSTREAM_MAX_SSE_CONNECTIONS_PER_TOKEN",
+        "open event streams per `stream_url` token (429 above it)",
+    )
+    max_assistants: int = per_caller(
+        limits.DEFAULT_MAX_ASSISTANTS,
+        "RUNSTREAM_MAX_ASSISTANTS",
+        "assistants one caller may keep (LangGraph API; 409 `too_many_assistants` above it)",
+    )
+    max_crons: int = per_caller(
+        limits.DEFAULT_MAX_CRONS,
+        "RUNSTREAM_MAX_CRONS",
+        "crons one caller may keep (LangGraph API; 409 `too_many_crons` above it)",
+    )
+    # LangGraph's webhooks (docs/langgraph.md, "Webhooks")
+    max_pending_webhooks: int = per_caller(
+        limits.DEFAULT_MAX_PENDING_WEBHOOKS,
+        "RUNSTREAM_MAX_PENDING_WEBHOOKS",
+        "one caller's webhook deliveries not settled yet (LangGraph API; a submit with a"
+        " `webhook` is 429 `too_many_pending_webhooks` at it)",
+    )
+    webhook_private_addresses: bool = setting(
+        False,
+        "RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES",
+        "server",
+        "`true`: a LangGraph run's `webhook` may reach loopback and private addresses (one host,"
+        " a private network); servers check it at submit, workers before each POST: set it on"
+        ' both (docs/operations.md, "Webhooks")',
+        flag,
+    )
+    max_assistant_versions: int = per_caller(
+        limits.DEFAULT_MAX_ASSISTANT_VERSIONS,
+        "RUNSTREAM_MAX_ASSISTANT_VERSIONS",
+        "versions kept of one assistant (409 `too_many_versions` for a `PATCH` above it)",
+    )
+    max_writes_per_minute: int = per_caller(
+        limits.DEFAULT_MAX_WRITES_PER_MINUTE,
+        "RUNSTREAM_MAX_WRITES_PER_MINUTE",
+        "other writes one caller may make in any 60 s (store puts and deletes, thread copies,"
+        " state writes, patches, deletes, cancels; 429 `too_many_writes`)",
+    )
+    max_queries_per_minute: int = per_caller(
+        limits.DEFAULT_MAX_QUERIES_PER_MINUTE,
+        "RUNSTREAM_MAX_QUERIES_PER_MINUTE",
+        "queries one caller shapes in any 60 s (store reads and searches, thread, assistant and"
+        " cron searches and counts, history; 429 `too_many_queries`)",
+    )
+    max_concurrent_queries: int = per_caller(
+        limits.DEFAULT_MAX_CONCURRENT_QUERIES,
+        "RUNSTREAM_MAX_CONCURRENT_QUERIES",
+        "of those, how many of one caller's run at once in one server process (the others wait"
+        " their turn, 429 after 10 s)",
+    )
+    max_store_items: int = per_caller(
+        limits.DEFAULT_MAX_STORE_ITEMS,
+        "RUNSTREAM_MAX_STORE_ITEMS",
+        "items one caller may keep in LangGraph's store, by the store routes and its graphs'"
+        " `runtime.store` together (413 `store_full` on a route, `QuotaExceeded` in a graph)",
+    )
+    max_store_bytes: int = setting(
+        limits.DEFAULT_MAX_STORE_BYTES,
+        "RUNSTREAM_MAX_STORE_BYTES",
+        "server",
+        "bytes of the values one caller keeps in LangGraph's store, with or without a sign-in"
+        " (as `RUNSTREAM_MAX_STORE_ITEMS`); `0`: no limit",
+        integer(unit="bytes"),
+    )
+    max_thread_checkpoints: int = per_caller(
+        limits.DEFAULT_MAX_THREAD_CHECKPOINTS,
+        "RUNSTREAM_MAX_THREAD_CHECKPOINTS",
+        "checkpoints of one thread past which a state write or a copy is refused (413"
+        " `too_many_checkpoints`; runs are not stopped)",
+    )
+    max_checkpoint_bytes: int = setting(
+        limits.DEFAULT_MAX_CHECKPOINT_BYTES,
+        "RUNSTREAM_MAX_CHECKPOINT_BYTES",
+        "server",
+        "bytes of all of one caller's checkpoints past which a state write or a copy is refused"
+        " (413 `checkpoints_full`; runs are not stopped), with or without a sign-in; `0`: no"
+        " limit",
+        integer(unit="bytes"),
+    )
+    log_json: bool = setting(
+        False,
+        "RUNSTREAM_LOG_FORMAT",
+        "server",
+        "how every process (server, worker, `up`) writes its log lines",
+        one_of({"console": False, "json": True}),
+    )
+    log_level: str = setting(
+        "info",
+        "RUNSTREAM_LOG_LEVEL",
+        "server",
+        "the least level every process logs",
+        one_of({level: level for level in ("debug", "info", "warning", "error", "critical")}),
+    )
+
+    # --- worker: running graphs ---
+    config_path: str | None = setting(
+        None,
+        "RUNSTREAM_CONFIG",
+        "worker",
+        "a LangGraph project's `langgraph.json` to serve and run (what `--config` gives;"
+        ' README, "Your own LangGraph project"); `none`: the built-in graphs only',
+        path,
+        shown_default="`./langgraph.json` if present, else the bundled memory assistant"
+        " (`runner/assistant/langgraph.json`)",
+    )
+    graphs: dict[str, str] = setting(  # noqa: RUF009
+        {},
+        "RUNSTREAM_GRAPHS",
+        "worker",
+        "extra graphs (a builder or a compiled graph each); the module's"
+        ' `CONFIGURABLE_KEYS = {"attr": {...}}` may list the `config.configurable` keys each'
+        " takes (unlisted: any key not reserved)",
+        graph_list,
+        shown_default="`chat`, `approval` built in",
+    )
+    worker_concurrency: int = setting(
+        100,
+        "RUNSTREAM_WORKER_CONCURRENCY",
+        "worker",
+        "runs one worker executes at once",
+        integer(1),
+    )
+    worker_metrics_port: int = setting(
+        0,
+        "RUNSTREAM_WORKER_METRICS_PORT",
+        "worker",
+        "the port of a worker's Prometheus `/metrics`, on `RUNSTREAM_HOST` (`--metrics-port`"
+        ' overrides it); `0`: not served ("Metrics" above)',
+        integer(0, 65535),
+    )
+    job_timeout_s: int = setting(
+        3600,
+        "RUNSTREAM_JOB_TIMEOUT",
+        "worker",
+        "how long one attempt of a run may take before the worker stops it",
+        integer(1, unit="seconds"),
+    )
+    poll_delay_s: float = setting(
+        0.5,
+        "RUNSTREAM_POLL_DELAY_MS",
+        "worker",
+        "how often an idle worker reads the queue anyway (enqueues wake it at once)",
+        milliseconds(1),
+    )
+    lease_s: float = setting(
+        5.0,
+        "RUNSTREAM_LEASE_MS",
+        "worker",
+        "a running attempt's lease; a worker that stops renewing it (paused, cut off) loses the"
+        " run after this; a crashed one loses it at once (its Redis connection is gone)",
+        milliseconds(100),
+    )
+    reaper_interval_s: float = setting(
+        1.0,
+        "RUNSTREAM_REAPER_INTERVAL_MS",
+        "worker",
+        "how often each worker's reaper retries runs of crashed workers and with expired"
+        " leases, and enqueues stranded ones",
+        milliseconds(10),
+    )
+    max_attempts: int = setting(
+        3,
+        "RUNSTREAM_MAX_ATTEMPTS",
+        "worker",
+        "attempts per run before it fails with `attempts_exhausted`",
+        integer(1),
+    )
+    shutdown_grace_s: float = setting(
+        10.0,
+        "RUNSTREAM_SHUTDOWN_GRACE_MS",
+        "worker",
+        "on SIGTERM, how long a worker lets its runs finish before handing them back",
+        milliseconds(),
+    )
+
+    # --- storage: Redis and Postgres, and what they keep ---
+    redis_url: str | None = setting(
+        None,
+        "RUNSTREAM_REDIS_URL",
+        "storage",
+        "Redis: one server, or any node of a Redis Cluster",
+        service_url,
+        shown_default="`up`: embedded; `serve`/`worker`: required",
+    )
+    database_url: str | None = setting(
+        None,
+        "RUNSTREAM_DATABASE_URL",
+        "storage",
+        "PostgreSQL",
+        service_url,
+        shown_default="`up`: embedded; `serve`/`worker`: required",
+    )
+    database_schema: str = setting(
+        "public",
+        "RUNSTREAM_DATABASE_SCHEMA",
+        "storage",
+        "the Postgres schema of all tables",
+        identifier,
+    )
+    database_pool_mode: str = setting(
+        "session",
+        "RUNSTREAM_DATABASE_POOL_MODE",
+        "storage",
+        "`transaction` when `RUNSTREAM_DATABASE_URL` is a transaction-mode pooler (PgBouncer),"
+        " which keeps no session state: runstream sends none and migrates through"
+        " `RUNSTREAM_DIRECT_DATABASE_URL` (docs/scaling.md)",
+        one_of({"session": "session", "transaction": "transaction"}),
+    )
+    direct_database_url: str | None = setting(
+        None,
+        "RUNSTREAM_DIRECT_DATABASE_URL",
+        "storage",
+        "Postgres itself, for migrations, when the pool mode is `transaction` (required then)",
+        service_url,
+    )
+    redis_prefix: str = setting(
+        "runstream",
+        "RUNSTREAM_REDIS_PREFIX",
+        "storage",
+        "the prefix of every Redis key and of the queue",
+        key_prefix,
+    )
+    redis_cluster_shards: int = setting(
+        16,
+        "RUNSTREAM_REDIS_CLUSTER_SHARDS",
+        "storage",
+        "on a Redis Cluster: the hash tags a deployment's runs are spread over (docs/scaling.md)",
+        integer(1),
+    )
+    data_dir: str = setting(
+        ".runstream",
+        "RUNSTREAM_DATA_DIR",
+        "storage",
+        "where `runstream up` keeps its embedded services' data",
+        path,
+        shown_default="`./.runstream`",
+    )
+    stream_ttl_s: int = setting(
+        24 * 3600,
+        "RUNSTREAM_STREAM_TTL",
+        "storage",
+        "how long a finished run's stream is kept",
+        integer(1, unit="seconds"),
+    )
+    interrupted_ttl_s: int = setting(
+        limits.DEFAULT_INTERRUPTED_TTL_S,
+        "RUNSTREAM_INTERRUPTED_TTL",
+        "storage",
+        "how long an interrupted run's stream is kept unless it is resumed; the run stays"
+        " resumable after it (docs/protocol.md 3.3)",
+        integer(1, unit="seconds"),
+    )
+    thread_retention_s: int | None = setting(
+        None,
+        "RUNSTREAM_THREAD_RETENTION",
+        "storage",
+        "how long after its last run a thread with none active is deleted",
+        seconds_or_never,
+        shown_default="unset (kept)",
+    )
+    max_run_events: int = setting(
+        limits.DEFAULT_MAX_RUN_EVENTS,
+        "RUNSTREAM_MAX_RUN_EVENTS",
+        "storage",
+        "events one run's stream may hold; past it the run fails with `stream_too_large`",
+        integer(1),
+    )
+    max_run_stream_bytes: int = setting(
+        limits.DEFAULT_MAX_RUN_STREAM_BYTES,
+        "RUNSTREAM_MAX_RUN_STREAM_BYTES",
+        "storage",
+        "bytes of event names and data one run's stream may hold; past it the run fails with"
+        " `stream_too_large`",
+        integer(1024, unit="bytes"),
+    )
+    query_timeout_ms: int = setting(
+        limits.DEFAULT_QUERY_TIMEOUT_MS,
+        "RUNSTREAM_QUERY_TIMEOUT_MS",
+        "storage",
+        "the statement timeout of the store's queries (422 `query_timeout` past it)",
+        integer(1, unit="milliseconds"),
+    )
+
+    # --- model: the chat model graphs use ---
+    model: str = setting(
+        "fake",
+        "RUNSTREAM_MODEL",
+        "model",
+        "a `ChatOpenAI` model name, or `fake` (echoes the last user message)",
+        text,
+        unset=_model_of_endpoint,
+        shown_default="`fake`; with `OPENAI_API_KEY` or `OPENAI_BASE_URL`: `gpt-4o-mini`",
+    )
+    openai_api_key: str | None = setting(
+        None, "OPENAI_API_KEY", "model", "the key `ChatOpenAI` presents", secret()
+    )
+    openai_base_url: str | None = setting(
+        None,
+        "OPENAI_BASE_URL",
+        "model",
+        "an OpenAI-compatible endpoint of your own (it needs no key)",
+        service_url,
+    )
+    fake_token_delay_ms: int = setting(
+        20,
+        "RUNSTREAM_FAKE_TOKEN_DELAY_MS",
+        "model",
+        "the fake model's delay between chunks",
+        integer(unit="milliseconds"),
+    )
+    max_facts: int = setting(
+        limits.DEFAULT_MAX_FACTS,
+        "RUNSTREAM_MAX_FACTS",
+        "model",
+        "facts the memory assistant keeps of one user; past it, it remembers nothing new and"
+        " says so (docs/memory.md); with or without a sign-in; `0`: no limit",
+        integer(),
+    )
+
+    # --- client: the command-line clients (`runstream chat`, `attach`, `runs`, `threads`) ---
+    client_api_key: str | None = setting(
+        None,
+        "RUNSTREAM_API_KEY",
+        "client",
+        "the key `runstream chat`, `attach`, `runs` and `threads` present",
+        secret(),
+    )
+    client_url: str | None = setting(
+        None,
+        "RUNSTREAM_URL",
+        "client",
+        "the server `runstream runs` and `threads` (and `chat`, `attach`) talk to",
+        service_url,
+        shown_default="`http://127.0.0.1:8000` (`chat`: `RUNSTREAM_HOST`:`RUNSTREAM_PORT`)",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, env_file: str = ".env") -> Settings:
         """Build settings from `environ` (default `os.environ`) over an optional `.env` file.
 
-        One line per setting, so it is as long as the list of settings.
+        Each declared variable that is set (and not empty) is read by its parser; the others
+        keep their default, or what their `unset` makes of the other settings. Then the rules
+        between settings are checked.
         """
         env: dict[str, str] = {}
         if env_file and os.path.exists(env_file):
             env.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
         env.update(os.environ if environ is None else environ)
-
-        prefix = env.get("RUNSTREAM_REDIS_PREFIX") or "runstream"
-        if "{" in prefix or "}" in prefix:  # it is a hash tag on a Redis Cluster (keys.py)
-            raise SettingsError(f"RUNSTREAM_REDIS_PREFIX may not contain braces: {prefix!r}")
-        schema = env.get("RUNSTREAM_DATABASE_SCHEMA") or "public"
-        if not _IDENTIFIER.match(schema):
-            raise SettingsError(f"RUNSTREAM_DATABASE_SCHEMA is not an identifier: {schema!r}")
-        pool_mode = env.get("RUNSTREAM_DATABASE_POOL_MODE") or "session"
-        if pool_mode not in ("session", "transaction"):
-            raise SettingsError(
-                f"RUNSTREAM_DATABASE_POOL_MODE is 'session' or 'transaction', not {pool_mode!r}"
-            )
-        direct_url = env.get("RUNSTREAM_DIRECT_DATABASE_URL") or None
-        if pool_mode == "transaction" and not direct_url:
-            raise SettingsError(
-                "RUNSTREAM_DATABASE_POOL_MODE=transaction needs RUNSTREAM_DIRECT_DATABASE_URL:"
-                " migrations hold a session-level lock, which a transaction pooler cannot keep"
-            )
-        openai_key = env.get("OPENAI_API_KEY") or None
-        # A key, or an OpenAI-compatible endpoint of your own (a local server needs no key)
-        endpoint = openai_key or env.get("OPENAI_BASE_URL")
-        model = env.get("RUNSTREAM_MODEL") or ("gpt-4o-mini" if endpoint else "fake")
-        api_keys = _pairs(env, "RUNSTREAM_API_KEYS", ":", secret=True)
-        _check_api_keys(api_keys)
-        signing_key = env.get("RUNSTREAM_SIGNING_KEY") or ""
-        signing_keys = _signing_keys(env, "RUNSTREAM_SIGNING_KEYS")
-        if signing_key and signing_keys:
-            raise SettingsError(
-                "set RUNSTREAM_SIGNING_KEY (one key) or RUNSTREAM_SIGNING_KEYS (a list), not both"
-            )
-
-        jwt_secret = env.get("RUNSTREAM_JWT_SECRET") or ""
-        jwt_jwks_url = env.get("RUNSTREAM_JWT_JWKS_URL") or None
-        _check_jwt(env, api_keys, jwt_secret, jwt_jwks_url)
-        authenticated = bool(api_keys or jwt_secret or jwt_jwks_url)
-
-        def per_caller(name: str, default: int) -> int:
-            """A limit that shares the service between callers: with no API keys or JWTs there
-            is one caller (`local`, on loopback only), whom it would only get in the way of, so
-            it is off unless set (docs/security.md, "Per-caller limits")."""
-            return _int(env, name, default if authenticated else 0)
-
-        return cls(
-            redis_url=env.get("RUNSTREAM_REDIS_URL") or None,
-            database_url=env.get("RUNSTREAM_DATABASE_URL") or None,
-            database_schema=schema,
-            database_pool_mode=pool_mode,
-            direct_database_url=direct_url,
-            redis_prefix=prefix,
-            redis_cluster_shards=_int(env, "RUNSTREAM_REDIS_CLUSTER_SHARDS", 16, minimum=1),
-            host=env.get("RUNSTREAM_HOST") or "127.0.0.1",
-            port=_int(env, "RUNSTREAM_PORT", 8000),
-            allowed_hosts=_hosts(env, "RUNSTREAM_ALLOWED_HOSTS"),
-            cors_origins=_origins(env, "RUNSTREAM_CORS_ORIGINS"),
-            cors_any_origin_without_sign_in=_flag(env, "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN"),
-            api_keys=api_keys,
-            jwt_secret=jwt_secret,
-            jwt_jwks_url=jwt_jwks_url,
-            jwt_issuer=env.get("RUNSTREAM_JWT_ISSUER") or None,
-            jwt_audience=env.get("RUNSTREAM_JWT_AUDIENCE") or None,
-            signing_key=signing_key,
-            signing_keys=signing_keys,
-            graphs=_pairs(env, "RUNSTREAM_GRAPHS", "="),
-            config_path=env.get("RUNSTREAM_CONFIG") or None,
-            stream_ttl_s=_int(env, "RUNSTREAM_STREAM_TTL", 24 * 3600, minimum=1),
-            interrupted_ttl_s=_int(
-                env, "RUNSTREAM_INTERRUPTED_TTL", limits.DEFAULT_INTERRUPTED_TTL_S, minimum=1
-            ),
-            stream_token_ttl_s=_int(env, "RUNSTREAM_STREAM_TOKEN_TTL", 3600, minimum=1),
-            ping_interval_s=_int(env, "RUNSTREAM_PING_INTERVAL_MS", 15000, minimum=10) / 1000,
-            viewer_queue_size=_int(env, "RUNSTREAM_VIEWER_QUEUE_SIZE", 4096, minimum=1),
-            viewer_cut_off_s=_int(env, "RUNSTREAM_VIEWER_CUT_OFF_MS", 10_000, minimum=100) / 1000,
-            max_body_bytes=_int(env, "RUNSTREAM_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
-            max_header_bytes=_int(
-                env, "RUNSTREAM_MAX_HEADER_BYTES", limits.DEFAULT_MAX_HEADER_BYTES, minimum=4096
-            ),
-            max_message_chars=_int(
-                env, "RUNSTREAM_MAX_MESSAGE_CHARS", limits.DEFAULT_MAX_MESSAGE_CHARS, minimum=1
-            ),
-            max_run_messages=_int(
-                env, "RUNSTREAM_MAX_RUN_MESSAGES", limits.DEFAULT_MAX_RUN_MESSAGES, minimum=1
-            ),
-            max_metadata_bytes=_int(
-                env, "RUNSTREAM_MAX_METADATA_BYTES", limits.DEFAULT_MAX_METADATA_BYTES, minimum=2
-            ),
-            max_metadata_keys=_int(
-                env, "RUNSTREAM_MAX_METADATA_KEYS", limits.DEFAULT_MAX_METADATA_KEYS
-            ),
-            max_resume_bytes=_int(
-                env, "RUNSTREAM_MAX_RESUME_BYTES", limits.DEFAULT_MAX_RESUME_BYTES, minimum=4
-            ),
-            max_run_events=_int(
-                env, "RUNSTREAM_MAX_RUN_EVENTS", limits.DEFAULT_MAX_RUN_EVENTS, minimum=1
-            ),
-            max_run_stream_bytes=_int(
-                env,
-                "RUNSTREAM_MAX_RUN_STREAM_BYTES",
-                limits.DEFAULT_MAX_RUN_STREAM_BYTES,
-                minimum=1024,
-            ),
-            max_replay_bytes=_int(
-                env, "RUNSTREAM_MAX_REPLAY_BYTES", limits.DEFAULT_MAX_REPLAY_BYTES, minimum=1024
-            ),
-            max_submits_per_minute=per_caller(
-                "RUNSTREAM_MAX_SUBMITS_PER_MINUTE", limits.DEFAULT_MAX_SUBMITS_PER_MINUTE
-            ),
-            max_active_runs=per_caller("RUNSTREAM_MAX_ACTIVE_RUNS", limits.DEFAULT_MAX_ACTIVE_RUNS),
-            max_assistants=per_caller("RUNSTREAM_MAX_ASSISTANTS", limits.DEFAULT_MAX_ASSISTANTS),
-            max_crons=per_caller("RUNSTREAM_MAX_CRONS", limits.DEFAULT_MAX_CRONS),
-            max_pending_webhooks=per_caller(
-                "RUNSTREAM_MAX_PENDING_WEBHOOKS", limits.DEFAULT_MAX_PENDING_WEBHOOKS
-            ),
-            webhook_private_addresses=_flag(env, "RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES"),
-            max_assistant_versions=per_caller(
-                "RUNSTREAM_MAX_ASSISTANT_VERSIONS", limits.DEFAULT_MAX_ASSISTANT_VERSIONS
-            ),
-            max_writes_per_minute=per_caller(
-                "RUNSTREAM_MAX_WRITES_PER_MINUTE", limits.DEFAULT_MAX_WRITES_PER_MINUTE
-            ),
-            max_queries_per_minute=per_caller(
-                "RUNSTREAM_MAX_QUERIES_PER_MINUTE", limits.DEFAULT_MAX_QUERIES_PER_MINUTE
-            ),
-            max_concurrent_queries=per_caller(
-                "RUNSTREAM_MAX_CONCURRENT_QUERIES", limits.DEFAULT_MAX_CONCURRENT_QUERIES
-            ),
-            query_timeout_ms=_int(
-                env, "RUNSTREAM_QUERY_TIMEOUT_MS", limits.DEFAULT_QUERY_TIMEOUT_MS, minimum=1
-            ),
-            max_store_items=per_caller("RUNSTREAM_MAX_STORE_ITEMS", limits.DEFAULT_MAX_STORE_ITEMS),
-            max_store_bytes=_int(env, "RUNSTREAM_MAX_STORE_BYTES", limits.DEFAULT_MAX_STORE_BYTES),
-            max_facts=_int(env, "RUNSTREAM_MAX_FACTS", limits.DEFAULT_MAX_FACTS),
-            max_thread_checkpoints=per_caller(
-                "RUNSTREAM_MAX_THREAD_CHECKPOINTS", limits.DEFAULT_MAX_THREAD_CHECKPOINTS
-            ),
-            max_checkpoint_bytes=_int(
-                env, "RUNSTREAM_MAX_CHECKPOINT_BYTES", limits.DEFAULT_MAX_CHECKPOINT_BYTES
-            ),
-            max_sse_connections=per_caller(
-                "RUNSTREAM_MAX_SSE_CONNECTIONS", limits.DEFAULT_MAX_SSE_CONNECTIONS
-            ),
-            max_sse_connections_per_token=per_caller(
-                "RUNSTREAM_MAX_SSE_CONNECTIONS_PER_TOKEN",
-                limits.DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN,
-            ),
-            worker_concurrency=_int(env, "RUNSTREAM_WORKER_CONCURRENCY", 100, minimum=1),
-            worker_metrics_port=_int(env, "RUNSTREAM_WORKER_METRICS_PORT", 0),
-            job_timeout_s=_int(env, "RUNSTREAM_JOB_TIMEOUT", 3600, minimum=1),
-            poll_delay_s=_int(env, "RUNSTREAM_POLL_DELAY_MS", 500, minimum=1) / 1000,
-            lease_s=_int(env, "RUNSTREAM_LEASE_MS", 5000, minimum=100) / 1000,
-            reaper_interval_s=_int(env, "RUNSTREAM_REAPER_INTERVAL_MS", 1000, minimum=10) / 1000,
-            cron_interval_s=_int(env, "RUNSTREAM_CRON_INTERVAL_MS", 1000) / 1000,
-            max_attempts=_int(env, "RUNSTREAM_MAX_ATTEMPTS", 3, minimum=1),
-            shutdown_grace_s=_int(env, "RUNSTREAM_SHUTDOWN_GRACE_MS", 10000) / 1000,
-            thread_retention_s=_int(env, "RUNSTREAM_THREAD_RETENTION", 0, minimum=0) or None,
-            openai_api_key=openai_key,
-            openai_base_url=env.get("OPENAI_BASE_URL") or None,
-            model=model,
-            fake_token_delay_ms=_int(env, "RUNSTREAM_FAKE_TOKEN_DELAY_MS", 20),
-            client_api_key=env.get("RUNSTREAM_API_KEY") or None,
-            client_url=env.get("RUNSTREAM_URL") or None,
-            data_dir=env.get("RUNSTREAM_DATA_DIR") or ".runstream",
-            log_json=(env.get("RUNSTREAM_LOG_FORMAT") or "console") == "json",
-            log_level=(env.get("RUNSTREAM_LOG_LEVEL") or "info").lower(),
+        given: dict[str, Any] = {}
+        for name, declared in declarations():
+            raw = env.get(declared.env)
+            if raw:
+                given[name] = declared.parse.read(declared.env, raw)
+        settings = cls(**given)
+        settings = replace(
+            settings,
+            **{
+                name: declared.unset(settings, getattr(settings, name))
+                for name, declared in declarations()
+                if declared.unset is not None and name not in given
+            },
         )
+        for relation in _RELATIONS:
+            relation(settings)
+        return settings
+
+    def environment(self, *names: str) -> dict[str, str]:
+        """The variables that give a child process these settings' `names` (none: all of
+        them), as `from_env` reads them back; an unset one is left out. Secrets included."""
+        wanted = set(names)
+        return {
+            declared.env: declared.parse.write(value)
+            for name, declared in declarations()
+            if (not wanted or name in wanted) and is_set(value := getattr(self, name))
+        }
 
     def require_services(self) -> tuple[str, str]:
         """The Redis and Postgres URLs, or a clear error naming what is missing."""
         missing = [
-            name
-            for name, value in (
-                ("RUNSTREAM_REDIS_URL", self.redis_url),
-                ("RUNSTREAM_DATABASE_URL", self.database_url),
-            )
-            if not value
+            env_name(name) for name in ("redis_url", "database_url") if not getattr(self, name)
         ]
         if missing:
             raise SettingsError(f"set {' and '.join(missing)} (or use `runstream up`)")
@@ -440,9 +758,9 @@ class Settings:
                 else f"{self.sign_in_setting} is"
             )
             raise SettingsError(
-                f"{how} set but RUNSTREAM_SIGNING_KEY is not: set it to a long "
-                "random secret (e.g. `openssl rand -hex 32`), the same on every server "
-                "(or RUNSTREAM_SIGNING_KEYS=key_id:secret,... to rotate keys)"
+                f"{how} set but {env_name('signing_key')} is not: set it to a long random"
+                " secret (e.g. `openssl rand -hex 32`), the same on every server (or"
+                f" {env_name('signing_keys')}=key_id:secret,... to rotate keys)"
             )
         return (_NO_AUTH_KEY,)
 
@@ -456,48 +774,68 @@ class Settings:
     def sign_in_setting(self) -> str:
         """The setting that authenticates callers, as messages name it."""
         if self.jwt_secret:
-            return "RUNSTREAM_JWT_SECRET"
+            return env_name("jwt_secret")
         if self.jwt_jwks_url:
-            return "RUNSTREAM_JWT_JWKS_URL"
-        return "RUNSTREAM_API_KEYS"
+            return env_name("jwt_jwks_url")
+        return env_name("api_keys")
 
 
-def _check_api_keys(api_keys: dict[str, str]) -> None:
-    """Each key's owner is a caller's identity (`limits.identity_problem`), each key a bearer
-    credential no longer than a presented one may be."""
-    for key, owner in api_keys.items():
-        problem = limits.identity_problem(owner)
-        if problem is not None:
-            raise SettingsError(f"RUNSTREAM_API_KEYS: the owner {owner!r} is refused: {problem}")
-        if len(key) > limits.BEARER_TOKEN_MAX_CHARS:
-            raise SettingsError(
-                f"RUNSTREAM_API_KEYS: a key is longer than {limits.BEARER_TOKEN_MAX_CHARS}"
-                " characters"
-            )
+def declarations() -> Iterator[tuple[str, Declared]]:
+    """Each setting's attribute name and declaration, in declaration order."""
+    for each in fields(Settings):
+        yield each.name, _declared(each)
 
 
-def _check_jwt(
-    env: Mapping[str, str], api_keys: dict[str, str], secret: str, jwks_url: str | None
-) -> None:
-    """One way to sign in: API keys or JWTs (an HS256 secret or a JWKS URL), not two, so that
-    which credential names the owner is never a guess; an issuer or audience needs a JWT mode."""
-    if secret and jwks_url:
-        raise SettingsError("set RUNSTREAM_JWT_SECRET (HS256) or RUNSTREAM_JWT_JWKS_URL, not both")
-    if (secret or jwks_url) and api_keys:
+def env_name(attribute: str) -> str:
+    """The variable a field is read from, as messages name it."""
+    return _declared(Settings.__dataclass_fields__[attribute]).env
+
+
+def _declared(each: Field[Any]) -> Declared:
+    declared = each.metadata.get("setting")
+    assert isinstance(declared, Declared), f"Settings.{each.name} is not declared by setting()"
+    return declared
+
+
+# Rules between settings, checked once every one is read
+
+
+def _transaction_pooler_has_a_direct_url(settings: Settings) -> None:
+    if settings.database_pool_mode == "transaction" and not settings.direct_database_url:
         raise SettingsError(
-            "set RUNSTREAM_API_KEYS or a JWT sign-in (RUNSTREAM_JWT_SECRET,"
-            " RUNSTREAM_JWT_JWKS_URL), not both: a deployment authenticates its callers one way"
+            f"{env_name('database_pool_mode')}=transaction needs"
+            f" {env_name('direct_database_url')}: migrations hold a session-level lock, which a"
+            " transaction pooler cannot keep"
         )
-    if secret and len(secret) < 32:
+
+
+def _one_form_of_signing_key(settings: Settings) -> None:
+    if settings.signing_key and settings.signing_keys:
         raise SettingsError(
-            "RUNSTREAM_JWT_SECRET must be at least 32 characters (HS256 needs a 256-bit key)"
+            f"set {env_name('signing_key')} (one key) or {env_name('signing_keys')} (a list),"
+            " not both"
         )
-    if jwks_url:
-        parts = urlsplit(jwks_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise SettingsError(f"RUNSTREAM_JWT_JWKS_URL must be an http(s) URL, got {jwks_url!r}")
-    for name in ("RUNSTREAM_JWT_ISSUER", "RUNSTREAM_JWT_AUDIENCE"):
-        if env.get(name) and not (secret or jwks_url):
-            raise SettingsError(
-                f"{name} is set but neither RUNSTREAM_JWT_SECRET nor RUNSTREAM_JWT_JWKS_URL is"
-            )
+
+
+def _one_way_to_sign_in(settings: Settings) -> None:
+    """API keys or JWTs (an HS256 secret or a JWKS URL), not two, so that which credential
+    names the owner is never a guess; an issuer or audience needs a JWT mode."""
+    secret, jwks = env_name("jwt_secret"), env_name("jwt_jwks_url")
+    jwt = settings.jwt_secret or settings.jwt_jwks_url
+    if settings.jwt_secret and settings.jwt_jwks_url:
+        raise SettingsError(f"set {secret} (HS256) or {jwks}, not both")
+    if jwt and settings.api_keys:
+        raise SettingsError(
+            f"set {env_name('api_keys')} or a JWT sign-in ({secret}, {jwks}), not both: a"
+            " deployment authenticates its callers one way"
+        )
+    for name in ("jwt_issuer", "jwt_audience"):
+        if getattr(settings, name) and not jwt:
+            raise SettingsError(f"{env_name(name)} is set but neither {secret} nor {jwks} is")
+
+
+_RELATIONS: tuple[Callable[[Settings], None], ...] = (
+    _transaction_pooler_has_a_direct_url,
+    _one_form_of_signing_key,
+    _one_way_to_sign_in,
+)

@@ -26,6 +26,7 @@ from .errors import Conflict, NotFound, postgres_errors
 from .metadata_filters import sql_condition
 from .pg import fetch_all
 from .run_status import ACTIVE, WORKING, RunStatus, sql_list
+from .thread_facts import LATEST_RUN, LatestRun, ThreadNaming
 
 __all__ = [
     "THREAD_SORT_COLUMNS",
@@ -37,58 +38,41 @@ __all__ = [
     "delete_langgraph_threads",
 ]
 
-# Both dialects' thread statuses begin alike: busy while a run is queued or running, then
-# interrupted while one waits at its interrupt.
-_BUSY_OR_INTERRUPTED = f"""
+# A thread's own status: busy while a run is queued or running, then interrupted while one
+# waits at its interrupt, else idle. The LangGraph API names threads by its own rules over this
+# and the latest run (stream_store/thread_facts.py).
+_THREAD_STATUS = f"""CASE
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
                    AND r.status IN {sql_list(WORKING)}) THEN 'busy'
       WHEN EXISTS (SELECT 1 FROM runstream_runs r WHERE r.thread_id = t.thread_id
                    AND r.status = '{RunStatus.INTERRUPTED}') THEN 'interrupted'
-"""
-_THREAD_STATUS = f"CASE {_BUSY_OR_INTERRUPTED} ELSE 'idle' END"
-# A thread's status as LangGraph's server sets it when a run ends (the LangGraph API shows it
-# and `search_threads`/`count_threads` filter on it; this is its only definition): busy while
-# a run is queued or running, interrupted while one is; otherwise from the latest run that
-# started: `error` if it failed, `interrupted` if it was cancelled mid-step or stopped at a
-# breakpoint (LangGraph: the checkpoint still has a next step), else `idle`. A run cancelled
-# before it started changes nothing.
-_LANGGRAPH_THREAD_STATUS = f"""
-    CASE {_BUSY_OR_INTERRUPTED}
-      ELSE COALESCE((SELECT CASE WHEN r.status = '{RunStatus.FAILED}' THEN 'error'
-                                 WHEN r.status = '{RunStatus.CANCELLED}'
-                                   OR r.kwargs ? 'breakpoint'
-                                   THEN 'interrupted'
-                                 ELSE 'idle' END
-                     FROM runstream_runs r WHERE r.thread_id = t.thread_id
-                     AND r.started_at IS NOT NULL
-                     ORDER BY r.created_at DESC LIMIT 1), 'idle')
-    END
-"""
+      ELSE 'idle' END"""
 _THREAD_COLUMNS = (
     "t.thread_id::text, t.owner, t.title, t.metadata, t.created_at, t.updated_at,"
     f" {_THREAD_STATUS} AS status"
 )
-# Read only for the LangGraph API: its status's subqueries are most of a listing's time.
-_LANGGRAPH_THREAD_COLUMNS = f"{_THREAD_COLUMNS}, {_LANGGRAPH_THREAD_STATUS} AS langgraph_status"
+# Read only when asked for (`latest_run=True`): its subquery is most of a listing's time.
+_LATEST_RUN_COLUMNS = f"{_THREAD_COLUMNS}, {LATEST_RUN} AS latest_run"
 
 
-# What a LangGraph thread search may sort by: its column of the subquery `found`.
+# What a thread search may sort by: its column of the subquery `named` (`name`: the name the
+# search's `ThreadNaming` gives, as LangGraph's `status`).
 THREAD_SORT_COLUMNS = {
-    "thread_id": "found.thread_id",
-    "status": "found.langgraph_status",
-    "created_at": "found.created_at",
-    "updated_at": "found.updated_at",
-    "state_updated_at": "found.updated_at",  # a thread's state is written as it is updated
+    "thread_id": "named.thread_id",
+    "status": "named.name",
+    "created_at": "named.created_at",
+    "updated_at": "named.updated_at",
+    "state_updated_at": "named.updated_at",  # a thread's state is written as it is updated
 }
 
 
-def _columns(langgraph: bool) -> str:
-    return _LANGGRAPH_THREAD_COLUMNS if langgraph else _THREAD_COLUMNS
+def _columns(latest_run: bool) -> str:
+    return _LATEST_RUN_COLUMNS if latest_run else _THREAD_COLUMNS
 
 
 class ThreadRecord(msgspec.Struct, kw_only=True):
-    """One row of `runstream_threads`, with its runstream status (busy, interrupted, idle) and,
-    when read with `langgraph=True`, its LangGraph status (busy, interrupted, error, idle)."""
+    """One row of `runstream_threads`, with its own status (busy, interrupted, idle) and, when
+    read with `latest_run=True`, its latest started run (stream_store/thread_facts.py)."""
 
     thread_id: str
     owner: str
@@ -97,7 +81,7 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     status: str
-    langgraph_status: str | None = None
+    latest_run: LatestRun | None = None  # None: not read
 
 
 # A thread retention may delete (its one parameter: the idle seconds): untouched that long,
@@ -154,13 +138,13 @@ class ThreadRecords:
         metadata: dict[str, Any],
         thread_id: str | None = None,
         *,
-        langgraph: bool = False,
+        latest_run: bool = False,
     ) -> ThreadRecord | None:
         """A new thread; None when `thread_id` is given and already taken (by anyone)."""
         return await self._one_thread(
             "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
             " VALUES (%s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
-            f" RETURNING {_columns(langgraph)}",
+            f" RETURNING {_columns(latest_run)}",
             (thread_id or str(uuid.uuid4()), owner, Jsonb(metadata)),
         )
 
@@ -173,7 +157,7 @@ class ThreadRecords:
     ) -> ThreadRecord | None:
         """A new thread of `owner` with `metadata` and a copy of `thread_id`'s checkpoints
         (not its runs), taken from one snapshot; None when `thread_id` is not the owner's.
-        A LangGraph route's: read with its LangGraph status.
+        A LangGraph route's: read with its latest run.
 
         Raises:
             QuotaExceeded: the copy would pass a cap of `quota`.
@@ -190,7 +174,7 @@ class ThreadRecords:
                 await quota.check(conn, owner, thread_id, copy=True)
             cur = await conn.execute(
                 "INSERT INTO runstream_threads AS t (thread_id, owner, metadata)"
-                f" VALUES (%s, %s, %s) RETURNING {_LANGGRAPH_THREAD_COLUMNS}",
+                f" VALUES (%s, %s, %s) RETURNING {_LATEST_RUN_COLUMNS}",
                 (str(uuid.uuid4()), owner, Jsonb(metadata)),
             )
             row = await cur.fetchone()
@@ -200,21 +184,21 @@ class ThreadRecords:
         return copied
 
     async def update_thread_metadata(
-        self, thread_id: str, owner: str, metadata: dict[str, Any], *, langgraph: bool = False
+        self, thread_id: str, owner: str, metadata: dict[str, Any], *, latest_run: bool = False
     ) -> ThreadRecord | None:
         """Merge `metadata` into the thread's (LangGraph's PATCH); None: not the owner's."""
         return await self._one_thread(
             "UPDATE runstream_threads AS t SET metadata = t.metadata || %s,"
             " updated_at = clock_timestamp() WHERE t.thread_id = %s AND t.owner = %s"
-            f" RETURNING {_columns(langgraph)}",
+            f" RETURNING {_columns(latest_run)}",
             (Jsonb(metadata), thread_id, owner),
         )
 
     async def get_thread(
-        self, thread_id: str, owner: str, *, langgraph: bool = False
+        self, thread_id: str, owner: str, *, latest_run: bool = False
     ) -> ThreadRecord | None:
         return await self._one_thread(
-            f"SELECT {_columns(langgraph)} FROM runstream_threads t"
+            f"SELECT {_columns(latest_run)} FROM runstream_threads t"
             " WHERE t.thread_id = %s AND t.owner = %s",
             (thread_id, owner),
         )
@@ -245,26 +229,29 @@ class ThreadRecords:
         self,
         owner: str,
         metadata: dict[str, Any],
-        status: str | None,
+        named: tuple[ThreadNaming, str | None] | None,
         ids: list[str] | None,
         auth_filters: dict[str, Any] | None = None,
     ) -> tuple[str, list[Any]]:
-        """The owner's threads whose metadata contains `metadata` (and LangGraph's status,
-        ids, and an auth handler's filter, stream_store/metadata_filters.py), as a subquery
-        `found`, with their LangGraph status."""
+        """The owner's threads whose metadata contains `metadata` (and ids, and an auth
+        handler's filter, stream_store/metadata_filters.py), with their latest run and the name
+        `named`'s naming gives them (NULL without one), as a subquery `named`; with a name in
+        `named`, only the threads it names so."""
         condition, condition_params = sql_condition("t.metadata", auth_filters)
-        query = (
-            f"SELECT * FROM (SELECT {_LANGGRAPH_THREAD_COLUMNS} FROM runstream_threads t"
+        found = (
+            f"SELECT {_LATEST_RUN_COLUMNS} FROM runstream_threads t"
             f" WHERE t.owner = %s AND t.metadata @> %s AND {condition}"
         )
-        params: list[Any] = [owner, Jsonb(metadata), *condition_params]
+        found_params: list[Any] = [owner, Jsonb(metadata), *condition_params]
         if ids is not None:
-            query += " AND t.thread_id::text = ANY(%s)"
-            params.append(ids)
-        query += ") found"
-        if status is not None:
-            query += " WHERE found.langgraph_status = %s"
-            params.append(status)
+            found += " AND t.thread_id::text = ANY(%s)"
+            found_params.append(ids)
+        name, params = named[0].sql("found") if named is not None else ("NULL::text", [])
+        query = f"SELECT * FROM (SELECT found.*, {name} AS name FROM ({found}) found) named"
+        params += found_params
+        if named is not None and named[1] is not None:
+            query += " WHERE named.name = %s"
+            params.append(named[1])
         return query, params
 
     async def search_threads(
@@ -272,7 +259,7 @@ class ThreadRecords:
         owner: str,
         *,
         metadata: dict[str, Any],
-        status: str | None,
+        named: tuple[ThreadNaming, str | None] | None = None,
         limit: int,
         offset: int,
         ids: list[str] | None = None,
@@ -280,12 +267,13 @@ class ThreadRecords:
         sort_by: str = "created_at",
         descending: bool = True,
     ) -> list[ThreadRecord]:
-        """The owner's threads that match (see `_thread_filter`), ordered by `sort_by` (a
-        `THREAD_SORT_COLUMNS` key), then by id the same way."""
-        query, params = self._thread_filter(owner, metadata, status, ids, auth_filters)
+        """The owner's threads that match (see `_thread_filter`), with their latest run,
+        ordered by `sort_by` (a `THREAD_SORT_COLUMNS` key; `status`: the name `named` gives),
+        then by id the same way."""
+        query, params = self._thread_filter(owner, metadata, named, ids, auth_filters)
         order = "DESC" if descending else "ASC"
         query += (
-            f" ORDER BY {THREAD_SORT_COLUMNS[sort_by]} {order}, found.thread_id {order}"
+            f" ORDER BY {THREAD_SORT_COLUMNS[sort_by]} {order}, named.thread_id {order}"
             " LIMIT %s OFFSET %s"
         )
         return await self._threads(query, [*params, limit, offset])
@@ -306,10 +294,10 @@ class ThreadRecords:
         owner: str,
         *,
         metadata: dict[str, Any],
-        status: str | None,
+        named: tuple[ThreadNaming, str | None] | None = None,
         auth_filters: dict[str, Any] | None = None,
     ) -> int:
-        query, params = self._thread_filter(owner, metadata, status, None, auth_filters)
+        query, params = self._thread_filter(owner, metadata, named, None, auth_filters)
         rows = await fetch_all(self.pool, f"SELECT count(*) AS n FROM ({query}) counted", params)
         return int(rows[0]["n"])
 

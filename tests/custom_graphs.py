@@ -18,8 +18,8 @@ from langgraph.store.base import PutOp
 from langgraph.types import interrupt
 
 from project.graph_context import RunContext
-from runner.evaluations import record_evaluation
 from runner.graphs import run_save_note
+from runner.run_scope import chat_model, current_run, once, record_evaluation
 
 
 async def count_words(state: MessagesState) -> dict[str, Any]:
@@ -43,11 +43,11 @@ async def propose_note(state: MessagesState, runtime: Runtime[RunContext]) -> di
     return {"messages": [AIMessage(content="", tool_calls=[call], id=f"ai-{call_id}")]}
 
 
-async def write_then_linger(state: MessagesState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def write_then_linger(state: MessagesState) -> dict[str, Any]:
     last = state["messages"][-1]
     assert isinstance(last, AIMessage)
     call = last.tool_calls[0]
-    execution = await run_save_note(runtime.context, call)
+    execution = await run_save_note(call)
     get_stream_writer()({"wrote": True, "replayed": execution.replayed})
     await asyncio.sleep(float(os.environ.get("RUNSTREAM_TEST_LINGER_S", "3")))
     message = ToolMessage(content=str(execution.result), tool_call_id=call["id"] or "")
@@ -217,10 +217,8 @@ deep = (
 )
 
 
-# A graph that knows nothing of runstream's `RunContext`: its model is `runner.models.chat_model()`
+# A graph that knows nothing of runstream's `RunContext`: its model is `runner.run_scope`'s
 async def answer_with_the_workers_model(state: MessagesState) -> dict[str, Any]:
-    from runner.models import chat_model
-
     return {"messages": [await chat_model().ainvoke(state["messages"])]}
 
 
@@ -257,6 +255,38 @@ grades_itself = (
     .add_edge(START, "answer")
     .add_edge("answer", "grade")
     .add_edge("grade", END)
+)
+
+
+# A graph whose node calls the four functions of `runner.run_scope` and reports the run each saw
+# (tests/test_run_scope.py): the one the worker runs, through the one scope it set.
+async def see_the_run(state: MessagesState) -> dict[str, Any]:
+    run = current_run()
+
+    async def effect() -> dict[str, Any]:
+        inside = current_run()  # the effect runs in the node's scope too
+        return {"run_id": inside.run_id, "attempt": inside.attempt}
+
+    seen_by_once = await once("seen", effect, name="seen")
+    await record_evaluation(
+        "scope", 1.0, key="seen", detail={"run_id": run.run_id, "attempt": run.attempt}
+    )
+    reply = await chat_model().ainvoke(state["messages"])
+    get_stream_writer()(
+        {
+            "current_run": [run.run_id, run.thread_id, run.graph, run.attempt],
+            "once": seen_by_once,
+            "model": type(chat_model()).__name__,
+        }
+    )
+    return {"messages": [reply]}
+
+
+sees_its_run = (
+    StateGraph(MessagesState)
+    .add_node("see", see_the_run)
+    .add_edge(START, "see")
+    .add_edge("see", END)
 )
 
 

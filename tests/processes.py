@@ -25,25 +25,22 @@ __all__ = ["ROOT", "Cluster", "PrivateRedis", "TcpProxy"]
 
 def _config(settings: Settings) -> dict[str, str]:
     """The `RUNSTREAM_*` environment that gives a child process `settings`."""
-    config = {
-        "RUNSTREAM_REDIS_URL": str(settings.redis_url),
-        "RUNSTREAM_DATABASE_URL": str(settings.database_url),
-        "RUNSTREAM_DATABASE_SCHEMA": settings.database_schema,
-        "RUNSTREAM_REDIS_PREFIX": settings.redis_prefix,
-        "RUNSTREAM_SIGNING_KEY": settings.signing_key,
-        "RUNSTREAM_FAKE_TOKEN_DELAY_MS": str(settings.fake_token_delay_ms),
-        "RUNSTREAM_LEASE_MS": str(int(settings.lease_s * 1000)),
-        "RUNSTREAM_REAPER_INTERVAL_MS": str(int(settings.reaper_interval_s * 1000)),
-        "RUNSTREAM_MAX_ATTEMPTS": str(settings.max_attempts),
-        "RUNSTREAM_POLL_DELAY_MS": str(int(settings.poll_delay_s * 1000)),
-        "RUNSTREAM_SHUTDOWN_GRACE_MS": str(int(settings.shutdown_grace_s * 1000)),
-    }
-    if settings.database_pool_mode != "session":
-        config["RUNSTREAM_DATABASE_POOL_MODE"] = settings.database_pool_mode
-        config["RUNSTREAM_DIRECT_DATABASE_URL"] = str(settings.direct_database_url)
-    if settings.graphs:
-        config["RUNSTREAM_GRAPHS"] = ",".join(f"{k}={v}" for k, v in settings.graphs.items())
-    return config
+    return settings.environment(
+        "redis_url",
+        "database_url",
+        "database_schema",
+        "database_pool_mode",
+        "direct_database_url",
+        "redis_prefix",
+        "signing_key",
+        "graphs",
+        "fake_token_delay_ms",
+        "lease_s",
+        "reaper_interval_s",
+        "max_attempts",
+        "poll_delay_s",
+        "shutdown_grace_s",
+    )
 
 
 class Cluster(launcher.Cluster):

@@ -17,8 +17,7 @@ from langgraph_sdk.client import LangGraphClient
 
 from runner.assistant.facts import Fact
 from runner.assistant.graph import MEMORY_FULL, NAMESPACE, remember_once
-from runner.effects import running
-from runner.tools import ToolLedger
+from runner.run_scope import RunScope, running
 from stream_store.services import open_services
 from stream_store.settings import Settings
 from stream_store.store import OwnerStore, StoreCaps
@@ -383,8 +382,7 @@ async def test_a_retry_after_the_ledger_committed_completes_the_write_with_its_s
         run = await services.run_records.get_run(run_id)
         assert run is not None
         retry = msgspec.structs.replace(run, attempt=2)  # the ledger keys by run, not attempt
-        ledger = ToolLedger(services.pool)
-        with running(retry, ledger, services.evaluations, max_facts=settings.max_facts):
+        with running(RunScope.of(retry, services)):
             again = await remember_once(store, "fact:name", fact)
             restored = await store.aget(NAMESPACE, "name")
             once_more = await remember_once(store, "fact:name", fact)
@@ -448,7 +446,7 @@ async def test_a_full_store_stops_the_assistants_facts_and_not_its_run(
 async def test_each_turn_is_graded_after_its_answer_and_the_grades_are_recorded(
     users: tuple[LangGraphClient, LangGraphClient],
 ) -> None:
-    """The `grade` node records each grade (`runner.evaluations.record_evaluation`) after the
+    """The `grade` node records each grade (`runner.run_scope.record_evaluation`) after the
     answer streamed: the thread's evaluations show them to its owner, and to no one else."""
     alice, bob = users
     thread_id = await new_thread(alice)

@@ -17,8 +17,7 @@ import pytest
 
 from runner.assistant.facts import Fact
 from runner.assistant.graph import remember_once
-from runner.effects import running
-from runner.tools import ToolLedger
+from runner.run_scope import RunScope, running
 from stream_store.run_submit import NewRun
 from stream_store.services import open_services
 from stream_store.settings import Settings
@@ -195,12 +194,7 @@ async def test_guarantee_a_fact_over_the_limit_is_never_stored(served: Served) -
         store = OwnerStore(services.store, "alice", StoreCaps.of(services.settings))
         run = await services.run_records.get_run(run_id)
         assert run is not None
-        with running(
-            run,
-            ToolLedger(services.pool),
-            services.evaluations,
-            max_facts=services.settings.max_facts,
-        ):
+        with running(RunScope.of(run, services)):
             too_long = Fact("note", "y" * (LIMIT + 1), 0.9, run_id)
             assert await remember_once(store, "fact:too-long", too_long) is None
             at_limit = Fact("note", "z" * LIMIT, 0.9, run_id)

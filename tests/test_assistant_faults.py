@@ -1,5 +1,5 @@
 """A worker SIGKILLed during the assistant's memory steps: the next attempt runs the step again
-and writes nothing twice (`runner.effects.once` and the store's stamp), and the thread shows
+and writes nothing twice (`runner.run_scope.once` and the store's stamp), and the thread shows
 each answer once. Extraction (killed between two facts' writes, and after both), confirmation
 and grading, each on the assistant itself (tests/projects/assistant_fault lingers before or
 after each step's writes)."""

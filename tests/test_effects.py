@@ -1,4 +1,4 @@
-"""`runner.effects.once` in a user graph: its effect runs once across a worker SIGKILL
+"""`runner.run_scope.once` in a user graph: its effect runs once across a worker SIGKILL
 (tests/projects/runtime `sends_once`), as the built-in `save_note` does (TestWriteToolOnce)."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from langchain_core.messages import ToolCall
 
-from runner.effects import NotInARun, once
-from runner.tools import EffectNotRecorded
+from runner.graphs import run_save_note
+from runner.run_scope import EffectNotRecorded, NotInARun, once
+from stream_store.errors import Fenced
 from stream_store.run_records import RunRecord
 from stream_store.services import Services, open_services
 from stream_store.settings import Settings
@@ -179,3 +181,45 @@ async def next_attempt(services: Services, run: RunRecord) -> RunRecord:
     claimed = await services.lifecycle.claim(run.run_id)
     assert claimed is not None and claimed.attempt == run.attempt + 1
     return claimed
+
+
+async def test_save_note_is_written_once_by_a_later_attempt_and_never_by_a_fenced_one(
+    services: Services,
+) -> None:
+    """The built-in `save_note` through `once`: an attempt that died between its note's insert
+    and the ledger's record left both; the next attempt runs the effect again and inserts
+    nothing more. An attempt that lost the run inserts nothing at all."""
+    first = await claimed_run(services)
+    async with services.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO runstream_tool_executions (run_id, tool_call_id, tool, attempt)"
+            " VALUES (%s, 'call-1', 'save_note', %s)",
+            (first.run_id, first.attempt),
+        )
+        await conn.execute(
+            "INSERT INTO runstream_notes (thread_id, run_id, tool_call_id, content)"
+            " VALUES (%s, %s, 'call-1', 'hi')",
+            (first.thread_id, first.run_id),
+        )
+    second = await next_attempt(services, first)
+    with recorded(services, second):
+        execution = await run_save_note(note_call("call-1"))
+        again = await run_save_note(note_call("call-1"))
+    assert (execution.result, execution.replayed) == ("saved note (2 characters)", False)
+    assert (again.result, again.replayed) == ("saved note (2 characters)", True)
+    with recorded(services, first), pytest.raises(Fenced):
+        await run_save_note(note_call("call-2"))
+    async with services.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tool_call_id FROM runstream_notes WHERE run_id = %s", (first.run_id,)
+        )
+        assert [row["tool_call_id"] for row in await cur.fetchall()] == ["call-1"]
+        cur = await conn.execute(
+            "SELECT tool_call_id FROM runstream_tool_executions WHERE run_id = %s",
+            (first.run_id,),
+        )
+        assert [row["tool_call_id"] for row in await cur.fetchall()] == ["call-1"]
+
+
+def note_call(call_id: str) -> ToolCall:
+    return ToolCall(name="save_note", args={"content": "hi"}, id=call_id)

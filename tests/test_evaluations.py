@@ -1,7 +1,7 @@
-"""Evaluations as data (issue 22, runner/evaluations.py): a graph's grades of its own work are
-recorded once per run and key across attempts and a worker's SIGKILL, read back by their owner
-only, refused with a clear message when malformed, gone with their run and thread, and counted
-in /metrics."""
+"""Evaluations as data (issue 22, `runner.run_scope.record_evaluation`, runner/evaluations.py):
+a graph's grades of its own work are recorded once per run and key across attempts and a
+worker's SIGKILL, read back by their owner only, refused with a clear message when malformed,
+gone with their run and thread, and counted in /metrics."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.effects import NotInARun, running
-from runner.evaluations import EvaluationRefused, record_evaluation
 from runner.recovery import expire_idle_threads
-from runner.tools import ToolLedger
+from runner.run_scope import EvaluationRefused, NotInARun, RunScope, record_evaluation, running
 from stream_store.limits import EVALUATION_KINDS_PER_GRAPH_IN_METRICS, EVALUATIONS_MAX_PER_RUN
 from stream_store.run_records import RunRecord
 from stream_store.run_submit import NewRun
@@ -52,9 +50,7 @@ async def claimed_run(services: Services, owner: str = "o") -> RunRecord:
 
 def recorded(services: Services, run: RunRecord) -> Any:
     """Inside `run`'s current attempt, as its graph's nodes are."""
-    return running(
-        run, ToolLedger(services.pool), services.evaluations, max_facts=services.settings.max_facts
-    )
+    return running(RunScope.of(run, services))
 
 
 async def totals(services: Services) -> dict[str, tuple[int, int, int, float, list[int]]]:

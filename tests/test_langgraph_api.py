@@ -31,6 +31,7 @@ from langgraph_sdk.schema import StreamPart
 from project.graph_context import RunContext
 from runner.graphs import approval, chat
 from runner.models import EchoChatModel
+from runner.run_scope import RunScope, running
 from stream_store.settings import Settings
 from stream_store.thread_records import ThreadRecords
 from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connection, stop_worker
@@ -938,15 +939,10 @@ class InProcess:
 
     async def run(self, input: Any, checkpoint_id: str | None = None) -> None:
         at = {"checkpoint_id": checkpoint_id, "checkpoint_ns": ""} if checkpoint_id else {}
-        context = RunContext(
-            run_id=str(uuid.uuid4()),
-            thread_id="reference",
-            attempt=1,
-            chat_model=EchoChatModel(token_delay_s=0),
-            ledger=None,  # type: ignore[arg-type]  # no write tool runs here
-        )
+        context = RunContext(run_id=str(uuid.uuid4()), thread_id="reference", attempt=1)
         config: Any = {"configurable": {**self.configurable, **at}}
-        await self.graph.ainvoke(input, config, context=context)
+        with running(in_process_scope(context)):
+            await self.graph.ainvoke(input, config, context=context)
 
     async def history(self) -> list[StateSnapshot]:
         config: Any = {"configurable": self.configurable}
@@ -957,6 +953,24 @@ class InProcess:
         parent = (await self.history())[place].parent_config
         assert parent is not None
         return str(parent["configurable"]["checkpoint_id"])
+
+
+def in_process_scope(context: RunContext, token_delay_s: float = 0) -> RunScope:
+    """The run scope of a built-in graph run by LangGraph in this process: the fake model, and
+    neither a ledger nor evaluations (no write tool runs, nothing is graded)."""
+    return RunScope(
+        run_id=context.run_id,
+        thread_id=context.thread_id,
+        owner="reference",
+        graph="reference",
+        attempt=context.attempt,
+        trace_id=None,
+        x_trace_id=None,
+        max_facts=0,
+        ledger=None,  # type: ignore[arg-type]
+        evaluations=None,  # type: ignore[arg-type]
+        chat_models=lambda _: EchoChatModel(token_delay_s=token_delay_s),
+    )
 
 
 def history_shape(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -21,10 +21,10 @@ from server.langgraph.conversions import (
     STREAM_MODES,
     assistant_id_for,
     engine_messages,
-    run_status,
     stream_modes,
     to_langchain_dict,
 )
+from server.langgraph.statuses import run_status
 from server.langgraph.stream import LangGraphStream, split_frame_id
 from server.langgraph.wire import (
     AssistantSearch,

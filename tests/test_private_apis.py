@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import langgraph_sdk.runtime
 import pytest
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -290,3 +291,25 @@ class TestLanggraphCheckpointPostgres:
         _check_signature(
             self.PACKAGE, name, self.OURS, function, "(conn)", "an async context manager"
         )
+
+
+class TestLanggraphSdkRuntime:
+    """`project/graph_loading.py` builds a graph factory's runtime from `langgraph_sdk.runtime`'s
+    `_ExecutionRuntime` and `_ReadRuntime`, as LangGraph's server does (`build_server_runtime`):
+    the SDK has no public constructor for them."""
+
+    PACKAGE = "langgraph-sdk"
+    OURS = "project/graph_loading.py (execution_runtime, read_runtime)"
+
+    @pytest.mark.parametrize(
+        ("name", "expected"),
+        [
+            ("_ExecutionRuntime", "(self, *, access_context, user=None, store, context=None)"),
+            ("_ReadRuntime", "(self, *, access_context, user=None, store)"),
+        ],
+    )
+    def test_runtimes_take_an_access_context_and_a_store(self, name: str, expected: str) -> None:
+        runtime = getattr(langgraph_sdk.runtime, name, None)
+        assert isinstance(runtime, type), _broken(self.PACKAGE, name, self.OURS, "is gone")
+        init = runtime.__init__
+        _check_signature(self.PACKAGE, name, self.OURS, init, expected, "a plain function")

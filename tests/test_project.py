@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,34 @@ def test_a_project_that_cannot_be_served_is_refused_naming_file_key_and_cause(
     assert cause in error.cause
     assert str(error).startswith(f"{path}: {key}: ")
     assert "\n" not in str(error)
+
+
+def test_a_graph_that_fails_to_import_keeps_the_users_traceback_and_names_its_line(
+    tmp_path: Path,
+) -> None:
+    failing = "import json\n\ndef build():\n    raise RuntimeError('no model key')\n\nbuild()\n"
+    path = write_project(tmp_path, {"graphs": {"g": "./bad.py:graph"}}, **{"bad.py": failing})
+    error = refusal(path)
+    user_file = str(tmp_path / "bad.py")
+    # The one line `runstream` prints: where in the user's file, and what.
+    assert f"failed at {user_file}:4: RuntimeError: no model key" in error.cause
+    assert "\n" not in str(error)
+    # The user's exception is chained, with its traceback through their file.
+    assert isinstance(error.__cause__, RuntimeError)
+    frames = traceback.extract_tb(error.__cause__.__traceback__)
+    assert [(f.filename, f.lineno) for f in frames if f.filename == user_file] == [
+        (user_file, 6),
+        (user_file, 4),
+    ]
+
+
+def test_a_graph_with_a_syntax_error_is_refused_naming_its_line(tmp_path: Path) -> None:
+    path = write_project(
+        tmp_path, {"graphs": {"g": "./bad.py:graph"}}, **{"bad.py": "x = 1\ngraph = )\n"}
+    )
+    error = refusal(path)
+    assert f"failed at {tmp_path / 'bad.py'}:2: SyntaxError" in error.cause
+    assert isinstance(error.__cause__, SyntaxError)
 
 
 def test_a_file_that_is_not_json_is_refused(tmp_path: Path) -> None:

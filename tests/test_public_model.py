@@ -1,31 +1,44 @@
-"""`runner.models.chat_model()`: the worker's configured model for any graph's node, the one
+"""`runner.run_scope.chat_model()`: the worker's configured model for any graph's node, the one
 the built-in graphs get (the fake offline), refused outside a run."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 
-from runner.models import EchoChatModel, NoModelHere, chat_model, model_for_run
+from runner.models import EchoChatModel
+from runner.run_scope import NotInARun, RunScope, chat_model, running
+from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 from tests.conftest import StartServer, StartWorker
+from tests.test_evaluations import claimed_run
 from tests.test_langgraph_api import chunks_text, client_for, human
 
 
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    async with open_services(replace(settings, model="fake")) as opened:
+        yield opened
+
+
 def test_outside_a_run_it_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(NoModelHere, match="outside one"):
+    with pytest.raises(NotInARun, match="outside one"):
         chat_model()
 
 
-def test_inside_a_run_it_is_the_run_model_with_the_runs_configurable(settings: Settings) -> None:
-    with model_for_run(replace(settings, model="fake"), {"fake_token_delay_ms": 7}):
+async def test_inside_a_run_it_is_the_run_model_with_the_runs_configurable(
+    services: Services,
+) -> None:
+    run = await claimed_run(services)
+    with running(RunScope.of(run, services, {"fake_token_delay_ms": 7})):
         model = chat_model()
         assert isinstance(model, EchoChatModel) and model.token_delay_s == 0.007
         # a node's own config names the factory's key: it wins; other keys are not the model's
         mine = chat_model({"configurable": {"fake_token_delay_ms": 1, "other": 2}})
         assert isinstance(mine, EchoChatModel) and mine.token_delay_s == 0.001
-    with pytest.raises(NoModelHere):
+    with pytest.raises(NotInARun):
         chat_model()  # the block left, the model is gone
 
 

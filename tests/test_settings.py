@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
 
 from server.processes.commands import serve, up
-from stream_store.settings import Settings, SettingsError
+from stream_store import settings_docs
+from stream_store.settings import GROUPS, Settings, SettingsError, declarations
 
 
 class TestSettings:
@@ -110,6 +112,127 @@ class TestSettings:
         env_file.write_text("RUNSTREAM_PORT=9001\nRUNSTREAM_MODEL=fake\nRUNSTREAM_HOST=::1\n")
         settings = Settings.from_env({"RUNSTREAM_HOST": "127.0.0.2"}, env_file=str(env_file))
         assert settings.port == 9001 and settings.host == "127.0.0.2"
+
+
+class TestDeclaredOnce:
+    """Each setting is declared once (variable, default, bounds, concern, meaning) and both the
+    reader and docs/operations.md are made from the declarations."""
+
+    def test_every_field_is_declared_with_a_variable_of_its_own_in_a_concern(self) -> None:
+        declared = dict(declarations())
+        assert set(declared) == set(Settings.__dataclass_fields__)
+        variables = [each.env for each in declared.values()]
+        assert len(set(variables)) == len(variables)
+        assert {each.group for each in declared.values()} == set(GROUPS)
+        assert all(each.doc and each.parse.accepts for each in declared.values())
+
+    def test_operations_md_shows_every_setting_as_declared(self) -> None:
+        """Run `python -m stream_store.settings_docs` after changing a declaration."""
+        document = settings_docs.OPERATIONS_MD.read_text()
+        assert settings_docs.with_tables(document) == document
+        for _, each in declarations():
+            assert f"| `{each.env}` |" in document
+
+    def test_the_other_docs_name_only_declared_variables_with_their_declared_defaults(
+        self,
+    ) -> None:
+        """The prose elsewhere (docs/protocol.md's limits, docs/security.md, the README) names
+        variables and quotes defaults too: a renamed setting or a changed default shows here.
+        `RUNSTREAM_TEST_*`, `_BENCH_*` and `_SKIP_*` are the test suite's, not settings."""
+        defaults = Settings()
+        declared = {
+            each.env: each.parse.write(getattr(defaults, name))
+            for name, each in declarations()
+            if getattr(defaults, name) is not None
+        }
+        known = {each.env for _, each in declarations()}
+        root = settings_docs.OPERATIONS_MD.parent.parent
+        for document in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+            text = document.read_text()
+            for name in re.findall(r"\b(RUNSTREAM_[A-Z0-9_]*[A-Z0-9])\b", text):
+                if not name.startswith(("RUNSTREAM_TEST_", "RUNSTREAM_BENCH_", "RUNSTREAM_SKIP_")):
+                    assert name in known, (document, name)
+            quoted = re.findall(r"`(RUNSTREAM_[A-Z_]+)` \(default (\d+)(?: s)?[,)]", text)
+            quoted += [
+                (name, value)
+                for value, name in re.findall(
+                    r"\| (\d+)(?: \([^)]*\))? \| `(RUNSTREAM_[A-Z_]+)` \|", text
+                )
+            ]
+            for name, value in quoted:
+                assert declared.get(name) == value, (document, name, value)
+
+    def test_an_empty_environment_gives_the_declared_defaults(self) -> None:
+        """But for the defaults declared to depend on other settings (`unset`)."""
+        read, declared = Settings.from_env({}, env_file=""), Settings()
+        for name, each in declarations():
+            if each.unset is None:
+                assert getattr(read, name) == getattr(declared, name), name
+
+    def test_durations_in_milliseconds_are_held_in_seconds(self) -> None:
+        env = {"RUNSTREAM_LEASE_MS": "2500", "RUNSTREAM_THREAD_RETENTION": "0"}
+        settings = Settings.from_env(env, env_file="")
+        assert settings.lease_s == 2.5 and settings.thread_retention_s is None
+        with pytest.raises(SettingsError, match="RUNSTREAM_LEASE_MS must be >= 100, got 99"):
+            Settings.from_env({"RUNSTREAM_LEASE_MS": "99"}, env_file="")
+
+    @pytest.mark.parametrize(
+        ("name", "value", "expects"),
+        [
+            ("RUNSTREAM_PORT", "70000", "<= 65535"),
+            ("RUNSTREAM_LOG_FORMAT", "xml", "'console' or 'json'"),
+            ("RUNSTREAM_LOG_LEVEL", "loud", "'debug' or 'info'"),
+            ("RUNSTREAM_REDIS_PREFIX", "a{b}", "braces"),
+        ],
+    )
+    def test_a_value_out_of_its_bounds_names_the_variable_and_what_it_takes(
+        self, name: str, value: str, expects: str
+    ) -> None:
+        with pytest.raises(SettingsError, match=name) as refused:
+            Settings.from_env({name: value}, env_file="")
+        assert expects in str(refused.value)
+
+    def test_choices_are_read_in_any_case(self) -> None:
+        env = {"RUNSTREAM_LOG_FORMAT": "JSON", "RUNSTREAM_LOG_LEVEL": "Warning"}
+        settings = Settings.from_env(env, env_file="")
+        assert settings.log_json and settings.log_level == "warning"
+
+    def test_a_child_processes_environment_reads_back_as_the_same_settings(self) -> None:
+        """`Settings.environment` (what `tests/processes.py` hands its children) writes each
+        value as its parser reads it: milliseconds, lists, maps, choices and flags."""
+        env = {
+            "RUNSTREAM_API_KEYS": "k1:alice,k2:bob",
+            "RUNSTREAM_SIGNING_KEYS": "new:s1,old:s2",
+            "RUNSTREAM_LEASE_MS": "2500",
+            "RUNSTREAM_ALLOWED_HOSTS": "fd00::1,runstream.internal",
+            "RUNSTREAM_CORS_ORIGINS": "https://ui.example",
+            "RUNSTREAM_CORS_ANY_ORIGIN_WITHOUT_SIGN_IN": "yes",
+            "RUNSTREAM_LOG_FORMAT": "json",
+            "RUNSTREAM_GRAPHS": "mine=pkg.mod:graph",
+            "RUNSTREAM_THREAD_RETENTION": "60",
+            "OPENAI_BASE_URL": "http://127.0.0.1:8080/v1",
+        }
+        for settings in (Settings.from_env(env, env_file=""), Settings.from_env({}, env_file="")):
+            assert Settings.from_env(settings.environment(), env_file="") == settings
+        given = Settings(poll_delay_s=0.02, fake_token_delay_ms=0, redis_url="redis://r:1/0")
+        assert given.environment(
+            "poll_delay_s", "fake_token_delay_ms", "redis_url", "jwt_issuer"
+        ) == {
+            "RUNSTREAM_POLL_DELAY_MS": "20",
+            "RUNSTREAM_FAKE_TOKEN_DELAY_MS": "0",
+            "RUNSTREAM_REDIS_URL": "redis://r:1/0",
+        }
+
+    def test_secrets_stay_out_of_the_repr(self) -> None:
+        env = {
+            "RUNSTREAM_API_KEYS": "topsecret1:alice",
+            "RUNSTREAM_SIGNING_KEYS": "k1:topsecret2",
+            "OPENAI_API_KEY": "topsecret3",
+            "RUNSTREAM_API_KEY": "topsecret4",
+        }
+        shown = repr(Settings.from_env(env, env_file=""))
+        shown += repr(Settings(jwt_secret="topsecret5" * 4, signing_key="topsecret6"))
+        assert "topsecret" not in shown and "alice" not in shown
 
 
 class TestServeRefusesOpenBinds:

@@ -62,28 +62,26 @@ async def in_process_floor(concurrency: int, text: str, model_s: float) -> dict[
 
     from project.graph_context import RunContext
     from runner.graphs import chat
-    from runner.models import EchoChatModel
+    from runner.run_scope import running
+
+    from .floor import in_process_scope
 
     graph = chat.compile(checkpointer=InMemorySaver())
 
     async def one() -> float:
-        context = RunContext(
-            run_id=str(uuid.uuid4()),
-            thread_id=str(uuid.uuid4()),
-            attempt=1,
-            chat_model=EchoChatModel(token_delay_s=DELAY_MS / 1000),
-            ledger=None,  # type: ignore[arg-type]  # the chat graph writes no tools
-        )
+        scope = in_process_scope(str(uuid.uuid4()), token_delay_s=DELAY_MS / 1000)
+        context = RunContext(run_id=scope.run_id, thread_id=scope.thread_id, attempt=1)
         config = {"configurable": {"thread_id": context.thread_id}}
         start = time.perf_counter()
-        async for _ in graph.astream(  # type: ignore[call-overload]
-            {"messages": [HumanMessage(text)]},
-            config,
-            context=context,
-            stream_mode=["messages", "updates", "custom"],
-            durability="async",
-        ):
-            pass
+        with running(scope):  # what the worker sets around a run's stream
+            async for _ in graph.astream(  # type: ignore[call-overload]
+                {"messages": [HumanMessage(text)]},
+                config,
+                context=context,
+                stream_mode=["messages", "updates", "custom"],
+                durability="async",
+            ):
+                pass
         return (time.perf_counter() - start) / model_s
 
     return summary(list(await asyncio.gather(*(one() for _ in range(concurrency)))))

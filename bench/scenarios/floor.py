@@ -12,14 +12,39 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from bench.context import BenchContext
 from bench.report import summary
 
 from .sizes import THROUGHPUT_WORDS, TTFT_TEXT
 
+if TYPE_CHECKING:
+    from runner.run_scope import RunScope
+
 NAME = "floor"
 NEEDS: tuple[str, ...] = ()
+
+
+def in_process_scope(thread_id: str, token_delay_s: float) -> RunScope:
+    """The run scope of a `chat` run by LangGraph in this process (`runner.run_scope`): the fake
+    model with this delay, and neither a ledger nor evaluations (the chat graph uses neither)."""
+    from runner.models import EchoChatModel
+    from runner.run_scope import RunScope
+
+    return RunScope(
+        run_id=str(uuid.uuid4()),
+        thread_id=thread_id,
+        owner="bench",
+        graph="chat",
+        attempt=1,
+        trace_id=None,
+        x_trace_id=None,
+        max_facts=0,
+        ledger=None,  # type: ignore[arg-type]
+        evaluations=None,  # type: ignore[arg-type]
+        chat_models=lambda _: EchoChatModel(token_delay_s=token_delay_s),
+    )
 
 
 async def _stream(graph: object, text: str, modes: object = "messages") -> tuple[int, float, float]:
@@ -32,15 +57,10 @@ async def _stream(graph: object, text: str, modes: object = "messages") -> tuple
     from langchain_core.messages import AIMessageChunk, HumanMessage
 
     from project.graph_context import RunContext
-    from runner.models import EchoChatModel
+    from runner.run_scope import running
 
-    context = RunContext(
-        run_id=str(uuid.uuid4()),
-        thread_id=str(uuid.uuid4()),
-        attempt=1,
-        chat_model=EchoChatModel(token_delay_s=0),
-        ledger=None,  # type: ignore[arg-type]  # the chat graph writes no tools
-    )
+    scope = in_process_scope(str(uuid.uuid4()), token_delay_s=0)
+    context = RunContext(run_id=scope.run_id, thread_id=scope.thread_id, attempt=1)
     config = {"configurable": {"thread_id": context.thread_id}}
     tokens = 0
     first = 0.0
@@ -48,17 +68,18 @@ async def _stream(graph: object, text: str, modes: object = "messages") -> tuple
     stream = graph.astream(  # type: ignore[attr-defined]
         {"messages": [HumanMessage(text)]}, config, context=context, stream_mode=modes
     )
-    async for item in stream:
-        if isinstance(modes, list):  # (mode, payload) pairs
-            mode, payload = item
-            if mode != "messages":
-                continue
-            item = payload
-        chunk = item[0]
-        if isinstance(chunk, AIMessageChunk) and chunk.content:
-            tokens += 1
-            if not first:
-                first = time.perf_counter()
+    with running(scope):  # what the worker sets around a run's stream
+        async for item in stream:
+            if isinstance(modes, list):  # (mode, payload) pairs
+                mode, payload = item
+                if mode != "messages":
+                    continue
+                item = payload
+            chunk = item[0]
+            if isinstance(chunk, AIMessageChunk) and chunk.content:
+                tokens += 1
+                if not first:
+                    first = time.perf_counter()
     end = time.perf_counter()
     return tokens, first - start, end - start
 

@@ -28,6 +28,7 @@ from langgraph.func import entrypoint
 
 from runner.models import EchoChatModel
 
+from ..errors import RunnerError
 from .confirmation import Verdict, answer_text, confirmation_request, fast_verdict
 from .facts import KINDS, Fact, conflict_with, framing
 from .grading import grade_confirmation
@@ -107,7 +108,7 @@ class EvalSet(msgspec.Struct, forbid_unknown_fields=True):
     heldout: HeldOut | None = None
 
 
-class EvalSetError(ValueError):
+class EvalSetError(RunnerError, ValueError):
     """The set cannot be read or does not have the documented shape."""
 
 

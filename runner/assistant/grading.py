@@ -1,6 +1,6 @@
 """Deterministic graders of a turn: pure functions, so a crash that re-runs the grading node
 grades the same way, and the result is recorded once per run and key
-(`runner.evaluations.record_evaluation`).
+(`runner.run_scope.record_evaluation`).
 
 - `grade_reply`: the reply is not empty and does not merely repeat the user's message.
 - `grade_extraction`: every extracted fact is well-formed (a known kind, a non-empty value of

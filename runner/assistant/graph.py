@@ -10,7 +10,7 @@ an edited or regenerated message's fork among them and shows both branches. In i
   (the summary and the recent messages), with no model call before the answer's, and streams
   the answer.
 - `extract`, beside it (a task of the same step), reads facts from the user's message (rules
-  offline, structured output with a model), writes each new one once (`runner.effects.once`),
+  offline, structured output with a model), writes each new one once (`runner.run_scope.once`),
   and stages one that contradicts a stored value as a pending conflict, the old value kept. A
   user keeps at most `RUNSTREAM_MAX_FACTS` facts: past them (or when the store refuses a
   write, `store_full`) no new one is written, and a short message after the answer says so.
@@ -63,9 +63,8 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, PutOp
 from langgraph.types import interrupt
 
-from runner.effects import current_run, once
-from runner.evaluations import record_evaluation
-from runner.models import EchoChatModel, chat_model
+from runner.models import EchoChatModel
+from runner.run_scope import chat_model, current_run, once, record_evaluation
 from stream_store.errors import QuotaExceeded
 
 from .confirmation import (
@@ -201,7 +200,7 @@ def _run_id(config: RunnableConfig) -> str:
 
 
 def _model() -> BaseChatModel:
-    """The worker's model for this run (`runner.models.chat_model`), with the node's config."""
+    """The worker's model for this run (`runner.run_scope.chat_model`), with the node's config."""
     return chat_model(get_config())
 
 
@@ -328,7 +327,7 @@ async def _stored_and_kept(
 def _max_facts() -> int:
     """`RUNSTREAM_MAX_FACTS` of the worker running this run (0: no limit): a server setting, so
     that no run's input or context can raise it."""
-    return current_run("the assistant's facts").max_facts
+    return current_run().max_facts
 
 
 async def remember_once(

@@ -130,7 +130,6 @@ async def allowed_runs(
     found = await resources.thread_records.search_threads(
         caller.owner,
         metadata={},
-        status=None,
         limit=len(thread_ids),
         offset=0,
         ids=thread_ids,

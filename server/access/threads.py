@@ -56,7 +56,9 @@ async def reach_thread(
     """
     thread_id = inputs.object_id(thread_id, "thread")
     filters = await ask_threads(caller, action, thread_id, value)
-    thread = await resources.thread_records.get_thread(thread_id, caller.owner, langgraph=langgraph)
+    thread = await resources.thread_records.get_thread(
+        thread_id, caller.owner, latest_run=langgraph
+    )
     if thread is None or not matches(thread.metadata, filters):
         raise thread_not_found(thread_id)
     structlog.contextvars.bind_contextvars(thread_id=thread.thread_id)
@@ -121,13 +123,13 @@ async def create_thread(
     inputs.metadata(stamped, resources.settings)
     await quotas.take_submit(caller.owner)
     thread = await resources.thread_records.create_thread(
-        caller.owner, stamped, thread_id, langgraph=langgraph
+        caller.owner, stamped, thread_id, latest_run=langgraph
     )
     if thread is not None:
         logger.info("thread created", thread_id=thread.thread_id)
         return thread
     existing = await resources.thread_records.get_thread(
-        str(thread_id), caller.owner, langgraph=langgraph
+        str(thread_id), caller.owner, latest_run=langgraph
     )
     if if_exists == "do_nothing" and existing is not None and matches(existing.metadata, filters):
         return existing
@@ -163,7 +165,6 @@ async def threads_to_prune(
                 await resources.thread_records.search_threads(
                     caller.owner,
                     metadata={},
-                    status=None,
                     limit=max(1, len(thread_ids)),
                     offset=0,
                     ids=thread_ids,

@@ -17,23 +17,14 @@ from server.resources import Resources
 from stream_store.errors import Conflict, NotFound
 from stream_store.limits import BULK_CANCEL_MAX_RUNS
 from stream_store.run_records import RunRecord
-from stream_store.run_status import WORKING
-from wire.events import RunStatus
 
-from .conversions import is_over
+from .statuses import BULK_CANCEL_STATUSES, is_over
 from .submit import unprocessable
 from .wire import BulkCancel
 
 __all__ = ["BulkCancelController"]
 
 logger = structlog.get_logger()
-
-# LangGraph's names of the statuses a bulk cancel may pick, as runstream's.
-_BULK_STATUSES = {
-    "pending": [RunStatus.QUEUED],
-    "running": [RunStatus.RUNNING],
-    "all": sorted(WORKING),
-}
 
 
 async def _bulk_targets(
@@ -52,7 +43,9 @@ async def _bulk_targets(
     if body.status is not None:
         if body.run_ids:
             raise unprocessable("give run_ids or status, not both")
-        runs = await resources.run_records.working_runs(caller.owner, _BULK_STATUSES[body.status])
+        runs = await resources.run_records.working_runs(
+            caller.owner, BULK_CANCEL_STATUSES[body.status]
+        )
         runs = [r for r in runs if thread_id in (None, r.thread_id)]
         return await allowed_runs(resources, caller, runs, "update", shown)
     if not body.run_ids:

@@ -1,5 +1,5 @@
-"""Pure conversions between LangGraph's wire values and runstream's: assistant ids, run
-statuses, stream modes and messages (docs/langgraph.md).
+"""Pure conversions between LangGraph's wire values and runstream's: assistant ids, stream
+modes and messages (docs/langgraph.md); statuses are in statuses.py.
 """
 
 from __future__ import annotations
@@ -10,17 +10,12 @@ from typing import Any
 from langchain_core.messages import convert_to_messages
 
 from stream_store.assistant_ids import assistant_id_for, run_assistant_id
-from stream_store.run_status import WORKING
-from wire.events import RunStatus
-
-from .wire import RunStatusName
 
 __all__ = [
     "STREAM_MODES",
     "assistant_id_for",
     "engine_messages",
     "run_assistant_id",
-    "run_status",
     "stream_modes",
     "to_langchain_dict",
 ]
@@ -35,35 +30,6 @@ STREAM_MODES: tuple[str, ...] = (
     "custom",
     "events",
 )
-
-# An engine run stopped at interrupt() is, to LangGraph, a run that ended (`success`) on a
-# thread left `interrupted`; LangGraph's `interrupted` run is one cancelled on request.
-_RUN_STATUSES: dict[str, RunStatusName] = {
-    RunStatus.QUEUED: "pending",
-    RunStatus.RUNNING: "running",
-    RunStatus.INTERRUPTED: "success",
-    RunStatus.SUCCEEDED: "success",
-    RunStatus.FAILED: "error",
-    RunStatus.CANCELLED: "interrupted",
-}
-
-
-def is_over(engine_status: str) -> bool:
-    """Whether LangGraph sees the run as over: ended, or stopped at interrupt() (`success`,
-    above); only a queued or running run goes on."""
-    return engine_status not in WORKING
-
-
-def run_status(engine_status: str) -> RunStatusName:
-    """LangGraph's status for a run in runstream's `engine_status`.
-
-    Raises:
-        ValueError: not a runstream run status.
-    """
-    try:
-        return _RUN_STATUSES[engine_status]
-    except KeyError:
-        raise ValueError(f"unknown run status {engine_status!r}") from None
 
 
 def stream_modes(value: str | list[str] | None) -> list[str]:

@@ -26,9 +26,9 @@ from stream_store.errors import Conflict, NotFound
 from stream_store.run_status import ACTIVE
 from wire.events import RunStatus
 
-from .conversions import is_over, run_status
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
+from .statuses import is_over, run_status
 from .submit import submit, submit_batch
 from .views import run_view
 from .wire import MAX_PAGE, Run, RunCreate

@@ -45,8 +45,9 @@ from stream_store.log import StoredEvent
 from stream_store.messages import message_text
 from wire.events import RunStatus
 
-from .conversions import assistant_id_for, run_status, to_langchain_dict
+from .conversions import assistant_id_for, to_langchain_dict
 from .partials import Complete, FrameData, MessageText, Partial, replaces
+from .statuses import run_status
 
 __all__ = ["FRAME_ID_SEPARATOR", "LangGraphStream", "split_frame_id"]
 

@@ -23,6 +23,7 @@ from stream_store import limits
 from stream_store.errors import QueryTimeout
 from stream_store.thread_records import ThreadRecord, ThreadRecords
 
+from .statuses import THREAD_STATUS
 from .views import thread_view
 from .wire import Thread, ThreadSearch
 
@@ -54,7 +55,7 @@ async def search_threads(
         return await records.search_threads(
             owner,
             metadata=body.metadata or {},
-            status=body.status,
+            named=(THREAD_STATUS, body.status),
             limit=limit,
             offset=offset,
             ids=ids,

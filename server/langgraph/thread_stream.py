@@ -47,9 +47,10 @@ from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
 
 # the run stream's own attachment and dialect: a run's part here is exactly that stream
-from .conversions import is_over, run_assistant_id
+from .conversions import run_assistant_id
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, modes_of
 from .rejoin import catch_up, resume_point
+from .statuses import is_over
 from .stream import LangGraphStream
 
 __all__ = ["THREAD_STREAM_MODES", "thread_stream_response"]

@@ -28,6 +28,7 @@ from stream_store.thread_deletion import delete_langgraph_threads
 
 from .follow import StreamModeQuery
 from .state_writes import checked_checkpoint_id, copy_thread, update_state
+from .statuses import THREAD_STATUS, thread_status
 from .thread_search import search_threads
 from .thread_stream import thread_stream_response
 from .views import (
@@ -172,7 +173,10 @@ class ThreadsController(Controller):
             caller, {"metadata": body.metadata or {}, "status": body.status}
         )
         return await resources.searched_threads(caller.owner).count_threads(
-            caller.owner, metadata=body.metadata or {}, status=body.status, auth_filters=filters
+            caller.owner,
+            metadata=body.metadata or {},
+            named=(THREAD_STATUS, body.status),
+            auth_filters=filters,
         )
 
     @post(
@@ -198,9 +202,9 @@ class ThreadsController(Controller):
             logger.info("threads pruned", count=count, strategy=data.strategy)
             return {"pruned_count": count}
         threads = await resources.thread_records.search_threads(
-            caller.owner, metadata={}, status=None, limit=max(1, len(ids)), offset=0, ids=ids
+            caller.owner, metadata={}, limit=max(1, len(ids)), offset=0, ids=ids
         )
-        if busy := [t.thread_id for t in threads if t.langgraph_status == "busy"]:
+        if busy := [t.thread_id for t in threads if thread_status(t) == "busy"]:
             raise Conflict(
                 f"threads with a queued or running run cannot be pruned: {', '.join(busy)}",
                 code="thread_busy",
@@ -224,7 +228,7 @@ class ThreadsController(Controller):
         metadata = {**thread.metadata, **changes}
         inputs.metadata(metadata, resources.settings)
         updated = await resources.thread_records.update_thread_metadata(
-            thread.thread_id, caller.owner, changes, langgraph=True
+            thread.thread_id, caller.owner, changes, latest_run=True
         )
         if updated is None:
             raise thread_not_found(thread_id)

@@ -23,7 +23,8 @@ from stream_store.run_records import RunRecord
 from stream_store.thread_records import ThreadRecord
 from wire.events import RunStatus
 
-from .conversions import run_assistant_id, run_status
+from .conversions import run_assistant_id
+from .statuses import run_status, thread_status
 from .wire import (
     Assistant,
     AssistantVersion,
@@ -32,7 +33,6 @@ from .wire import (
     Run,
     Thread,
     ThreadState,
-    ThreadStatus,
 )
 
 __all__ = [
@@ -277,9 +277,7 @@ async def state_history(
 
 
 async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
-    """`thread` as LangGraph's API shows it (read with `langgraph=True`, for its status)."""
-    if thread.langgraph_status is None:
-        raise RuntimeError("thread_view needs the thread's LangGraph status (langgraph=True)")
+    """`thread` as LangGraph's API shows it (read with `latest_run=True`, for its status)."""
     runs = await resources.run_records.thread_runs(thread.thread_id, thread.owner)
     graph = await _graph_of(resources, thread, runs[-1] if runs else None)
     running = [r.run_id for r in runs if r.status == RunStatus.RUNNING]
@@ -303,7 +301,7 @@ async def thread_view(resources: Resources, thread: ThreadRecord) -> Thread:
         updated_at=thread.updated_at,
         state_updated_at=thread.updated_at,
         metadata=thread.metadata,
-        status=cast(ThreadStatus, thread.langgraph_status),
+        status=thread_status(thread),
         config={},
         values=state.values if state.checkpoint else None,
         interrupts=interrupts,

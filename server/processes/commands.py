@@ -345,7 +345,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         if project_auth and not (settings.signing_key or settings.signing_keys):
             # the one-command local run: a key of its own, kept with its services' data
             settings = replace(settings, signing_key=kept_secret(data_dir, SIGNING_KEY_FILE))
-            env["RUNSTREAM_SIGNING_KEY"] = settings.signing_key
+            env.update(settings.environment("signing_key"))
         settings.stream_token_keys(project_auth=project_auth)
         # until the supervisor takes over, SIGTERM stops the start-up as Ctrl-C does (also
         # when started in the background, where SIGINT is ignored)
@@ -369,8 +369,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
                 redis_url=settings.redis_url or redis_url,
                 database_url=settings.database_url or database_url,
             )
-            env["RUNSTREAM_REDIS_URL"] = str(settings.redis_url)
-            env["RUNSTREAM_DATABASE_URL"] = str(settings.database_url)
+            env.update(settings.environment("redis_url", "database_url"))
             print(f"embedded services under {services.data_dir} (kept for the next start)")
         return _up(settings, project, host, port, env, processes, services)
     except KeyboardInterrupt:

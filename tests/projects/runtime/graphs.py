@@ -18,7 +18,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel
 
-from runner.effects import once
+from runner.run_scope import once
 
 SEEN_KEYS = ("thread_id", "run_id", "assistant_id", "graph_id", "team", "langgraph_auth_user_id")
 

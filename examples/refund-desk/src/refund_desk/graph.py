@@ -1,5 +1,5 @@
 """The desk: read the amount asked for, ask a person when it is above the assistant's limit
-(`interrupt`), pay it once (`runner.effects.once`), and answer with the model.
+(`interrupt`), pay it once (`runner.run_scope.once`), and answer with the model.
 
 `make_graph` is a graph factory, as LangGraph's server calls one: once per run, with the run's
 config, so it can shape the graph by who asks (here it only names the graph for the user).
@@ -22,7 +22,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from refund_desk.context import Context
-from runner.effects import once
+from runner.run_scope import once
 
 AMOUNT = re.compile(r"(\d+(?:\.\d+)?)")
 

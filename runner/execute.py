@@ -50,6 +50,7 @@ from .graph_input import graph_input
 from .recovery import hand_back, retry_planner
 from .run_scope import RunScope, running
 from .state import Attempt, AttemptPhase, WorkerState
+from .step_parts import STEP_MODES
 from .translate import StreamTranslator
 
 __all__ = ["execute_run"]
@@ -283,15 +284,20 @@ async def _stream_built(
         await writer.emit("values", ValuesData(values=state_to_json(saved.values)))
     if invoke_with is not ...:
         subgraphs = bool(run.kwargs.get("stream_subgraphs"))
+        # LangGraph's `debug`, `tasks` and `checkpoints` modes, only for a run that asks
+        step_modes = [m for m in run.stream_modes if m in STEP_MODES]
         nested = (
-            frozenset(run.kwargs.get("stream_mode") or ()) & NESTED_MODES
+            (frozenset(run.kwargs.get("stream_mode") or ()) & NESTED_MODES) | set(step_modes)
             if subgraphs
             else frozenset()
         )
         translator = StreamTranslator(
-            record_updates="updates" in run.stream_modes, nested_modes=nested
+            record_updates="updates" in run.stream_modes,
+            nested_modes=nested,
+            task_metadata=_task_metadata(run),
         )
         modes: list[StreamMode] = [*STREAM_MODES, "values"] if with_values else STREAM_MODES
+        modes = [*modes, *step_modes]  # type: ignore[list-item]
         options: dict[str, Any] = {
             "context": context,
             "stream_mode": modes,
@@ -320,6 +326,17 @@ async def _stream_built(
                 for event, data in translator.translate_nested(namespace, mode, chunk):
                     await writer.emit(event, data)
     return await _settle(services, attempt, run, writer, graph, config)
+
+
+def _task_metadata(run: RunRecord) -> dict[str, Any]:
+    """What a task's `metadata` starts with in `tasks` and `debug` parts: the run's graph,
+    assistant, metadata and attempt, as LangGraph's server puts them in the run's config."""
+    return {
+        "graph_id": run.graph,
+        "assistant_id": run_assistant_id(run),
+        **run.metadata,
+        "run_attempt": run.attempt,
+    }
 
 
 def _graph_context(run: RunRecord, graph: Pregel) -> Any:

@@ -1,5 +1,5 @@
-"""LangGraph's stream (`messages`, `updates`, `custom`, `values`, `events` modes) turned into
-protocol events.
+"""LangGraph's stream (`messages`, `updates`, `custom`, `values`, `events`, `debug`, `tasks`,
+`checkpoints` modes) turned into protocol events.
 
 The one rule kept here: every token of a message carries that message's id, and a message the
 model did not stream still reaches clients as one token before its `message` event, so that
@@ -9,13 +9,15 @@ API also asks for LangGraph's own `values` and `updates` events, recorded as the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
 from stream_store.messages import message_text, state_to_json, to_wire_message
 from wire.events import MessageData, SubgraphData, TokenData, UpdatesData, ValuesData
+
+from .step_parts import STEP_MODES, step_part
 
 __all__ = ["StreamTranslator"]
 
@@ -24,11 +26,16 @@ class StreamTranslator:
     """Stateful per execution: remembers which messages already streamed tokens."""
 
     def __init__(
-        self, record_updates: bool = False, nested_modes: frozenset[str] = frozenset()
+        self,
+        record_updates: bool = False,
+        nested_modes: frozenset[str] = frozenset(),
+        task_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.streamed: set[str] = set()
         self.record_updates = record_updates
         self.nested_modes = nested_modes  # a subgraph's parts recorded (`stream_subgraphs`)
+        # what a task's `metadata` starts with in `tasks` and `debug` parts (runner/step_parts.py)
+        self.task_metadata: Mapping[str, Any] = task_metadata or {}
 
     def translate_nested(
         self, namespace: tuple[str, ...], mode: str, chunk: Any
@@ -47,7 +54,10 @@ class StreamTranslator:
         elif mode in self.nested_modes:
             if mode == "updates":
                 chunk = {node: update for node, update in chunk.items() if node != "__metadata__"}
-            data = chunk if mode == "custom" else state_to_json(chunk)
+            if mode in STEP_MODES:
+                data = step_part(mode, chunk, self.task_metadata)
+            else:
+                data = chunk if mode == "custom" else state_to_json(chunk)
             yield "subgraph", SubgraphData(ns="|".join(namespace), mode=mode, data=data)
 
     def translate(self, mode: str, chunk: Any) -> Iterator[tuple[str, Any]]:
@@ -82,6 +92,8 @@ class StreamTranslator:
             yield "custom", chunk
         elif mode == "events":  # LangGraph's `events` mode (runner/graph_events.py)
             yield "events", state_to_json(chunk)
+        elif mode in STEP_MODES:  # LangGraph's `debug`, `tasks`, `checkpoints` modes, whole
+            yield mode, step_part(mode, chunk, self.task_metadata)
 
     def _token(
         self, message: Any, node: str | None, ns: str | None = None

@@ -24,6 +24,7 @@ from .errors import ApiError
 
 __all__ = [
     "FlagQuery",
+    "InvalidId",
     "configurable",
     "decode_cursor",
     "encode_cursor",
@@ -38,12 +39,21 @@ __all__ = [
 ]
 
 
+class InvalidId(ApiError):
+    """A malformed id: 400 `invalid_id` (LangGraph's routes answer 422, as LangGraph's server,
+    `server/langgraph/api.py`); `kind` says what it is the id of."""
+
+    def __init__(self, kind: str, value: str) -> None:
+        super().__init__(400, "invalid_id", f"{kind} id must be a UUID, got {value[:80]!r}")
+        self.kind = kind
+
+
 def object_id(value: str, kind: str) -> str:
     """A run or thread id in canonical form, or 400 for anything that is not a UUID."""
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise ApiError(400, "invalid_id", f"{kind} id must be a UUID, got {value[:80]!r}") from None
+        raise InvalidId(kind, value) from None
 
 
 def event_id(value: str | None) -> str:

@@ -240,7 +240,7 @@ async def decode_run(data: RunCreate) -> dict[str, Any]:
     looks anything up."""
     if data.graph in GRAPHS:
         inputs.configurable(data.config.configurable, GRAPHS, data.graph)
-    inputs.input_messages(data.input.messages, LIMITS)
+    inputs.message_texts([m.content for m in data.input.messages], LIMITS)
     inputs.metadata(data.metadata, LIMITS)
     return msgspec.to_builtins(data)
 

@@ -25,7 +25,12 @@ from langgraph.graph import END, StateGraph
 from langgraph.types import Command, StateSnapshot
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
-from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
+from langgraph_sdk.errors import (
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    UnprocessableEntityError,
+)
 from langgraph_sdk.schema import StreamPart
 
 from project.graph_context import RunContext
@@ -1621,7 +1626,7 @@ async def test_update_state_refuses_bad_values_a_busy_thread_and_a_thread_withou
     sdk: LangGraphClient,
 ) -> None:
     empty = (await sdk.threads.create())["thread_id"]
-    with pytest.raises(ConflictError):
+    with pytest.raises(BadRequestError):  # 400, as LangGraph's server answers
         await sdk.threads.update_state(empty, {"messages": ["x"]})
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "chat", input=human("first"))

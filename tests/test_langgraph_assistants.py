@@ -509,7 +509,7 @@ async def test_bad_assistants_are_refused_saying_why_and_nothing_changes(
         ),
         "id not a UUID": (
             lambda: sdk.assistants.create("persona", assistant_id="not-a-uuid"),
-            400,
+            422,  # as LangGraph's "Invalid assistant ID: must be a UUID"
             "UUID",
         ),
     }

@@ -147,7 +147,7 @@ class TestStreamModes:
     def test_every_supported_mode_is_accepted(self) -> None:
         assert stream_modes(list(STREAM_MODES)) == list(STREAM_MODES)
 
-    @pytest.mark.parametrize("mode", ["debug", "tasks", "checkpoints", "tools", "x"])
+    @pytest.mark.parametrize("mode", ["tools", "lifecycle", "x"])
     def test_unsupported_modes_are_refused_naming_the_mode_and_the_supported_ones(
         self, mode: str
     ) -> None:

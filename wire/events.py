@@ -83,9 +83,9 @@ class UpdatesData(WireBase):
 
 
 class SubgraphData(WireBase):
-    """A subgraph's `values`, `updates` or `custom` part, when a LangGraph run asks for them
-    (`stream_subgraphs`): `ns` is its namespace as LangGraph names it (`node:task_id`, nested
-    ones joined by `|`)."""
+    """A subgraph's `values`, `updates`, `custom`, `debug`, `tasks` or `checkpoints` part, when
+    a LangGraph run asks for them (`stream_subgraphs`): `ns` is its namespace as LangGraph
+    names it (`node:task_id`, nested ones joined by `|`)."""
 
     ns: str
     mode: str
@@ -127,6 +127,9 @@ EventName = Literal[
     "updates",
     "subgraph",
     "events",
+    "debug",
+    "tasks",
+    "checkpoints",
     "pending",
     "retry",
     "done",

@@ -1,7 +1,10 @@
 """The LangGraph Agent Server API, served beside `/v1` at LangGraph's own paths.
 
 Errors keep LangGraph's shape, `{"detail": message}` (the SDKs read `detail`), with runstream's
-`code` and `request_id` beside it; a body that fails validation is 422, as LangGraph answers.
+`code` and `request_id` beside it, and LangGraph's status where `/v1`'s differs (observed on
+`langgraph dev`, langgraph-api 0.16.7; docs/langgraph.md): a body that fails validation and a
+malformed id are 422 (with LangGraph's "Invalid thread ID: must be a UUID"), a state update of
+a thread no run named a graph for is 400.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import msgspec
 from litestar import Request, Response, Router
 
 from server.errors import EXCEPTION_HANDLERS
+from server.inputs import InvalidId
 
 from .assistants import AssistantsController, info, ok
 from .bulk_cancel import BulkCancelController
@@ -27,6 +31,12 @@ __all__ = ["langgraph_router"]
 
 Handler = Callable[[Request[Any, Any, Any], Exception], Response[Any]]
 
+# (runstream's status, code) -> LangGraph's status
+_LANGGRAPH_STATUS: dict[tuple[int, str], int] = {
+    (400, "invalid_request"): 422,
+    (409, "thread_has_no_graph"): 400,
+}
+
 
 def _in_langgraph_shape(handler: Handler) -> Handler:
     def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -36,11 +46,13 @@ def _in_langgraph_shape(handler: Handler) -> Handler:
         )
         if not isinstance(error, dict):
             return response
-        status = response.status_code
-        if status == 400 and error.get("code") == "invalid_request":
-            status = 422
+        status = response.status_code or 500
+        status = _LANGGRAPH_STATUS.get((status, error["code"]), status)
+        detail = error["message"]
+        if isinstance(exc, InvalidId):  # a thread's, run's or cron's id
+            status, detail = 422, f"Invalid {exc.kind} ID: must be a UUID"
         content = {
-            "detail": error["message"],
+            "detail": detail,
             "code": error["code"],
             "request_id": error["request_id"],
         }

@@ -20,8 +20,8 @@ __all__ = [
     "to_langchain_dict",
 ]
 
-# The stream modes runstream's events can serve; `debug`, `tasks`, `checkpoints`, `tools` and
-# `lifecycle` need graph internals the worker does not store.
+# The stream modes runstream's events can serve; `tools` and `lifecycle` need graph internals
+# the worker does not store.
 STREAM_MODES: tuple[str, ...] = (
     "values",
     "updates",
@@ -29,6 +29,9 @@ STREAM_MODES: tuple[str, ...] = (
     "messages-tuple",
     "custom",
     "events",
+    "debug",
+    "tasks",
+    "checkpoints",
 )
 
 

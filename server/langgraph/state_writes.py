@@ -90,7 +90,8 @@ async def update_state(
     graph = await graph_of_thread(resources, thread)
     if graph is None:
         raise Conflict(
-            f"thread {thread.thread_id} has no graph yet: run it once before updating its state",
+            f"Thread '{thread.thread_id}' has no assigned graph ID: run it once before"
+            " updating its state",
             code="thread_has_no_graph",
         )
     values = _checked_values(body.values, graph)

@@ -358,6 +358,8 @@ class LangGraphStream:
                 return [("custom", event.data)]
             case "events" if "events" in self._modes:  # as stored: LangGraph's event whole
                 return [("events", event.data)]
+            case "debug" | "tasks" | "checkpoints" if event.event in self._modes:
+                return [(event.event, event.data)]  # as stored: LangGraph's part whole
             case "subgraph":
                 part = _subgraph.decode(event.data)
                 if part.mode not in self._modes:

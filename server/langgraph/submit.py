@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 # what the worker records beyond runstream's events (`events`: it streams the run with them)
-RECORDED_MODES = ("values", "updates", "events")
+RECORDED_MODES = ("values", "updates", "events", "debug", "tasks", "checkpoints")
 
 
 def unprocessable(message: str) -> ApiError:

@@ -22,6 +22,7 @@ from server.callers.auth import Caller
 from server.callers.budgets import QUERY, WRITE
 from server.callers.quotas import CallerQuotas
 from server.errors import ApiError
+from server.inputs import InvalidId
 from server.resources import Resources
 from stream_store.errors import Conflict
 from stream_store.thread_deletion import delete_langgraph_threads
@@ -140,7 +141,7 @@ class ThreadsController(Controller):
         data: Annotated[ThreadSearch | None, Body()] = None,
     ) -> list[Any]:
         body = data or ThreadSearch()
-        ids = [inputs.object_id(i, "thread") for i in body.ids] if body.ids else None
+        ids = _search_ids(body.ids) if body.ids else None
         filters = await thread_listing_filters(
             caller,
             {
@@ -381,3 +382,15 @@ class ThreadsController(Controller):
         where = _where(body.checkpoint)  # a subgraph's history: its `checkpoint_ns`
         thread = await reach_thread(resources, caller, thread_id)
         return await state_history(resources, thread, body.limit, before, where)
+
+
+def _search_ids(ids: list[str]) -> list[str]:
+    """A search's thread ids; a malformed one is 400 here, as LangGraph's server answers it
+    (a malformed id elsewhere is 422, `api.py`)."""
+    checked = []
+    for thread_id in ids:
+        try:
+            checked.append(inputs.object_id(thread_id, "thread"))
+        except InvalidId:
+            raise ApiError(400, "invalid_id", f"Invalid thread ID {thread_id[:80]}") from None
+    return checked

@@ -1,0 +1,364 @@
+"""`python -m bench.langgraph_diff`: the same `langgraph_sdk` calls against `langgraph dev` and
+runstream serving the same project (`bench/langgraph_diff_project`), and a diff of the answers,
+so that a new LangGraph release is checked rather than re-guessed (issue 35).
+
+What it compares: the stream modes `debug`, `tasks` and `checkpoints` (event names, a
+subgraph's `mode|ns` names, each payload with its ids and timestamps normalised and a config's
+`configurable` shown as its keys), a join of the finished run, and LangGraph's statuses
+(`update_state` of a thread never run, malformed ids in paths, a run stopped at `interrupt()`).
+
+`langgraph dev` comes from a venv with `langgraph-cli[inmem]`: `--langgraph-venv`, else
+RUNSTREAM_LANGGRAPH_VENV; without one it prints why and exits 0 (skipped). runstream runs as
+`runstream serve` and `runstream worker` children (`bench/launcher.py`) on the services
+`--redis-url`/`--database-url`, else RUNSTREAM_TEST_REDIS_URL / RUNSTREAM_TEST_DATABASE_URL,
+else embedded ones, in a schema and key prefix of their own, dropped at the end. Neither CLI
+takes port 0, so each listens on a port picked free just before.
+
+Exit status: 0 when it ran (differences are printed, not failed on) or was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.errors import APIStatusError
+
+from .launcher import ROOT, Cluster, ProcessError, free_port
+from .processes import Namespace, Services
+
+__all__ = ["main"]
+
+PROJECT = ROOT / "bench" / "langgraph_diff_project"
+STEP_MODES = ["debug", "tasks", "checkpoints"]
+READY_TIMEOUT_S = 120.0
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(\+00:00|Z)?")
+_CONFIGS = ("config", "parent_config")
+
+Observation = Any
+Probe = Callable[[LangGraphClient, str], Awaitable[Observation]]
+
+
+def normalised(value: Any) -> Any:
+    """`value` with ids and timestamps replaced by placeholders, and each `config`'s
+    `configurable` by its sorted keys (each server puts its own request data there)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in _CONFIGS and isinstance(item, dict):
+                keys = ", ".join(sorted((item.get("configurable") or {}).keys()))
+                out[key] = {"configurable (keys)": keys}
+            else:
+                out[_placeholders(key)] = normalised(item)
+        return out
+    if isinstance(value, list):
+        return [normalised(item) for item in value]
+    if isinstance(value, str):
+        return _placeholders(value)
+    return value
+
+
+def _placeholders(text: str) -> str:
+    text = _UUID.sub("<uuid>", text)
+    text = _HEX_ID.sub("<id>", text)
+    return _TIME.sub("<time>", text)
+
+
+async def _stream(sdk: LangGraphClient, graph: str, modes: list[str], **kwargs: Any) -> Any:
+    thread_id = (await sdk.threads.create())["thread_id"]
+    parts = [
+        part
+        async for part in sdk.runs.stream(
+            thread_id,
+            graph,
+            input={"steps": []},
+            stream_mode=modes,  # type: ignore[arg-type]
+            **kwargs,
+        )
+    ]
+    return thread_id, parts
+
+
+async def step_modes(sdk: LangGraphClient, url: str) -> Observation:
+    """A run of `steps` streamed in the three modes: each part's name and payload."""
+    _, parts = await _stream(sdk, "steps", STEP_MODES, metadata={"team": "blue"})
+    return [{"event": p.event, "data": normalised(p.data)} for p in parts]
+
+
+async def subgraph_names(sdk: LangGraphClient, url: str) -> Observation:
+    """A run of `nested` with `stream_subgraphs`: the parts' names."""
+    _, parts = await _stream(sdk, "nested", ["tasks", "checkpoints"], stream_subgraphs=True)
+    return [re.sub(r"\|child:.*", "|child:<task id>", p.event) for p in parts]
+
+
+async def join_finished(sdk: LangGraphClient, url: str) -> Observation:
+    """A run streamed in the three modes (`stream_resumable`, which LangGraph's server needs
+    to keep a run's events), then joined once it ended: the join's part names."""
+    thread_id, parts = await _stream(sdk, "steps", STEP_MODES, stream_resumable=True)
+    run_id = parts[0].data["run_id"]
+    joins = {}
+    for last_event_id in (None, "-1"):
+        joined = sdk.runs.join_stream(
+            thread_id,
+            run_id,
+            stream_mode=STEP_MODES,  # type: ignore[arg-type]
+            last_event_id=last_event_id,
+        )
+        joins[f"Last-Event-ID {last_event_id}"] = " ".join([p.event async for p in joined])
+    return joins
+
+
+async def update_state_never_run(sdk: LangGraphClient, url: str) -> Observation:
+    """`threads.update_state` of a thread no run has named a graph for."""
+    thread_id = (await sdk.threads.create())["thread_id"]
+    try:
+        await sdk.threads.update_state(thread_id, {"steps": ["x"]})
+    except APIStatusError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return {"status": exc.status_code, "detail": normalised(body.get("detail"))}
+    return {"status": 200}
+
+
+MALFORMED = [
+    ("GET", "/threads/not-a-uuid"),
+    ("GET", "/threads/not-a-uuid/state"),
+    ("POST", "/threads/not-a-uuid/state"),
+    ("PATCH", "/threads/not-a-uuid"),
+    ("DELETE", "/threads/not-a-uuid"),
+    ("POST", "/threads/not-a-uuid/history"),
+    ("GET", "/threads/not-a-uuid/runs"),
+    ("GET", "/threads/not-a-uuid/stream"),
+    ("GET", "/threads/{thread}/runs/not-a-uuid"),
+    ("GET", "/threads/{thread}/runs/not-a-uuid/join"),
+    ("GET", "/threads/{thread}/runs/not-a-uuid/stream"),
+    ("POST", "/threads/{thread}/runs/not-a-uuid/cancel"),
+    ("DELETE", "/threads/{thread}/runs/not-a-uuid"),
+]
+
+
+# a malformed id in a body
+MALFORMED_IN_BODY: list[tuple[str, dict[str, Any]]] = [
+    ("/threads", {"thread_id": "not-a-uuid"}),
+    ("/threads/search", {"ids": ["not-a-uuid"]}),
+    ("/assistants", {"graph_id": "steps", "assistant_id": "not-a-uuid"}),
+]
+
+
+async def malformed_ids(sdk: LangGraphClient, url: str) -> Observation:
+    """A malformed thread or run id in a path (and a few in bodies): each status and
+    `detail`."""
+    thread_id = (await sdk.threads.create())["thread_id"]
+    answers = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        for method, path in MALFORMED:
+            body: dict[str, Any] | None = (
+                {"values": {}, "metadata": {}} if method in ("POST", "PATCH") else None
+            )
+            answer = await http.request(method, path.format(thread=thread_id), json=body)
+            answers.append(f"{method} {path} -> {_status_and_detail(answer)}")
+        for path, body in MALFORMED_IN_BODY:
+            answer = await http.post(path, json=body)
+            answers.append(f"POST {path} {json.dumps(body)} -> {_status_and_detail(answer)}")
+    return answers
+
+
+def _status_and_detail(answer: httpx.Response) -> str:
+    try:
+        detail = answer.json().get("detail") if answer.content else None
+    except ValueError:
+        detail = answer.text[:200]
+    return f"{answer.status_code} {detail!r}"
+
+
+async def interrupted_run(sdk: LangGraphClient, url: str) -> Observation:
+    """A run stopped at `interrupt()`: `wait`'s answer, the run's and the thread's status."""
+    thread_id = (await sdk.threads.create())["thread_id"]
+    answer = await sdk.runs.wait(thread_id, "asks", input={"steps": []})
+    runs = await sdk.runs.list(thread_id)
+    thread = await sdk.threads.get(thread_id)
+    return {
+        "wait": normalised(answer),
+        "run status": [run["status"] for run in runs],
+        "thread status": thread["status"],
+        "thread interrupts": normalised(thread["interrupts"]),
+    }
+
+
+PROBES: list[tuple[str, Probe]] = [
+    ("stream modes debug, tasks, checkpoints (steps)", step_modes),
+    ("subgraph part names (nested, stream_subgraphs)", subgraph_names),
+    ("join of a finished run in those modes", join_finished),
+    ("update_state of a thread never run", update_state_never_run),
+    ("malformed ids in paths", malformed_ids),
+    ("a run stopped at interrupt()", interrupted_run),
+]
+
+
+async def observe(url: str) -> dict[str, Observation]:
+    sdk = get_client(url=url, api_key=None, headers={})
+    seen: dict[str, Observation] = {}
+    for name, probe in PROBES:
+        try:
+            seen[name] = await probe(sdk, url)
+        except Exception as exc:  # a probe's failure is an answer to compare, not a crash
+            seen[name] = {"probe failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return seen
+
+
+def report(langgraph: dict[str, Observation], runstream: dict[str, Observation]) -> str:
+    """Each probe: `same`, or both answers and a unified diff of them."""
+    lines: list[str] = []
+    for name, _ in PROBES:
+        theirs = json.dumps(langgraph[name], indent=1, sort_keys=False).splitlines()
+        ours = json.dumps(runstream[name], indent=1, sort_keys=False).splitlines()
+        lines.append(f"=== {name}: {'same' if theirs == ours else 'DIFFERENT'}")
+        if theirs == ours:
+            lines += ["  " + line for line in theirs[:40]]
+            if len(theirs) > 40:
+                lines.append(f"  ... ({len(theirs) - 40} more lines)")
+            continue
+        lines += list(
+            difflib.unified_diff(theirs, ours, "langgraph dev", "runstream", n=2, lineterm="")
+        )
+    return "\n".join(lines)
+
+
+def _langgraph_cli(venv: str | None) -> Path | None:
+    if not venv:
+        return None
+    cli = Path(venv) / "bin" / "langgraph"
+    return cli if cli.exists() else None
+
+
+def _start_langgraph(cli: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+    """`langgraph dev` on a copy of the project (it writes its state beside it), its output
+    in `workdir/langgraph-dev.log`."""
+    project = workdir / "project"
+    shutil.copytree(PROJECT, project)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))}
+    env["LANGSMITH_TRACING"] = "false"
+    with open(workdir / "langgraph-dev.log", "wb") as out:
+        return subprocess.Popen(
+            [str(cli), "dev", "--no-browser", "--no-reload", "--port", str(port)],
+            cwd=project,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def _log_tail(workdir: Path) -> str:
+    return (workdir / "langgraph-dev.log").read_text(errors="replace")[-3000:]
+
+
+async def observe_langgraph(cli: Path, workdir: Path) -> dict[str, Observation]:
+    port = free_port()
+    process = _start_langgraph(cli, workdir, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        async with httpx.AsyncClient(base_url=url) as http:
+            while True:
+                if process.poll() is not None:
+                    raise ProcessError(f"langgraph dev exited\n{_log_tail(workdir)}")
+                try:
+                    if (await http.get("/ok")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ProcessError(f"langgraph dev not ready\n{_log_tail(workdir)}")
+                await asyncio.sleep(0.2)
+        return await observe(url)
+    finally:
+        _stop(process)
+
+
+async def observe_runstream(services: Services) -> dict[str, Observation]:
+    await services.wait_ready()
+    namespace = Namespace.new(services, secrets.token_hex(4), "lgdiff")
+    config = {**namespace.config(), "RUNSTREAM_CONFIG": str(PROJECT / "langgraph.json")}
+    cluster = Cluster(lambda: config, log_prefix="rs-lgdiff-")
+    try:
+        server = await cluster.server()
+        await cluster.ready_worker()
+        return await observe(server.url)
+    finally:
+        cluster.stop()
+        await namespace.drop()
+
+
+def _api_version(cli: Path) -> str:
+    script = "import langgraph_api; print(langgraph_api.__version__)"
+    python = str(cli.parent / "python")
+    answer = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
+    return answer.stdout.strip() or "?"
+
+
+async def run(args: argparse.Namespace) -> int:
+    cli = _langgraph_cli(args.langgraph_venv)
+    if cli is None:
+        print(
+            "skipped: no `langgraph` CLI (give a venv with langgraph-cli[inmem] by"
+            " --langgraph-venv or RUNSTREAM_LANGGRAPH_VENV)"
+        )
+        return 0
+    services = Services.resolve(args.redis_url, args.database_url)
+    workdir = Path(tempfile.mkdtemp(prefix="rs-lgdiff-"))
+    try:
+        langgraph = await observe_langgraph(cli, workdir)
+        runstream = await observe_runstream(services)
+    finally:
+        services.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"langgraph dev (langgraph-api {_api_version(cli)}) vs runstream, same SDK calls\n")
+    print(report(langgraph, runstream))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.langgraph_diff", description=__doc__)
+    parser.add_argument("--langgraph-venv", default=os.environ.get("RUNSTREAM_LANGGRAPH_VENV"))
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("RUNSTREAM_BENCH_REDIS_URL")
+        or os.environ.get("RUNSTREAM_TEST_REDIS_URL"),
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("RUNSTREAM_BENCH_DATABASE_URL")
+        or os.environ.get("RUNSTREAM_TEST_DATABASE_URL"),
+    )
+    return asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from .errors import ProjectContractError
+
 __all__ = [
     "PAYLOAD_FIELDS",
     "WebhookPolicy",
@@ -87,7 +89,7 @@ _LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "host.docker
 _K8S_SUFFIX = ".svc.cluster.local"
 
 
-class WebhookRefused(ValueError):
+class WebhookRefused(ProjectContractError, ValueError):
     """The URL does not pass the policy; the message says why (LangGraph's `detail`)."""
 
 

@@ -12,8 +12,10 @@ ProjectContractError
 │                            project/graph_catalog.py
 ├── ConfigurableRefused  a `configurable` key or value the graph refuses      [ValueError]
 │                            project/configurable.py
-└── ContextRefused       a run's context the graph's `context_schema` refuses [ValueError]
-                             project/graph_context.py
+├── ContextRefused       a run's context the graph's `context_schema` refuses [ValueError]
+│                            project/graph_context.py
+└── WebhookRefused       a webhook URL the project's `webhooks.url` policy    [ValueError]
+                         (or the operator's) refuses: project/webhooks.py
 
 The worker's own errors have theirs (`runner.errors.RunnerError`), storage's too
 (`stream_store.errors.StoreError`): the packages are layered (`project` below `runner`), and a

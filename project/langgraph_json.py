@@ -3,7 +3,7 @@
 The keys and their meanings are LangGraph's (`langgraph_cli/schemas.py` `Config`, and how
 `langgraph dev` and `langgraph_api/graph.py` use them). A key runstream serves is read here;
 a key that only shapes LangGraph's Docker image is accepted and ignored; a key that a later
-version will serve (`webhooks`, ...) is refused, so that nothing a project relies
+version will serve (`ui`, ...) is refused, so that nothing a project relies
 on, above all its auth, is silently dropped; so is a part of `store`, `checkpointer` or `http`
 runstream does not serve (a custom store or checkpointer, `serde`, `keep_latest`, ...). Every
 refusal is a `ProjectError` naming the file, the key and the cause, which `runstream` prints as
@@ -27,6 +27,7 @@ from stream_store.settings import SettingsError
 from stream_store.store import HALFVEC_MAX_DIMS
 
 from .errors import ProjectContractError
+from .webhooks import PAYLOAD_FIELDS, WebhooksSpec, resolve_headers
 
 __all__ = [
     "AUTH_IGNORED_KEYS",
@@ -69,7 +70,6 @@ BUILD_ONLY_KEYS = frozenset(
 NOT_SERVED_YET: dict[str, str] = {
     "ui": "generative UI components (ui) are not served",
     "ui_config": "generative UI components (ui_config) are not served",
-    "webhooks": "webhooks are not served yet",
     "encryption": "custom encryption is not served",
     "priority": "run priorities are not served",
 }
@@ -88,8 +88,9 @@ HTTP_NOT_SERVED: dict[str, str] = {
     "logging_headers": "choosing the logged request headers is not served",
     "middleware_order": "runstream does not run the custom app's middleware on its own routes",
 }
-# Served: the first three, `disable_mcp` and `disable_a2a`; the others disable what runstream
-# does not have (LangGraph's generative UI, webhooks), so they hold whatever their value.
+# Served: the first three, `disable_mcp`, `disable_a2a` and `disable_webhooks`; the
+# others disable what runstream does not have (LangGraph's generative UI), so they hold
+# whatever their value.
 _HTTP_SERVED = frozenset(
     {
         "app",
@@ -121,7 +122,17 @@ _NOT_SERVED_PARTS: dict[tuple[str, str], str] = {
 
 # `$schema` points editors at LangGraph's JSON schema; nothing to serve.
 _SERVED = frozenset(
-    {"graphs", "env", "dependencies", "auth", "http", "store", "checkpointer", "$schema"}
+    {
+        "graphs",
+        "env",
+        "dependencies",
+        "auth",
+        "http",
+        "store",
+        "checkpointer",
+        "webhooks",
+        "$schema",
+    }
 )
 
 # `auth` keys accepted without effect (langgraph_cli/schemas.py `AuthConfig`), and why.
@@ -208,6 +219,7 @@ class _ProjectFile(msgspec.Struct):
     auth: dict[str, Any] | None = None
     store: _StoreFile | None = None
     checkpointer: _CheckpointerFile | None = None
+    webhooks: WebhooksSpec | None = None
 
 
 class CorsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -232,6 +244,7 @@ class HttpSettings:
     enable_custom_route_auth: bool = False
     disable_mcp: bool = False  # no `/mcp` (LangGraph's `http.disable_mcp`)
     disable_a2a: bool = False  # no `/a2a` nor agent cards (LangGraph's `http.disable_a2a`)
+    disable_webhooks: bool = False  # runs keep their webhook; nothing is POSTed
 
 
 @dataclass(frozen=True)
@@ -292,6 +305,10 @@ class Project:
     store_index: StoreIndexSpec | None = None
     store_ttl: StoreTTLSpec | None = None
     thread_ttl: ThreadTTLSpec | None = None
+    # `webhooks` (project/webhooks.py): its policy, and its headers with their templates
+    # resolved from the environment and the project's env
+    webhooks: WebhooksSpec | None = None
+    webhook_headers: dict[str, str] = field(default_factory=dict)
 
     def prepare(self, environ: MutableMapping[str, str] = os.environ) -> None:
         """Put the project's env and import paths in place, before its graphs are imported.
@@ -324,8 +341,9 @@ class Project:
             )
 
 
-def load_project(file: str | Path) -> Project:
+def load_project(file: str | Path, environ: Mapping[str, str] = os.environ) -> Project:
     """Read and check `file` (a langgraph.json); imports nothing and changes nothing.
+    `environ` (with the project's env over it) resolves the webhook headers' templates.
 
     Raises:
         ProjectError: the file is missing or malformed, or asks for what is not served.
@@ -352,10 +370,11 @@ def load_project(file: str | Path) -> Project:
     unknown = sorted(set(raw) - _SERVED - BUILD_ONLY_KEYS - set(NOT_SERVED_YET))
     if unknown:
         logger.warning("unknown langgraph.json keys are ignored", keys=unknown, file=str(path))
+    env = _env(path, shape.env, base)
     return Project(
         file=path,
         graphs=graphs,
-        env=_env(path, shape.env, base),
+        env=env,
         import_paths=tuple(
             dict.fromkeys([base, *_local_dependencies(path, shape.dependencies, base)])
         ),
@@ -365,7 +384,40 @@ def load_project(file: str | Path) -> Project:
         store_index=shape.store.index if shape.store else None,
         store_ttl=shape.store.ttl if shape.store else None,
         thread_ttl=shape.checkpointer.ttl if shape.checkpointer else None,
+        webhooks=_webhooks(path, shape.webhooks),
+        webhook_headers=_webhook_headers(path, shape.webhooks, {**environ, **env}),
     )
+
+
+def _webhooks(path: Path, spec: WebhooksSpec | None) -> WebhooksSpec | None:
+    """`webhooks`, its `allowed_fields` and domain wildcards checked as LangGraph does."""
+    if spec is None:
+        return None
+    unknown = sorted(set(spec.allowed_fields or ()) - PAYLOAD_FIELDS)
+    if unknown:
+        valid = ", ".join(sorted(PAYLOAD_FIELDS))
+        raise ProjectError(
+            path, "webhooks.allowed_fields", f"{unknown[0]!r} is not one of: {valid}"
+        )
+    for domain in spec.url.allowed_domains if spec.url else ():
+        if "*" in domain and not domain.startswith("*."):
+            raise ProjectError(
+                path,
+                "webhooks.url.allowed_domains",
+                f"a wildcard only starts a domain ('*.example.com'), got {domain!r}",
+            )
+    return spec
+
+
+def _webhook_headers(
+    path: Path, spec: WebhooksSpec | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    if spec is None:
+        return {}
+    try:
+        return resolve_headers(spec, environ)
+    except ValueError as exc:
+        raise ProjectError(path, "webhooks.headers", str(exc)) from None
 
 
 def _auth_source(path: Path, auth: dict[str, Any] | None, base: Path) -> GraphSource | None:
@@ -463,12 +515,16 @@ def _http(path: Path, raw: Any, base: Path) -> HttpSettings:
     disable_a2a = raw.get("disable_a2a", False)
     if not isinstance(disable_a2a, bool):
         raise ProjectError(path, "http.disable_a2a", "must be true or false")
+    disable_webhooks = raw.get("disable_webhooks", False)
+    if not isinstance(disable_webhooks, bool):
+        raise ProjectError(path, "http.disable_webhooks", "must be true or false")
     return HttpSettings(
         app=source,
         cors=cors_settings,
         enable_custom_route_auth=auth,
         disable_mcp=disable_mcp,
         disable_a2a=disable_a2a,
+        disable_webhooks=disable_webhooks,
     )
 
 

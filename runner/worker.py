@@ -40,6 +40,7 @@ from .recovery import reap_forever
 from .scheduling import window_size
 from .state import WorkerState
 from .sweeps import sweep_items_forever, sweep_threads_forever
+from .webhooks import deliver_webhooks_forever
 
 __all__ = ["build_worker"]
 
@@ -91,7 +92,11 @@ async def startup(ctx: dict[str, Any]) -> None:
         except BaseException:  # the port is taken, say: nothing opened may outlive the failure
             await stack.aclose()
             raise
-    sweeps = (sweep_items_forever(state), sweep_threads_forever(state))
+    sweeps = (
+        sweep_items_forever(state),
+        sweep_threads_forever(state),
+        deliver_webhooks_forever(state),  # LangGraph's webhooks, beside the runs, never in them
+    )
     for background in (reap_forever(state), _listen(state), _beat(state, presence.name), *sweeps):
         stack.push_async_callback(_stop, asyncio.create_task(background))
     ctx["state"] = state

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DEFAULT_MAX_METADATA_BYTES",
     "DEFAULT_MAX_METADATA_KEYS",
+    "DEFAULT_MAX_PENDING_WEBHOOKS",
     "DEFAULT_MAX_QUERIES_PER_MINUTE",
     "DEFAULT_MAX_REPLAY_BYTES",
     "DEFAULT_MAX_RESUME_BYTES",
@@ -194,6 +195,7 @@ DEFAULT_MAX_SSE_CONNECTIONS = 100  # the caller's open GET /v1/runs/{id}/events 
 DEFAULT_MAX_SSE_CONNECTIONS_PER_TOKEN = 10  # ... of those, opened with one stream token
 DEFAULT_MAX_ASSISTANTS = 100  # the caller's created assistants (LangGraph API)
 DEFAULT_MAX_CRONS = 100  # the caller's crons (LangGraph API)
+DEFAULT_MAX_PENDING_WEBHOOKS = 1000  # the caller's webhook deliveries not settled yet
 DEFAULT_MAX_ASSISTANT_VERSIONS = 100  # versions kept of one assistant (each PATCH adds one)
 # Every write that is not a submit (store puts and deletes, thread copies and state writes,
 # patches, deletes, cancels), any 60 s.

@@ -237,6 +237,63 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runstream_runs ADD COLUMN x_trace_id text;
     ALTER TABLE runstream_evaluations ADD COLUMN x_trace_id text;
     """,
+    # LangGraph's webhooks (docs/langgraph.md, "Webhooks"): when a run that asked for one
+    # (`kwargs.webhook`) leaves `running` (ended, or stopped at interrupt(), which LangGraph
+    # calls `success`), this trigger records its delivery in the same transaction as the
+    # status, so no crash loses it. `run` is the run as it ended (a rollback deletes the run
+    # itself); `payload` is built at the first attempt and sent as is on every retry. A
+    # worker's delivery loop claims a due one with FOR UPDATE SKIP LOCKED until
+    # `claimed_until` (runner/webhooks.py); each attempt is appended to `attempts`.
+    """
+    CREATE TABLE runstream_webhooks (
+        delivery_id bigserial PRIMARY KEY,
+        run_id uuid NOT NULL,
+        thread_id uuid NOT NULL,
+        owner text NOT NULL,
+        url text NOT NULL,
+        run jsonb NOT NULL,
+        payload jsonb,
+        state text NOT NULL DEFAULT 'pending',
+        attempts jsonb NOT NULL DEFAULT '[]'::jsonb,
+        next_attempt_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        claimed_until timestamptz,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        done_at timestamptz
+    );
+    CREATE INDEX runstream_webhooks_due ON runstream_webhooks (next_attempt_at)
+        WHERE state = 'pending';
+    CREATE INDEX runstream_webhooks_owner_pending ON runstream_webhooks (owner)
+        WHERE state = 'pending';
+    CREATE INDEX runstream_webhooks_run ON runstream_webhooks (run_id);
+    CREATE INDEX runstream_webhooks_done ON runstream_webhooks (done_at)
+        WHERE done_at IS NOT NULL;
+    CREATE FUNCTION runstream_webhook_on_end() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO runstream_webhooks (run_id, thread_id, owner, url, run)
+        VALUES (
+            NEW.run_id, NEW.thread_id, NEW.owner, NEW.kwargs->>'webhook',
+            jsonb_build_object(
+                'run_id', NEW.run_id, 'thread_id', NEW.thread_id, 'graph', NEW.graph,
+                'status', NEW.status, 'created_at', NEW.created_at,
+                'started_at', NEW.started_at,
+                'ended_at', coalesce(NEW.finished_at, clock_timestamp()),
+                'metadata', NEW.metadata, 'kwargs', NEW.kwargs, 'multitask', NEW.multitask,
+                'error', NEW.error
+            )
+        );
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER runstream_runs_webhook AFTER UPDATE OF status ON runstream_runs
+        FOR EACH ROW
+        WHEN (
+            OLD.status = 'running'
+            AND NEW.status IN ('interrupted', 'succeeded', 'failed', 'cancelled')
+            AND jsonb_typeof(NEW.kwargs->'webhook') = 'string'
+        )
+        EXECUTE FUNCTION runstream_webhook_on_end();
+    """,
 ]
 
 

@@ -37,6 +37,7 @@ from .run_submit import RunSubmitter
 from .settings import Settings
 from .store import StoreOptions, open_store
 from .thread_records import ThreadRecords
+from .webhook_records import WebhookRecords
 
 __all__ = ["Services", "open_services"]
 
@@ -55,6 +56,7 @@ class Services:
     cron_records: CronRecords  # LangGraph's crons (server/langgraph/crons.py)
     assistant_records: AssistantRecords  # LangGraph's assistants (server/langgraph/assistants.py)
     evaluations: Evaluations  # what graphs record of their own work (runner/evaluations.py)
+    webhooks: WebhookRecords  # LangGraph's webhook deliveries (runner/webhooks.py)
     events: EventLog
     queue: RunQueue
     lifecycle: RunLifecycle
@@ -116,6 +118,7 @@ async def open_services(
             cron_records=CronRecords(pool),
             assistant_records=AssistantRecords(pool),
             evaluations=Evaluations(pool),
+            webhooks=WebhookRecords(pool),
             events=events,
             queue=queue,
             lifecycle=RunLifecycle(

@@ -361,6 +361,22 @@ class Settings:
         "RUNSTREAM_MAX_CRONS",
         "crons one caller may keep (LangGraph API; 409 `too_many_crons` above it)",
     )
+    # LangGraph's webhooks (docs/langgraph.md, "Webhooks")
+    max_pending_webhooks: int = per_caller(
+        limits.DEFAULT_MAX_PENDING_WEBHOOKS,
+        "RUNSTREAM_MAX_PENDING_WEBHOOKS",
+        "one caller's webhook deliveries not settled yet (LangGraph API; a submit with a"
+        " `webhook` is 429 `too_many_pending_webhooks` at it)",
+    )
+    webhook_private_addresses: bool = setting(
+        False,
+        "RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES",
+        "server",
+        "`true`: a LangGraph run's `webhook` may reach loopback and private addresses (one host,"
+        " a private network); servers check it at submit, workers before each POST: set it on"
+        ' both (docs/operations.md, "Webhooks")',
+        flag,
+    )
     max_assistant_versions: int = per_caller(
         limits.DEFAULT_MAX_ASSISTANT_VERSIONS,
         "RUNSTREAM_MAX_ASSISTANT_VERSIONS",

@@ -114,6 +114,7 @@ ROUTES: dict[tuple[str, str], Route] = {
         OBJ, at("/v1/runs/{pending}/cancel"), budget=WRITES
     ),
     ("GET", "/v1/runs/{run_id:str}/evaluations"): _route(OBJ, at("/v1/runs/{run}/evaluations")),
+    ("GET", "/v1/runs/{run_id:str}/webhooks"): _route(OBJ, at("/v1/runs/{run}/webhooks")),
     ("GET", "/v1/runs/{run_id:str}/events"): _route(OBJ, at("/v1/runs/{run}/events")),
     ("POST", "/v1/runs/{run_id:str}/resume"): _route(
         OBJ, at("/v1/runs/{pending}/resume", {"resume": {"approve": True}}), budget=WRITES
@@ -419,6 +420,7 @@ _TABLES = (
     "runstream_assistant_versions",
     "runstream_crons",
     "runstream_evaluations",
+    "runstream_webhooks",
     "store",
     "checkpoints",
     "checkpoint_writes",

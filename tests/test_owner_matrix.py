@@ -123,6 +123,7 @@ ROUTES: dict[tuple[str, str], Owned | Unscoped] = {
     ("GET", "/v1/runs/{run_id:str}"): Owned((at("/v1/runs/{run}"),)),
     ("POST", "/v1/runs/{run_id:str}/cancel"): Owned((at("/v1/runs/{run}/cancel"),)),
     ("GET", "/v1/runs/{run_id:str}/evaluations"): Owned((at("/v1/runs/{run}/evaluations"),)),
+    ("GET", "/v1/runs/{run_id:str}/webhooks"): Owned((at("/v1/runs/{run}/webhooks"),)),
     ("GET", "/v1/runs/{run_id:str}/events"): Owned((at("/v1/runs/{run}/events"),)),
     ("POST", "/v1/runs/{run_id:str}/resume"): Owned(
         (at("/v1/runs/{run}/resume", resume={"approve": True}),)

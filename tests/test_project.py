@@ -253,11 +253,12 @@ def _runstream(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_runstream_refuses_a_bad_project_with_one_line_and_exit_2(
     tmp_path: Path, command: str
 ) -> None:
-    webhooks = {"url": {"allowed_domains": ["example.com"]}}
-    path = write_project(tmp_path, {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks})
+    webhooks = {"url": {"allowed_domains": ["ex*ample.com"]}}
+    config = {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks}
+    path = write_project(tmp_path, config, **{"g.py": ""})
     done = _runstream(command, "--config", str(path))
     assert done.returncode == 2, done.stderr
-    assert f"runstream: {path}: webhooks: " in done.stderr
+    assert f"runstream: {path}: webhooks.url.allowed_domains: " in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -423,3 +424,42 @@ async def test_runstream_serve_reads_the_project_once_and_its_processes_prepare_
         reads = [line for line in lines if _READ in line]
         assert reads == [f"{_READ} pid={process.pid}"], process.tail()
         assert sum(_PREPARED in line for line in lines) == prepared, process.tail()
+
+
+def test_webhooks_are_read_with_their_headers_resolved_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    webhooks = {
+        "url": {"allowed_domains": ["*.example.com"], "allowed_ports": [443]},
+        "headers": {"X-Static": "s", "Authorization": "Bearer ${{ env.LG_WEBHOOK_TOKEN }}"},
+        "allowed_fields": ["run_id", "status"],
+    }
+    config = {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks}
+    config["http"] = {"disable_webhooks": True}
+    path = write_project(tmp_path, config, **{"g.py": ""})
+    project = load_project(path, environ={"LG_WEBHOOK_TOKEN": "t0k"})
+    assert project.webhook_headers == {"X-Static": "s", "Authorization": "Bearer t0k"}
+    assert project.webhooks is not None and project.webhooks.url is not None
+    assert project.webhooks.url.require_https  # LangGraph's default once `url` is given
+    assert project.webhooks.allowed_fields == ["run_id", "status"]
+    assert project.http.disable_webhooks
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "key", "cause"),
+    [
+        ({"headers": {"X": "${{ env.LG_WEBHOOK_MISSING }}"}}, "webhooks.headers", "not set"),
+        ({"headers": {"X": "${{ env.HOME }}"}}, "webhooks.headers", "env_prefix"),
+        ({"allowed_fields": ["secrets"]}, "webhooks.allowed_fields", "'secrets'"),
+        ({"url": {"allowed_domains": ["a.*.com"]}}, "webhooks.url.allowed_domains", "wildcard"),
+        ({"url": {"require_http": True}}, "webhooks.url", "require_http"),
+    ],
+)
+def test_a_bad_webhooks_key_is_refused_naming_it(
+    tmp_path: Path, webhooks: dict[str, Any], key: str, cause: str
+) -> None:
+    config = {"graphs": {"g": "./g.py:graph"}, "webhooks": webhooks}
+    path = write_project(tmp_path, config, **{"g.py": ""})
+    with pytest.raises(ProjectError) as refused:
+        load_project(path, environ={})
+    assert refused.value.key.startswith(key) and cause in refused.value.cause

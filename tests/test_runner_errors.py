@@ -40,6 +40,7 @@ ROOTS: dict[str, tuple[ModuleType, ModuleType, type[Exception], dict[str, type[E
             "UnknownGraph": LookupError,
             "ConfigurableRefused": ValueError,
             "ContextRefused": ValueError,
+            "WebhookRefused": ValueError,
         },
     ),
 }

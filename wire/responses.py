@@ -23,6 +23,9 @@ __all__ = [
     "ThreadDetail",
     "ThreadList",
     "ThreadOut",
+    "WebhookAttemptOut",
+    "WebhookList",
+    "WebhookOut",
 ]
 
 
@@ -102,3 +105,25 @@ class EvaluationOut(msgspec.Struct):
 
 class EvaluationList(msgspec.Struct):
     evaluations: list[EvaluationOut]
+
+
+class WebhookAttemptOut(msgspec.Struct):
+    """One POST of a webhook: when, and the receiver's status code or why there was none."""
+
+    at: datetime
+    status_code: int | None
+    error: str | None  # null for a 2xx
+
+
+class WebhookOut(msgspec.Struct):
+    """A run's webhook delivery (a LangGraph run's `webhook`, runner/webhooks.py)."""
+
+    url: str
+    state: str  # "pending" (retries to come), "delivered" (a 2xx), "failed" (gave up)
+    attempts: list[WebhookAttemptOut]
+    next_attempt_at: datetime | None  # while pending
+    created_at: datetime  # when the run ended
+
+
+class WebhookList(msgspec.Struct):
+    webhooks: list[WebhookOut]

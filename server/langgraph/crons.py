@@ -38,6 +38,7 @@ from .conversions import assistant_id_for
 from .schedules import checked_schedule, checked_timezone, next_run
 from .submit import check_run, checked_run, unprocessable
 from .views import assistant_of
+from .webhooks import checked_webhook
 from .wire import Cron, CronCount, CronCreate, CronPatch, CronRun, CronSearch, RunCreate
 
 __all__ = ["CronsController", "create_for_thread", "cron_view"]
@@ -59,14 +60,6 @@ def cron_view(cron: CronRecord) -> Cron:
 def _run_fields(body: CronCreate | CronPatch) -> dict[str, Any]:
     given = {name: getattr(body, name) for name in _RUN_FIELDS}
     return {name: value for name, value in given.items() if value is not None}
-
-
-def _refuse_webhook(webhook: str | None) -> None:
-    if webhook is not None:
-        raise unprocessable(
-            "webhooks are not served by runstream: find a cron's runs with threads.search"
-            " and runs.list, or follow its thread with GET /threads/{thread_id}/stream"
-        )
 
 
 def _run_request(payload: dict[str, Any]) -> RunCreate:
@@ -97,7 +90,7 @@ async def _create(
     body: CronCreate,
     thread_id: str | None,
 ) -> Cron:
-    _refuse_webhook(body.webhook)
+    await checked_webhook(resources, caller.owner, body.webhook)
     timezone = checked_timezone(body.timezone)
     schedule = checked_schedule(body.schedule)
     payload = {"assistant_id": body.assistant_id, **_run_fields(body)}
@@ -213,7 +206,7 @@ class CronsController(Controller):
         self, cron_id: str, data: CronPatch, resources: Resources, caller: Caller
     ) -> Cron:
         cron_id = inputs.object_id(cron_id, "cron")
-        _refuse_webhook(data.webhook)
+        await checked_webhook(resources, caller.owner, data.webhook)
         checked_timezone(data.timezone)
         schedule = checked_schedule(data.schedule) if data.schedule is not None else None
         current = await reach_cron(

@@ -35,6 +35,7 @@ from .conversions import stream_modes
 from .run_input import checked_input
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
+from .webhooks import checked_webhook
 from .wire import RunCreate
 
 __all__ = [
@@ -176,6 +177,8 @@ async def _new_run(
     }
     if assistant.owner is not None:  # a created assistant: its id is the run's (`run_view`)
         kwargs["assistant_id"] = assistant.assistant_id
+    if body.webhook is not None:  # checked by the submit (`checked_webhook`)
+        kwargs["webhook"] = body.webhook  # the worker POSTs the run there when it ends
     new = new_run(
         resources,
         caller.owner,
@@ -244,6 +247,7 @@ async def submit(
     new = await _new_run(resources, caller, body, thread_id, assistant)
     await prepare_run(resources, caller, new, _create_run_value(body, assistant))
     await _check_fork_point(resources, caller, new)
+    await checked_webhook(resources, caller.owner, body.webhook)
     try:
         created = await record_run(resources, quotas, new, dialect="langgraph")
     except Conflict as exc:
@@ -273,6 +277,7 @@ async def submit_batch(
         assistant = await run_assistant(resources, caller, body.assistant_id)
         new = await _new_run(resources, caller, body, None, assistant)
         await prepare_run(resources, caller, new, _create_run_value(body, assistant))
+        await checked_webhook(resources, caller.owner, body.webhook)
         news.append(new)
     runs: list[RunRecord] = []
     for new in news:

@@ -140,6 +140,8 @@ class CronRun(Request):
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
     durability: Durability | None = None
+    # POSTed the run when it ends (server/langgraph/webhooks.py, runner/webhooks.py)
+    webhook: str | None = None
 
 
 class RunCreate(CronRun, kw_only=True):
@@ -156,7 +158,6 @@ class RunCreate(CronRun, kw_only=True):
     on_disconnect: Literal["cancel", "continue"] = "continue"  # stream and wait only
     on_completion: Literal["delete", "keep"] | None = None  # stateless runs only
     after_seconds: float | None = None
-    webhook: str | None = None
     feedback_keys: list[str] | None = None
 
 
@@ -166,7 +167,6 @@ class CronCreate(CronRun, kw_only=True):
 
     schedule: str
     assistant_id: str
-    webhook: str | None = None  # not served (422)
     on_run_completed: OnRunCompleted | None = None  # stateless crons only
     end_time: datetime | None = None
     enabled: bool = True
@@ -179,7 +179,6 @@ class CronPatch(CronRun, kw_only=True):
 
     schedule: str | None = None
     end_time: datetime | msgspec.UnsetType | None = msgspec.UNSET
-    webhook: str | None = None  # not served (422)
     on_run_completed: OnRunCompleted | None = None
     enabled: bool | None = None
     timezone: str | None = None

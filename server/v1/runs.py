@@ -25,13 +25,22 @@ from server.v1.bodies import ResumeRequest, RunCreate
 from stream_store.evaluations import EvaluationRecord
 from stream_store.run_records import RunRecord
 from stream_store.tracing import trace_id_of
-from wire.responses import EvaluationList, EvaluationOut, RunOut
+from stream_store.webhook_records import WebhookDelivery
+from wire.responses import (
+    EvaluationList,
+    EvaluationOut,
+    RunOut,
+    WebhookAttemptOut,
+    WebhookList,
+    WebhookOut,
+)
 
 __all__ = [
     "RunsController",
     "evaluation_list",
     "run_out",
     "submit_run",
+    "webhook_list",
 ]
 
 logger = structlog.get_logger()
@@ -62,6 +71,24 @@ def run_out(resources: Resources, run: RunRecord, last_event_id: str | None = No
         multitask=run.multitask,
         trace_id=trace_id_of(run.traceparent),
         x_trace_id=run.x_trace_id,
+    )
+
+
+def webhook_list(deliveries: list[WebhookDelivery]) -> WebhookList:
+    return WebhookList(
+        webhooks=[
+            WebhookOut(
+                url=d.url,
+                state=d.state,
+                attempts=[
+                    WebhookAttemptOut(at=a.at, status_code=a.status_code, error=a.error)
+                    for a in d.attempts
+                ],
+                next_attempt_at=d.next_attempt_at if d.state == "pending" else None,
+                created_at=d.created_at,
+            )
+            for d in deliveries
+        ]
     )
 
 
@@ -176,6 +203,11 @@ class RunsController(Controller):
     ) -> EvaluationList:
         run = await reach_run(resources, caller, run_id)
         return evaluation_list(await resources.evaluations.for_run(run.run_id, caller.owner))
+
+    @get("/{run_id:str}/webhooks", summary="The run's webhook deliveries and their attempts")
+    async def webhooks(self, run_id: str, resources: Resources, caller: Caller) -> WebhookList:
+        run = await reach_run(resources, caller, run_id)
+        return webhook_list(await resources.webhooks.of_run(run.run_id, caller.owner))
 
     @get(
         "/{run_id:str}/events",

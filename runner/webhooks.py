@@ -56,7 +56,6 @@ MAX_ATTEMPTS = 6  # about a minute of retries: 1, 2, 4, 8, 16 s apart (jittered)
 CONCURRENCY = 16  # POSTs in flight per worker
 CONNECT_TIMEOUT_S = 5.0  # LangGraph's
 REQUEST_TIMEOUT_S = 30.0  # LangGraph's, and a bound on the whole POST here
-LEASE_S = 2 * REQUEST_TIMEOUT_S  # a claim outlives any POST; then another worker takes it
 POLL_S = 1.0
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
@@ -148,6 +147,8 @@ class WebhookSender:
         self.headers = dict(project.webhook_headers) if project is not None else {}
         self.allowed_fields = spec.allowed_fields if spec is not None else None
         self.disabled = project.http.disable_webhooks if project is not None else False
+        # a claim outlives any POST (RUNSTREAM_WEBHOOK_LEASE); then another worker takes it
+        self.lease_s = state.services.settings.webhook_lease_s
         self.in_flight: set[asyncio.Task[None]] = set()
 
     async def run_forever(self) -> None:
@@ -168,7 +169,8 @@ class WebhookSender:
             await asyncio.gather(*self.in_flight, return_exceptions=True)
 
     async def claim_and_send(self) -> None:
-        for delivery in await self.records.claim_due(CONCURRENCY - len(self.in_flight), LEASE_S):
+        free = CONCURRENCY - len(self.in_flight)
+        for delivery in await self.records.claim_due(free, self.lease_s):
             task = asyncio.create_task(self.deliver(delivery))
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)

@@ -377,6 +377,15 @@ class Settings:
         ' both (docs/operations.md, "Webhooks")',
         flag,
     )
+    webhook_lease_s: int = setting(
+        60,
+        "RUNSTREAM_WEBHOOK_LEASE",
+        "worker",
+        "seconds a worker holds a webhook delivery it claimed; a delivery whose worker died is"
+        " taken by another once it runs out (keep it above 30, the POST's timeout, or a slow"
+        " receiver may get a delivery twice)",
+        integer(1, unit="seconds"),
+    )
     max_assistant_versions: int = per_caller(
         limits.DEFAULT_MAX_ASSISTANT_VERSIONS,
         "RUNSTREAM_MAX_ASSISTANT_VERSIONS",

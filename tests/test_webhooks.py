@@ -443,7 +443,8 @@ async def test_a_worker_killed_after_the_run_ended_leaves_its_webhook_to_another
 ) -> None:
     """SIGKILL the worker that ran the run as soon as the run has ended, its receiver down
     (503) until then, so that worker cannot have delivered it: another worker does."""
-    private = {"RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES": "true"}
+    # a short lease: the dead worker's claim runs out soon (the receiver answers at once)
+    private = {"RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES": "true", "RUNSTREAM_WEBHOOK_LEASE": "3"}
     _, url = await cluster.server(**private)
     first = await cluster.ready_worker(**private)
     receiver.answers = [503] * 1000  # down
@@ -460,7 +461,7 @@ async def test_a_worker_killed_after_the_run_ended_leaves_its_webhook_to_another
         first.kill()
         receiver.answers = []  # up
         await cluster.ready_worker(**private)
-        # a delivery the dead worker held mid-POST waits for its lease (60 s) to run out
+        # a delivery the dead worker held mid-POST waits for its lease to run out
         await eventually(lambda: _answered(receiver, 200), "another worker's POST", 150)
         webhooks = (await http.get(f"/v1/runs/{run['run_id']}/webhooks")).json()["webhooks"]
     [delivery] = webhooks

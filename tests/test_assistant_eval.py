@@ -152,6 +152,7 @@ def _extraction(kind: str, value: str, confidence: float) -> str:
     return "Extraction " + json.dumps({"facts": [fact]})
 
 
+@pytest.mark.slow  # every case through a served model: ~30 s, the bare run's longest test
 def test_with_a_model_every_case_is_a_structured_output_call(
     tmp_path: Path, openai_compat: RunningServer
 ) -> None:

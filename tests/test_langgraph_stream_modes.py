@@ -234,26 +234,53 @@ async def test_update_state_of_a_thread_never_run_is_400_as_on_langgraph(
     assert (await sdk.threads.get_state(thread_id))["values"] == {}
 
 
+BAD_THREAD = "Invalid thread ID: must be a UUID"
+BAD_RUN = "Invalid run ID: must be a UUID"
+UNCHECKED = "badly formed hexadecimal UUID string"  # Python's `UUID()`, unchecked by LangGraph
+A_RUN = {"assistant_id": "steps", "input": {"steps": []}}
+
+
+# each as `langgraph dev` (langgraph-api 0.16.7) answered it (`bench.langgraph_diff`)
 @pytest.mark.parametrize(
-    ("method", "path", "detail"),
+    ("method", "path", "body", "status", "detail"),
     [
-        ("GET", "/threads/not-a-uuid", "Invalid thread ID: must be a UUID"),
-        ("GET", "/threads/not-a-uuid/state", "Invalid thread ID: must be a UUID"),
-        ("DELETE", "/threads/not-a-uuid", "Invalid thread ID: must be a UUID"),
-        ("GET", "/threads/not-a-uuid/runs", "Invalid thread ID: must be a UUID"),
-        ("GET", "/threads/{thread}/runs/not-a-uuid", "Invalid run ID: must be a UUID"),
-        ("GET", "/threads/{thread}/runs/not-a-uuid/join", "Invalid run ID: must be a UUID"),
-        ("POST", "/threads/{thread}/runs/not-a-uuid/cancel", "Invalid run ID: must be a UUID"),
-        ("GET", "/threads/not-a-uuid/stream", "Invalid thread ID: must be a UUID"),
+        ("GET", "/threads/not-a-uuid", None, 422, BAD_THREAD),
+        ("PATCH", "/threads/not-a-uuid", {"metadata": {}}, 422, BAD_THREAD),
+        ("DELETE", "/threads/not-a-uuid", None, 422, BAD_THREAD),
+        ("GET", "/threads/not-a-uuid/state", None, 422, BAD_THREAD),
+        ("POST", "/threads/not-a-uuid/state", {"values": {}}, 422, BAD_THREAD),
+        ("GET", "/threads/not-a-uuid/state/abc", None, 422, BAD_THREAD),
+        ("POST", "/threads/not-a-uuid/state/checkpoint", {"checkpoint": {}}, 422, BAD_THREAD),
+        ("GET", "/threads/not-a-uuid/history", None, 422, BAD_THREAD),
+        ("POST", "/threads/not-a-uuid/history", {}, 422, BAD_THREAD),
+        ("GET", "/threads/not-a-uuid/stream", None, 422, BAD_THREAD),
+        ("POST", "/threads/not-a-uuid/copy", None, 400, UNCHECKED),
+        ("GET", "/threads/not-a-uuid/runs", None, 422, BAD_THREAD),
+        ("POST", "/threads/not-a-uuid/runs", A_RUN, 422, "Invalid thread ID"),
+        ("POST", "/threads/not-a-uuid/runs/stream", A_RUN, 400, UNCHECKED),
+        ("POST", "/threads/not-a-uuid/runs/wait", A_RUN, 400, UNCHECKED),
+        ("GET", "/threads/{thread}/runs/not-a-uuid", None, 422, BAD_RUN),
+        ("GET", "/threads/{thread}/runs/not-a-uuid/join", None, 422, BAD_RUN),
+        ("GET", "/threads/{thread}/runs/not-a-uuid/stream", None, 422, BAD_RUN),
+        ("POST", "/threads/{thread}/runs/not-a-uuid/cancel", None, 422, BAD_RUN),
+        ("DELETE", "/threads/{thread}/runs/not-a-uuid", None, 422, BAD_RUN),
+        ("POST", "/threads", {"thread_id": "not-a-uuid"}, 422, BAD_THREAD),
     ],
 )
-async def test_a_malformed_id_in_a_langgraph_path_is_422_and_400_on_v1(
-    served: ServerHandle, method: str, path: str, detail: str
+async def test_a_malformed_id_in_a_langgraph_path_is_answered_as_langgraph_and_400_on_v1(
+    served: ServerHandle,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    status: int,
+    detail: str,
 ) -> None:
     async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
         thread_id = (await client.post("/threads", json={})).json()["thread_id"]
-        answer = await client.request(method, path.format(thread=thread_id))
-        assert answer.status_code == 422
-        assert answer.json()["detail"] == detail and answer.json()["code"] == "invalid_id"
+        answer = await client.request(method, path.format(thread=thread_id), json=body)
+        assert (answer.status_code, answer.json()["detail"]) == (status, detail)
+        assert answer.json()["code"] == "invalid_id"
+        threads = (await client.post("/threads/search", json={})).json()
+        assert [t["thread_id"] for t in threads] == [thread_id]  # nothing made
         v1 = await client.get("/v1/threads/not-a-uuid")
         assert v1.status_code == 400 and v1.json()["error"]["code"] == "invalid_id"

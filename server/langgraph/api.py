@@ -39,6 +39,27 @@ _LANGGRAPH_STATUS: dict[tuple[int, str], int] = {
 }
 
 
+# LangGraph's routes that answer a malformed thread id otherwise than 422 "Invalid thread ID:
+# must be a UUID" (observed on `langgraph dev`, langgraph-api 0.16.7): copy, stream and wait
+# convert it with Python's `UUID()` unchecked, whose `ValueError` becomes a 400 of its message;
+# a background run's create checks it with a shorter message.
+_UNCHECKED_UUID = (400, "badly formed hexadecimal UUID string")
+_MALFORMED_THREAD_ID: dict[tuple[str, str], tuple[int, str]] = {
+    ("POST", "/threads/{thread_id}/copy"): _UNCHECKED_UUID,
+    ("POST", "/threads/{thread_id}/runs/stream"): _UNCHECKED_UUID,
+    ("POST", "/threads/{thread_id}/runs/wait"): _UNCHECKED_UUID,
+    ("POST", "/threads/{thread_id}/runs"): (422, "Invalid thread ID"),
+}
+
+
+def _malformed_id_answer(request: Request[Any, Any, Any], exc: InvalidId) -> tuple[int, str]:
+    """LangGraph's status and `detail` for a malformed id on the route `request` took."""
+    route = (request.method, str(request.scope.get("path_template", "")).rstrip("/"))
+    if exc.kind == "thread" and route in _MALFORMED_THREAD_ID:
+        return _MALFORMED_THREAD_ID[route]
+    return 422, f"Invalid {exc.kind} ID: must be a UUID"
+
+
 def _in_langgraph_shape(handler: Handler) -> Handler:
     def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
         response = handler(request, exc)
@@ -51,7 +72,7 @@ def _in_langgraph_shape(handler: Handler) -> Handler:
         status = _LANGGRAPH_STATUS.get((status, error["code"]), status)
         detail = error["message"]
         if isinstance(exc, InvalidId):  # a thread's, run's or cron's id
-            status, detail = 422, f"Invalid {exc.kind} ID: must be a UUID"
+            status, detail = _malformed_id_answer(request, exc)
         content = {
             "detail": detail,
             "code": error["code"],

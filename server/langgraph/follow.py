@@ -31,7 +31,7 @@ from wire.events import RunStatus, parse_event_id
 from .conversions import run_assistant_id
 from .rejoin import catch_up
 from .stream import LangGraphStream
-from .views import thread_state
+from .views import streamed_interrupt, thread_state
 
 __all__ = [
     "SSE_HEADERS",
@@ -251,8 +251,15 @@ async def outcome_at_end(resources: Resources, run: RunRecord) -> dict[str, Any]
     return await _outcome(resources, run, True)
 
 
-async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> dict[str, Any]:
-    """What `/wait` and `/join` answer: the thread's values (`with_values`), or the run's error."""
+async def _outcome(
+    resources: Resources, run: RunRecord, with_values: bool, stored: bool = False
+) -> dict[str, Any]:
+    """What `/wait` and `/join` answer: the thread's values (`with_values`), or the run's error.
+
+    A run stopped at `interrupt()` adds `__interrupt__`: as LangGraph's last `values` part
+    streamed it (each `Interrupt` whole, `response_schema` null when none), or, `stored`, as
+    LangGraph's join of a run already over reads the thread (`api/runs.py`'s fallback): the
+    thread's interrupts alone, `{"id", "value"}` each, without its values."""
     run = await resources.run_records.get_run(run.run_id, run.owner) or run
     if run.status == RunStatus.FAILED:
         error = run.error or {}
@@ -264,9 +271,11 @@ async def _outcome(resources: Resources, run: RunRecord, with_values: bool) -> d
     if thread is None:
         return {}
     state = await thread_state(resources, thread)
+    if stored and state.interrupts:
+        return {"__interrupt__": state.interrupts}
     values: dict[str, Any] = dict(state.values) if isinstance(state.values, dict) else {}
     if state.interrupts:
-        values["__interrupt__"] = state.interrupts
+        values["__interrupt__"] = [streamed_interrupt(i) for i in state.interrupts]
     return values
 
 
@@ -289,10 +298,12 @@ async def wait_response(
     *,
     rollback: bool = False,
     values: bool = True,
+    stored: bool = False,
 ) -> EventStream:
     """Keep-alives until the run's LangGraph stream ends, then its outcome as JSON: 200 with
     the headers, as LangGraph's. A waiting cancel asks for no `values`: LangGraph's answer to
-    it holds only what the run streamed after the cancel, which is nothing (`{}`)."""
+    it holds only what the run streamed after the cancel, which is nothing (`{}`). A join of a
+    run already over answers as LangGraph's reads it from the thread (`stored`)."""
     attachment = await langgraph_attachment(resources, run, "0-0", _Quiet(_translator(run, [])))
 
     async def body() -> AsyncIterator[bytes]:
@@ -303,7 +314,7 @@ async def wait_response(
                 yield chunk
         if rollback:
             await _rolled_back(resources, run)
-        yield msgspec.json.encode(await _outcome(resources, run, values))
+        yield msgspec.json.encode(await _outcome(resources, run, values, stored))
 
     paths = run_paths(run)
     return EventStream(

@@ -150,7 +150,10 @@ class RunsController(Controller):
     ) -> Stream:
         run = await reach_run(resources, caller, run_id, thread_id=thread_id)
         return await wait_response(
-            resources, run, inputs.flag(cancel_on_disconnect, "cancel_on_disconnect")
+            resources,
+            run,
+            inputs.flag(cancel_on_disconnect, "cancel_on_disconnect"),
+            stored=is_over(run.status),
         )
 
     @get("/{run_id:str}/stream", summary="Join a run's stream (Last-Event-ID resumes)")

@@ -367,7 +367,13 @@ class LangGraphStream:
                 return [(f"{part.mode}|{part.ns}", bytes(part.data))]
             case "pending" if "updates" in self._modes and not self._interrupt_sent:
                 pending = _pending.decode(event.data)
-                interrupt = {"value": pending.interrupt, "id": pending.interrupt_id}
+                # the `Interrupt` as LangGraph streams it; runstream's `pending` event does not
+                # keep a `response_schema` (a graph's that gives one shows it in the `updates`)
+                interrupt = {
+                    "value": pending.interrupt,
+                    "id": pending.interrupt_id,
+                    "response_schema": None,
+                }
                 return [("updates", _encode({"__interrupt__": [interrupt]}))]
             case "retry":
                 retry = _retry.decode(event.data)

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import msgspec
 from langgraph.pregel import Pregel
-from langgraph.types import PregelTask, StateSnapshot
+from langgraph.types import Interrupt, PregelTask, StateSnapshot
 
 from server.access.assistants import assistant_of, graph_assistant, graph_of_assistant
 from server.resources import Resources
@@ -42,10 +42,12 @@ __all__ = [
     "graph_name",
     "graph_of_assistant",
     "graph_of_thread",
+    "interrupt_view",
     "registered_graph",
     "run_view",
     "state_at",
     "state_history",
+    "streamed_interrupt",
     "thread_state",
     "thread_view",
     "version_view",
@@ -149,8 +151,28 @@ def _checkpoint(config: Any, thread_id: str) -> Checkpoint | None:
     )
 
 
+def interrupt_view(interrupt: Interrupt) -> dict[str, Any]:
+    """An interrupt as LangGraph's server shows it read from a thread (`state.py`'s
+    `patch_interrupt`): `{"id", "value"}`, and its `response_schema` only when the graph gave
+    one. (Its live stream shows the `Interrupt` whole: `streamed_interrupt`.)"""
+    shown = {"id": interrupt.id, "value": state_to_json(interrupt.value)}
+    if interrupt.response_schema is not None:
+        shown["response_schema"] = state_to_json(interrupt.response_schema)
+    return shown
+
+
+def streamed_interrupt(shown: dict[str, Any]) -> dict[str, Any]:
+    """An `interrupt_view` as LangGraph's stream serialises the `Interrupt` itself (`values`,
+    `updates` and `wait`'s answer): `{"value", "id", "response_schema"}`, null when none."""
+    return {
+        "value": shown["value"],
+        "id": shown["id"],
+        "response_schema": shown.get("response_schema"),
+    }
+
+
 def _interrupts(snapshot: StateSnapshot) -> list[dict[str, Any]]:
-    return [{"id": i.id, "value": state_to_json(i.value)} for i in snapshot.interrupts]
+    return [interrupt_view(i) for i in snapshot.interrupts]
 
 
 # What of a pending subgraph task's config LangGraph shows as the task's `checkpoint`
@@ -171,7 +193,7 @@ def _task(task: PregelTask, thread_id: str) -> dict[str, Any]:
         "name": task.name,
         "path": list(task.path),
         "error": repr(task.error) if task.error else None,
-        "interrupts": [{"id": i.id, "value": state_to_json(i.value)} for i in task.interrupts],
+        "interrupts": [interrupt_view(i) for i in task.interrupts],
         "checkpoint": state_to_json(checkpoint),
         "state": _state(nested, thread_id) if isinstance(nested, StateSnapshot) else None,
         "result": state_to_json(task.result) if task.result is not None else None,

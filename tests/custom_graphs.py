@@ -372,3 +372,43 @@ async def _ask_first(state: MessagesState) -> dict[str, Any]:
 
 # a graph that asks before it answers (tests/test_langgraph_a2a.py)
 asks = StateGraph(MessagesState).add_node("ask", _ask_first).add_edge(START, "ask").compile()
+
+
+# a graph that asks with a `response_schema` (LangGraph's interrupt items carry it), and one
+# that asks without (tests/test_langgraph_interrupts.py)
+ANSWER_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+
+
+def _ask_with_schema(state: Steps) -> dict[str, Any]:
+    answer = interrupt({"question": "ok?"}, response_schema=ANSWER_SCHEMA)
+    return {"steps": [*state["steps"], f"ask:{answer}"]}
+
+
+def _ask_plain(state: Steps) -> dict[str, Any]:
+    answer = interrupt({"question": "ok?"})
+    return {"steps": [*state["steps"], f"ask:{answer}"]}
+
+
+asks_with_schema = StateGraph(Steps).add_node("ask", _ask_with_schema).add_edge(START, "ask")
+asks_steps = StateGraph(Steps).add_node("ask", _ask_plain).add_edge(START, "ask")
+
+
+# a graph that writes down the `configurable` it was given, JSON values only
+# (tests/test_langgraph_configurable.py)
+class Seen(TypedDict, total=False):
+    seen: dict[str, Any]
+
+
+def _see_configurable(state: Seen, config: RunnableConfig) -> dict[str, Any]:
+    configurable = config.get("configurable") or {}
+    json_values = (str, int, float, bool, list, dict, type(None))
+    return {
+        "seen": {
+            key: value
+            for key, value in configurable.items()
+            if not key.startswith("__pregel") and isinstance(value, json_values)
+        }
+    }
+
+
+shows_its_configurable = StateGraph(Seen).add_node("see", _see_configurable).add_edge(START, "see")

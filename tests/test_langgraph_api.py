@@ -47,6 +47,16 @@ QUESTION = "tell me about resumable streams"
 API_KEYS = {"key-a": "alice", "key-b": "bob"}
 
 
+def as_read(streamed: dict[str, Any]) -> dict[str, Any]:
+    """An interrupt as LangGraph streams it (`{"value", "id", "response_schema"}`), as its
+    thread's state shows it: `{"id", "value"}`, and the schema when the graph gave one (the
+    built-in `approval`'s is `{}`: its answer is checked by a validator)."""
+    shown = {"id": streamed["id"], "value": streamed["value"]}
+    if streamed["response_schema"] is not None:
+        shown["response_schema"] = streamed["response_schema"]
+    return shown
+
+
 def slow(delay_ms: int = 20) -> dict[str, Any]:
     """A run config whose fake model waits `delay_ms` between tokens."""
     return {"configurable": {"fake_token_delay_ms": delay_ms}}
@@ -687,7 +697,7 @@ async def test_interrupt_ends_the_run_and_a_new_run_resumes_it(sdk: LangGraphCli
     assert state["next"] == ["confirm_and_run"]
     [task] = state["tasks"]
     assert task["name"] == "confirm_and_run"
-    assert task["interrupts"] == [{"id": interrupt["id"], "value": interrupt["value"]}]
+    assert task["interrupts"] == [as_read(interrupt)]
     assert state["interrupts"] == task["interrupts"]
     assert (await sdk.threads.get(tid))["interrupts"] == {task["id"]: task["interrupts"]}
     with pytest.raises(NotFoundError):  # to LangGraph the run is over
@@ -1177,7 +1187,8 @@ async def test_command_goto_end_is_taken_and_leaves_the_thread_as_langgraph_does
     before = await sdk.threads.get_state(tid)
     out = await sdk.runs.wait(tid, "approval", input={}, command={"goto": END})
     await reference.run(Command(goto=END))
-    assert out["__interrupt__"] == before["interrupts"]
+    # `wait` shows each `Interrupt` as LangGraph streams it, the thread's state as it reads it
+    assert [as_read(i) for i in out["__interrupt__"]] == before["interrupts"]
     after = await sdk.threads.get_state(tid)
     assert (await sdk.threads.get(tid))["status"] == "interrupted"
     assert after["interrupts"] == before["interrupts"]
@@ -1784,7 +1795,7 @@ async def test_update_state_as_the_interrupted_node_answers_it_and_a_resume_goes
     assert interrupt["value"]["action_requests"][0]["args"] == {"content": "bread"}
     after = await sdk.threads.get_state(tid)
     assert after["next"] == ["confirm_and_run"]
-    assert after["interrupts"] == [{"id": interrupt["id"], "value": interrupt["value"]}]
+    assert after["interrupts"] == [as_read(interrupt)]
     assert [m["type"] for m in after["values"]["messages"]] == [
         "human",
         "ai",
@@ -1818,9 +1829,7 @@ async def test_resume_naming_an_interrupt_that_update_state_replaced_asks_again(
     assert interrupt["value"]["action_requests"][0]["args"] == {"content": "eggs"}
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted"
-    assert list(thread["interrupts"].values()) == [
-        [{"id": interrupt["id"], "value": interrupt["value"]}]
-    ]
+    assert list(thread["interrupts"].values()) == [[as_read(interrupt)]]
     out = await sdk.runs.wait(
         tid, "approval", command={"resume": {interrupt["id"]: {"approve": True}}}
     )

@@ -605,7 +605,11 @@ class TestOtherModes:
         [(name, data, _)] = frames(viewer("updates").render(event))
         assert (name, data) == (
             "updates",
-            {"__interrupt__": [{"value": {"question": "ok?"}, "id": "i1"}]},
+            {
+                "__interrupt__": [
+                    {"value": {"question": "ok?"}, "id": "i1", "response_schema": None}
+                ]
+            },
         )
 
     def test_pending_is_not_repeated_when_the_runs_updates_carried_the_interrupt(self) -> None:

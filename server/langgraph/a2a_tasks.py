@@ -304,10 +304,14 @@ def response_artifact(parts: list[dict[str, Any]], assistant_id: str) -> dict[st
 
 
 def interrupt_artifact(interrupts: list[Any]) -> dict[str, Any]:
+    """The interrupts a task stopped at, as LangGraph's artifact: each `{"id", "value"}`, and
+    its `response_schema` when the graph gave one."""
     parts = []
     for interrupt in interrupts:
         found = interrupt if isinstance(interrupt, dict) else {}
         data = {"id": found.get("id"), "value": found.get("value")}
+        if (schema := found.get("response_schema")) is not None:
+            data["response_schema"] = schema
         parts.append({"kind": "data", "data": data})
     return {
         "artifactId": str(uuid.uuid4()),

@@ -27,6 +27,7 @@ from .errors import ProjectContractError
 
 __all__ = [
     "MODEL_CONFIGURABLE",
+    "REQUEST_KEYS",
     "RESERVED_KEYS",
     "ConfigurableRefused",
     "check",
@@ -58,6 +59,11 @@ RESERVED_KEYS = frozenset(
     }
 )
 RESERVED_PREFIXES = ("__", "langgraph_")  # `langgraph_auth_user` names the caller to the graph
+
+# What LangGraph's server adds to a run's `configurable` from the request that made it
+# (`langgraph_api/models/run.py`): reserved, recorded with the run at submit
+# (server/langgraph/request_keys.py), handed to every attempt's graph (runner/execute.py).
+REQUEST_KEYS = ("langgraph_request_id", "__request_start_time_ms__", "__after_seconds__")
 
 
 def fake_token_delay_ms(value: Any) -> float:

@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
 from project.auth_user import AuthUser
+from project.configurable import REQUEST_KEYS
 from project.graph_context import RunContext, graph_context, takes_run_context
 from stream_store.assistant_ids import run_assistant_id
 from stream_store.checkpoints import FreshThread, attempt_fence, fresh_thread
@@ -208,11 +209,15 @@ def _resume_mark(run: RunRecord) -> dict[str, str]:
 def _server_configurable(run: RunRecord) -> dict[str, Any]:
     """What LangGraph's server adds to a run's `configurable` (langgraph_runtime_inmem's
     `Runs.put`, langgraph_api's `models/run.py`), after the caller's keys: a caller cannot set
-    these (they are reserved, `project.configurable`). LangGraph reads `assistant_id` and
-    `graph_id` into `runtime.server_info`, and `langgraph_auth_user` into its `user`: the user
-    a project's auth signed in, recorded with the run at submit (server/access.py), or the
-    run's owner alone."""
-    recorded = (run.config.get("configurable") or {}).get("langgraph_auth_user")
+    these (they are reserved, `project.configurable`), but `user_id`, which LangGraph takes
+    from the caller's (or the assistant's) `configurable` first, else the signed-in identity.
+    LangGraph reads `assistant_id` and `graph_id` into `runtime.server_info`, and
+    `langgraph_auth_user` into its `user`: the user a project's auth signed in, recorded with
+    the run at submit (server/access.py), or the run's owner alone. The request's keys
+    (`REQUEST_KEYS`), recorded at submit by LangGraph's routes, are the same for every
+    attempt."""
+    configurable = run.config.get("configurable") or {}
+    recorded = configurable.get("langgraph_auth_user")
     user = (
         AuthUser(recorded)
         if isinstance(recorded, dict) and recorded.get("identity") == run.owner
@@ -226,6 +231,8 @@ def _server_configurable(run: RunRecord) -> dict[str, Any]:
         "langgraph_auth_user_id": run.owner,
         "langgraph_auth_user": user,
         "langgraph_auth_permissions": user.permissions,
+        **{key: configurable[key] for key in REQUEST_KEYS if key in configurable},
+        "user_id": configurable.get("user_id") or run.owner,
     }
 
 

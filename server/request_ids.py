@@ -10,6 +10,7 @@ router makes itself (404, 405) before any handler or middleware runs.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import Any
 
@@ -18,10 +19,17 @@ from litestar import Request
 from litestar.datastructures import Headers, MutableScopeHeaders
 from litestar.types import Message, Scope
 
-__all__ = ["REQUEST_ID_HEADER", "add_request_id_header", "bind_request_id", "request_id"]
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "add_request_id_header",
+    "bind_request_id",
+    "request_id",
+    "request_started_ms",
+]
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _STATE_KEY = "request_id"
+_STARTED_KEY = "request_started_ms"
 _SANE = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
 
 
@@ -36,8 +44,17 @@ def request_id(scope: Scope) -> str:
     return str(known)
 
 
+def request_started_ms(scope: Scope) -> int:
+    """When the request began (Unix milliseconds): noted before its handler runs
+    (`bind_request_id`), else now; the same on every call."""
+    state = scope.setdefault("state", {})
+    return int(state.setdefault(_STARTED_KEY, int(time.time() * 1000)))
+
+
 async def bind_request_id(request: Request[Any, Any, Any]) -> None:
-    """`before_request` hook: a fresh log context for the request, carrying its id."""
+    """`before_request` hook: a fresh log context for the request, carrying its id; the
+    request's start noted (`request_started_ms`)."""
+    request_started_ms(request.scope)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id(request.scope))
 

@@ -393,22 +393,27 @@ asks_with_schema = StateGraph(Steps).add_node("ask", _ask_with_schema).add_edge(
 asks_steps = StateGraph(Steps).add_node("ask", _ask_plain).add_edge(START, "ask")
 
 
-# a graph that writes down the `configurable` it was given, JSON values only
-# (tests/test_langgraph_configurable.py)
+# a graph that writes down the `configurable` it was given, JSON values only, in its state and
+# as a custom part; with `linger_first`, its first attempt lingers after the part (for a worker
+# to be stopped under it) (tests/test_langgraph_configurable.py)
 class Seen(TypedDict, total=False):
     seen: dict[str, Any]
+    linger_first: bool
 
 
-def _see_configurable(state: Seen, config: RunnableConfig) -> dict[str, Any]:
+async def _see_configurable(state: Seen, config: RunnableConfig) -> dict[str, Any]:
     configurable = config.get("configurable") or {}
     json_values = (str, int, float, bool, list, dict, type(None))
-    return {
-        "seen": {
-            key: value
-            for key, value in configurable.items()
-            if not key.startswith("__pregel") and isinstance(value, json_values)
-        }
+    seen = {
+        key: value
+        for key, value in configurable.items()
+        if not key.startswith("__pregel") and isinstance(value, json_values)
     }
+    attempt = current_run().attempt
+    get_stream_writer()({"attempt": attempt, "seen": seen})
+    if state.get("linger_first") and attempt == 1:
+        await asyncio.sleep(60)
+    return {"seen": seen}
 
 
 shows_its_configurable = StateGraph(Seen).add_node("see", _see_configurable).add_edge(START, "see")

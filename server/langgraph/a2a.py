@@ -43,6 +43,7 @@ from wire.run_status import RunStatus
 from . import a2a_tasks as tasks
 from .follow import SSE_HEADERS, StreamCut, TranslatedDialect, langgraph_attachment, outcome_at_end
 from .graph_schemas import graph_schemas
+from .request_keys import RequestStamp
 from .statuses import run_status, thread_status
 from .stream import LangGraphStream
 from .submit import submit
@@ -130,6 +131,7 @@ class _Call:
     assistant_id: str
     headers: dict[str, str]
     legacy: bool  # a slash-named method: answered in the spec's lowercase form
+    stamp: RequestStamp  # what the runs it makes record of the request
 
     def shaped(self, data: Any) -> Any:
         return tasks.spec_format(data) if self.legacy else data
@@ -517,7 +519,9 @@ async def _submitted(call: _Call, asked: _Message) -> RunRecord | Answer:
     """The message's run, recorded; a refusal of the run LangGraph maps to a JSON-RPC error
     is one (a refusal of sign-in, the auth handlers or the budgets raises)."""
     try:
-        return await submit(call.resources, call.quotas, call.caller, asked.body, asked.context_id)
+        return await submit(
+            call.resources, call.quotas, call.caller, asked.body, asked.context_id, call.stamp
+        )
     except NotFound:
         return _error(
             INVALID_PARAMS,
@@ -752,6 +756,7 @@ async def a2a_post(
     resources: Resources,
     quotas: CallerQuotas,
     caller: Caller,
+    stamp: RequestStamp,
 ) -> Response[bytes] | Stream:
     try:
         message = msgspec.json.decode(await request.body())
@@ -805,7 +810,7 @@ async def a2a_post(
     except ValueError:
         return _rpc_error(INVALID_PARAMS, "Invalid assistant ID: must be a UUID", request_id)
     headers = {key.lower(): value for key, value in request.headers.items()}
-    call = _Call(resources, quotas, caller, assistant_id, headers, legacy)
+    call = _Call(resources, quotas, caller, assistant_id, headers, legacy, stamp)
     params = params if isinstance(params, dict) else {}
     if method == "SendStreamingMessage":
         return await _stream(call, params, request_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, Router
+from litestar.di import Provide
 
 from server.errors import EXCEPTION_HANDLERS
 from server.inputs import InvalidId
@@ -24,6 +25,7 @@ from .bulk_cancel import BulkCancelController
 from .crons import CronsController, create_for_thread
 from .mcp import mcp_delete, mcp_get, mcp_post
 from .not_served import not_served_router
+from .request_keys import request_stamp
 from .runs import RunsController, StatelessRunsController
 from .store import StoreController
 from .threads import ThreadsController
@@ -111,4 +113,6 @@ def langgraph_router(*, mcp: bool = True, a2a: bool = True) -> Router:
         exception_handlers={
             kind: _in_langgraph_shape(handler) for kind, handler in EXCEPTION_HANDLERS.items()
         },
+        # what a route that makes runs records of its request (request_keys.py)
+        dependencies={"stamp": Provide(request_stamp)},
     )

@@ -30,6 +30,7 @@ from stream_store.errors import StoreUnavailable
 from .assistants import search_assistants
 from .follow import StreamCut, outcome_at_end
 from .graph_schemas import graph_schemas
+from .request_keys import RequestStamp
 from .submit import submit
 from .views import registered_graph
 from .wire import AssistantSearch, RunCreate
@@ -183,7 +184,11 @@ async def _list_tools(
 
 
 async def _call_tool(
-    resources: Resources, quotas: CallerQuotas, caller: Caller, params: dict[str, Any]
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    params: dict[str, Any],
+    stamp: RequestStamp,
 ) -> dict[str, Any]:
     name = params.get("name")
     if not name:
@@ -209,7 +214,7 @@ async def _call_tool(
         )
     except msgspec.ValidationError as exc:
         return _error(INVALID_PARAMS, f"Invalid tool call: {exc}")
-    run = await submit(resources, quotas, caller, body, None)
+    run = await submit(resources, quotas, caller, body, None, stamp)
     try:
         outcome = await outcome_at_end(resources, run)
     except StreamCut:
@@ -246,6 +251,7 @@ async def mcp_post(
     resources: Resources,
     quotas: CallerQuotas,
     caller: Caller,
+    stamp: RequestStamp,
 ) -> Response[bytes]:
     try:
         message = msgspec.json.decode(await request.body())
@@ -277,7 +283,7 @@ async def mcp_post(
     elif method == "tools/list":
         answer = await _list_tools(resources, caller, params)
     elif method == "tools/call":
-        answer = await _call_tool(resources, quotas, caller, params)
+        answer = await _call_tool(resources, quotas, caller, params, stamp)
     else:
         answer = _error(METHOD_NOT_FOUND, f"Method not found: {method}")
     return _result(request_id, answer)

@@ -28,6 +28,7 @@ from wire.events import RunStatus
 
 from .follow import StreamModeQuery, modes_of, run_paths, stream_response, wait_response
 from .rejoin import opens, resume_point
+from .request_keys import RequestStamp
 from .statuses import is_over, run_status
 from .submit import submit, submit_batch
 from .views import run_view
@@ -42,8 +43,9 @@ async def _create(
     caller: Caller,
     data: RunCreate,
     thread_id: str | None,
+    stamp: RequestStamp,
 ) -> Response[Run]:
-    run = await submit(resources, quotas, caller, data, thread_id)
+    run = await submit(resources, quotas, caller, data, thread_id, stamp)
     return Response(run_view(run), headers={"Content-Location": run_paths(run)["Content-Location"]})
 
 
@@ -53,8 +55,9 @@ async def _create_stream(
     caller: Caller,
     data: RunCreate,
     thread_id: str | None,
+    stamp: RequestStamp,
 ) -> Stream:
-    run = await submit(resources, quotas, caller, data, thread_id)
+    run = await submit(resources, quotas, caller, data, thread_id, stamp)
     return await stream_response(
         resources,
         quotas,
@@ -72,8 +75,9 @@ async def _create_wait(
     caller: Caller,
     data: RunCreate,
     thread_id: str | None,
+    stamp: RequestStamp,
 ) -> Stream:
-    run = await submit(resources, quotas, caller, data, thread_id)
+    run = await submit(resources, quotas, caller, data, thread_id, stamp)
     return await wait_response(resources, run, data.on_disconnect == "cancel")
 
 
@@ -89,8 +93,9 @@ class RunsController(Controller):
         resources: Resources,
         quotas: CallerQuotas,
         caller: Caller,
+        stamp: RequestStamp,
     ) -> Response[Run]:
-        return await _create(resources, quotas, caller, data, thread_id)
+        return await _create(resources, quotas, caller, data, thread_id, stamp)
 
     @post("/stream", status_code=200, summary="Create a run and stream it")
     async def create_stream(
@@ -100,8 +105,9 @@ class RunsController(Controller):
         resources: Resources,
         quotas: CallerQuotas,
         caller: Caller,
+        stamp: RequestStamp,
     ) -> Stream:
-        return await _create_stream(resources, quotas, caller, data, thread_id)
+        return await _create_stream(resources, quotas, caller, data, thread_id, stamp)
 
     @post("/wait", status_code=200, summary="Create a run and wait for its outcome")
     async def create_wait(
@@ -111,8 +117,9 @@ class RunsController(Controller):
         resources: Resources,
         quotas: CallerQuotas,
         caller: Caller,
+        stamp: RequestStamp,
     ) -> Stream:
-        return await _create_wait(resources, quotas, caller, data, thread_id)
+        return await _create_wait(resources, quotas, caller, data, thread_id, stamp)
 
     @get("/", summary="A thread's runs, newest first")
     async def list_runs(
@@ -236,24 +243,45 @@ class StatelessRunsController(Controller):
 
     @post("/", status_code=200, summary="Create a background run on a new thread")
     async def create(
-        self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
+        self,
+        data: RunCreate,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        stamp: RequestStamp,
     ) -> Response[Run]:
-        return await _create(resources, quotas, caller, data, None)
+        return await _create(resources, quotas, caller, data, None, stamp)
 
     @post("/stream", status_code=200, summary="Stream a run on a new thread")
     async def create_stream(
-        self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
+        self,
+        data: RunCreate,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        stamp: RequestStamp,
     ) -> Stream:
-        return await _create_stream(resources, quotas, caller, data, None)
+        return await _create_stream(resources, quotas, caller, data, None, stamp)
 
     @post("/wait", status_code=200, summary="Run on a new thread and wait for its outcome")
     async def create_wait(
-        self, data: RunCreate, resources: Resources, quotas: CallerQuotas, caller: Caller
+        self,
+        data: RunCreate,
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        stamp: RequestStamp,
     ) -> Stream:
-        return await _create_wait(resources, quotas, caller, data, None)
+        return await _create_wait(resources, quotas, caller, data, None, stamp)
 
     @post("/batch", status_code=200, summary="Create background runs, each on a new thread")
     async def create_batch(
-        self, data: list[RunCreate], resources: Resources, quotas: CallerQuotas, caller: Caller
+        self,
+        data: list[RunCreate],
+        resources: Resources,
+        quotas: CallerQuotas,
+        caller: Caller,
+        stamp: RequestStamp,
     ) -> list[Run]:
-        return [run_view(run) for run in await submit_batch(resources, quotas, caller, data)]
+        runs = await submit_batch(resources, quotas, caller, data, stamp)
+        return [run_view(run) for run in runs]

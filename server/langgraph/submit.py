@@ -32,6 +32,7 @@ from stream_store.run_submit import Created, NewRun
 
 from .command import checked_command
 from .conversions import stream_modes
+from .request_keys import CRON, RequestStamp
 from .run_input import checked_input
 from .state_writes import checked_checkpoint_id
 from .views import assistant_of, registered_graph
@@ -238,13 +239,15 @@ async def submit(
     caller: Caller,
     body: RunCreate,
     thread_id: str | None,
+    stamp: RequestStamp,
 ) -> RunRecord:
     """Check and record the run `body` asks for on `thread_id` (None: a new thread), with
-    LangGraph's messages for a busy thread and a missing one."""
+    LangGraph's messages for a busy thread and a missing one; `stamp`: the request's."""
     if thread_id is not None:
         thread_id = inputs.object_id(thread_id, "thread")
     assistant = await run_assistant(resources, caller, body.assistant_id)
     new = await _new_run(resources, caller, body, thread_id, assistant)
+    stamp.record(new)
     await prepare_run(resources, caller, new, _create_run_value(body, assistant))
     await _check_fork_point(resources, caller, new)
     await checked_webhook(resources, caller.owner, body.webhook)
@@ -264,7 +267,11 @@ async def submit(
 
 
 async def submit_batch(
-    resources: Resources, quotas: CallerQuotas, caller: Caller, bodies: list[RunCreate]
+    resources: Resources,
+    quotas: CallerQuotas,
+    caller: Caller,
+    bodies: list[RunCreate],
+    stamp: RequestStamp,
 ) -> list[RunRecord]:
     """Stateless runs, several in one request (`POST /runs/batch`). Every body is checked
     before any run is recorded, so bad input records nothing. A refusal while recording (429
@@ -276,6 +283,7 @@ async def submit_batch(
     for body in bodies:
         assistant = await run_assistant(resources, caller, body.assistant_id)
         new = await _new_run(resources, caller, body, None, assistant)
+        stamp.record(new)
         await prepare_run(resources, caller, new, _create_run_value(body, assistant))
         await checked_webhook(resources, caller.owner, body.webhook)
         news.append(new)
@@ -327,5 +335,6 @@ async def submit_scheduled(
     run per `idempotency_key` (a second submit of the slot answers the first run)."""
     assistant = await assistant_of(resources, owner, body.assistant_id)
     new = await _new_run(resources, Caller(owner), body, thread_id, assistant)
+    CRON.record(new)
     new.idempotency_key = idempotency_key
     return await record_run(resources, quotas, new, dialect="langgraph")

@@ -4,8 +4,11 @@ so that a new LangGraph release is checked rather than re-guessed (issue 35).
 
 What it compares: the stream modes `debug`, `tasks` and `checkpoints` (event names, a
 subgraph's `mode|ns` names, each payload with its ids and timestamps normalised and a config's
-`configurable` shown as its keys), a join of the finished run, and LangGraph's statuses
-(`update_state` of a thread never run, malformed ids in paths, a run stopped at `interrupt()`).
+`configurable` shown as its keys), a join of the finished run, LangGraph's statuses
+(`update_state` of a thread never run, malformed ids in paths and bodies, a run stopped at
+`interrupt()`), the interrupt items on each route, the request-scoped keys a graph finds in its
+`configurable`, `/mcp` through the official `mcp` client (`initialize`, `tools/list`,
+`tools/call`) and `/a2a`'s JSON-RPC calls (`langgraph_diff_a2a.py`).
 
 `langgraph dev` comes from a venv with `langgraph-cli[inmem]`: `--langgraph-venv`, else
 RUNSTREAM_LANGGRAPH_VENV; without one it prints why and exits 0 (skipped). runstream runs as
@@ -36,10 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import APIStatusError
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
+from .langgraph_diff_a2a import a2a_transcript
 from .launcher import ROOT, Cluster, ProcessError, free_port
 from .processes import Namespace, Services
 
@@ -48,6 +56,7 @@ __all__ = ["main"]
 PROJECT = ROOT / "bench" / "langgraph_diff_project"
 STEP_MODES = ["debug", "tasks", "checkpoints"]
 READY_TIMEOUT_S = 120.0
+SHOWN_WHEN_SAME = 40  # lines of an answer both servers gave alike
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
@@ -142,10 +151,17 @@ MALFORMED = [
     ("GET", "/threads/not-a-uuid"),
     ("GET", "/threads/not-a-uuid/state"),
     ("POST", "/threads/not-a-uuid/state"),
+    ("GET", "/threads/not-a-uuid/state/abc"),
+    ("POST", "/threads/not-a-uuid/state/checkpoint"),
     ("PATCH", "/threads/not-a-uuid"),
     ("DELETE", "/threads/not-a-uuid"),
+    ("GET", "/threads/not-a-uuid/history"),
     ("POST", "/threads/not-a-uuid/history"),
+    ("POST", "/threads/not-a-uuid/copy"),
     ("GET", "/threads/not-a-uuid/runs"),
+    ("POST", "/threads/not-a-uuid/runs"),
+    ("POST", "/threads/not-a-uuid/runs/stream"),
+    ("POST", "/threads/not-a-uuid/runs/wait"),
     ("GET", "/threads/not-a-uuid/stream"),
     ("GET", "/threads/{thread}/runs/not-a-uuid"),
     ("GET", "/threads/{thread}/runs/not-a-uuid/join"),
@@ -173,6 +189,10 @@ async def malformed_ids(sdk: LangGraphClient, url: str) -> Observation:
             body: dict[str, Any] | None = (
                 {"values": {}, "metadata": {}} if method in ("POST", "PATCH") else None
             )
+            if path.endswith(("/runs", "/runs/stream", "/runs/wait")):
+                body = {"assistant_id": "steps", "input": {"steps": []}}
+            elif path.endswith("/state/checkpoint"):
+                body = {"checkpoint": {}}
             answer = await http.request(method, path.format(thread=thread_id), json=body)
             answers.append(f"{method} {path} -> {_status_and_detail(answer)}")
         for path, body in MALFORMED_IN_BODY:
@@ -190,17 +210,108 @@ def _status_and_detail(answer: httpx.Response) -> str:
 
 
 async def interrupted_run(sdk: LangGraphClient, url: str) -> Observation:
-    """A run stopped at `interrupt()`: `wait`'s answer, the run's and the thread's status."""
+    """A run stopped at `interrupt()`: `wait`'s answer, the run's and the thread's status, the
+    interrupt items streamed (`updates`, `values`), in the state and in a join of the run."""
     thread_id = (await sdk.threads.create())["thread_id"]
     answer = await sdk.runs.wait(thread_id, "asks", input={"steps": []})
     runs = await sdk.runs.list(thread_id)
     thread = await sdk.threads.get(thread_id)
+    streamed_thread = (await sdk.threads.create())["thread_id"]
+    streamed = [
+        {"event": part.event, "data": normalised(part.data)}
+        async for part in sdk.runs.stream(
+            streamed_thread, "asks", input={"steps": []}, stream_mode=["updates", "values"]
+        )
+        if part.event != "metadata"
+    ]
+    state = await sdk.threads.get_state(thread_id)
     return {
         "wait": normalised(answer),
         "run status": [run["status"] for run in runs],
         "thread status": thread["status"],
         "thread interrupts": normalised(thread["interrupts"]),
+        "state interrupts": normalised(state["interrupts"]),
+        "state task interrupts": normalised([t["interrupts"] for t in state["tasks"]]),
+        "join of the run, over": normalised(await sdk.runs.join(thread_id, runs[0]["run_id"])),
+        "streamed (updates, values)": streamed,
     }
+
+
+# what LangGraph's server adds to a run's `configurable`, beside the ids both servers set
+REQUEST_SCOPED = ("langgraph_request_id", "__request_start_time_ms__", "__after_seconds__")
+
+
+async def request_scoped_configurable(sdk: LangGraphClient, url: str) -> Observation:
+    """The `configurable` a graph finds (the `configured` graph writes it down): each key with
+    its value's type; the request's id and start, `__after_seconds__` and `user_id` with what
+    they hold (the request's `X-Request-ID`, whether the start is within the request)."""
+    headers = {"X-Request-ID": "diff-request-1"}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
+        thread_id = (await http.post("/threads", json={})).json()["thread_id"]
+        before_ms = int(time.time() * 1000)
+        answer = await http.post(
+            f"/threads/{thread_id}/runs/wait",
+            json={"assistant_id": "configured", "input": {"seen": {}}},
+        )
+        after_ms = int(time.time() * 1000)
+    seen = answer.json().get("seen") or {}
+    started = seen.get("__request_start_time_ms__")
+    return {
+        "keys (value type)": {k: type(v).__name__ for k, v in sorted(seen.items())},
+        "langgraph_request_id": seen.get("langgraph_request_id"),
+        "__request_start_time_ms__ within the request": isinstance(started, int)
+        and before_ms <= started <= after_ms,
+        "__after_seconds__": seen.get("__after_seconds__"),
+        "user_id": seen.get("user_id"),
+        "user_id is langgraph_auth_user_id": seen.get("user_id")
+        == seen.get("langgraph_auth_user_id"),
+    }
+
+
+async def mcp_calls(sdk: LangGraphClient, url: str) -> Observation:
+    """`/mcp` through the official `mcp` client over streamable HTTP: `initialize`, `tools/list`
+    (each tool's name, description and input schema), `tools/call` of a reply, a failure, a
+    graph without messages and an unknown tool."""
+    async with (
+        httpx2.AsyncClient(timeout=60) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        started = await session.initialize()
+        tools = (await session.list_tools()).tools
+        calls: dict[str, Any] = {}
+        asked: list[tuple[str, dict[str, Any]]] = [
+            ("echo", {"messages": "hello"}),
+            ("fails", {"messages": "x"}),
+            ("plain", {"x": 1}),
+            ("no_such_tool", {}),
+        ]
+        for name, arguments in asked:
+            try:
+                called = await session.call_tool(name, arguments)
+            except MCPError as exc:
+                calls[name] = {"JSON-RPC error": exc.error.code, "message": exc.error.message}
+                continue
+            calls[name] = normalised(_wire(called))
+    return {
+        "initialize": {
+            "protocolVersion": started.protocol_version,
+            "capabilities": _wire(started.capabilities),
+            "serverInfo.name": started.server_info.name,
+        },
+        "tools/list": [normalised(_wire(tool)) for tool in tools],
+        "tools/call": calls,
+    }
+
+
+def _wire(model: Any) -> Any:
+    """An `mcp` result as it came over the wire (camelCase names, no unset fields)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def a2a_calls(sdk: LangGraphClient, url: str) -> Observation:
+    """`/a2a`'s JSON-RPC calls (`langgraph_diff_a2a.py`), one transcript line each answer."""
+    return await asyncio.to_thread(a2a_transcript, url)
 
 
 PROBES: list[tuple[str, Probe]] = [
@@ -210,6 +321,9 @@ PROBES: list[tuple[str, Probe]] = [
     ("update_state of a thread never run", update_state_never_run),
     ("malformed ids in paths", malformed_ids),
     ("a run stopped at interrupt()", interrupted_run),
+    ("request-scoped configurable keys", request_scoped_configurable),
+    ("/mcp (official mcp client)", mcp_calls),
+    ("/a2a (JSON-RPC)", a2a_calls),
 ]
 
 
@@ -232,9 +346,9 @@ def report(langgraph: dict[str, Observation], runstream: dict[str, Observation])
         ours = json.dumps(runstream[name], indent=1, sort_keys=False).splitlines()
         lines.append(f"=== {name}: {'same' if theirs == ours else 'DIFFERENT'}")
         if theirs == ours:
-            lines += ["  " + line for line in theirs[:40]]
-            if len(theirs) > 40:
-                lines.append(f"  ... ({len(theirs) - 40} more lines)")
+            lines += ["  " + line for line in theirs[:SHOWN_WHEN_SAME]]
+            if len(theirs) > SHOWN_WHEN_SAME:
+                lines.append(f"  ... ({len(theirs) - SHOWN_WHEN_SAME} more lines)")
             continue
         lines += list(
             difflib.unified_diff(theirs, ours, "langgraph dev", "runstream", n=2, lineterm="")

@@ -1,11 +1,16 @@
-"""The graphs `bench.langgraph_diff` runs on both servers: steps in a row, a subgraph, and an
-`interrupt()`; no model, so both servers' answers depend on the graph alone."""
+"""The graphs `bench.langgraph_diff` runs on both servers: steps in a row, a subgraph, an
+`interrupt()`, one that shows its `configurable`, and for `/mcp` and `/a2a` a reply, a failure,
+a run long enough to cancel, a graph without messages and one that asks before it answers; no
+model, so both servers' answers depend on the graph alone."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import interrupt
 
 
@@ -61,4 +66,60 @@ asks = (
     .add_edge("first", "ask")
     .add_edge("ask", END)
     .compile()
+)
+
+
+class Seen(TypedDict, total=False):
+    seen: dict[str, Any]
+
+
+def _see(state: Seen, config: RunnableConfig) -> dict[str, Any]:
+    shown = {k: v for k, v in config["configurable"].items() if not k.startswith("__pregel")}
+    return {"seen": {k: v for k, v in shown.items() if _is_json(v)}}
+
+
+def _is_json(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+configured = StateGraph(Seen).add_node("see", _see).add_edge(START, "see").compile()
+
+
+def _respond(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
+
+
+def _boom(state: MessagesState) -> dict[str, Any]:
+    raise ValueError("it broke")
+
+
+async def _slow_respond(state: MessagesState) -> dict[str, Any]:
+    await asyncio.sleep(30)
+    return {"messages": [AIMessage(content="late")]}
+
+
+class Plain(TypedDict):
+    x: int
+
+
+def _inc(state: Plain) -> dict[str, Any]:
+    return {"x": state["x"] + 1}
+
+
+def _ask_in_messages(state: MessagesState) -> dict[str, Any]:
+    answer = interrupt({"question": "sure?"})
+    return {"messages": [AIMessage(content=f"you said {answer}")]}
+
+
+echo = StateGraph(MessagesState).add_node("respond", _respond).add_edge(START, "respond").compile()
+fails = StateGraph(MessagesState).add_node("boom", _boom).add_edge(START, "boom").compile()
+slow = (
+    StateGraph(MessagesState)
+    .add_node("respond", _slow_respond)
+    .add_edge(START, "respond")
+    .compile()
+)
+plain = StateGraph(Plain).add_node("inc", _inc).add_edge(START, "inc").compile()
+asks_in_messages = (
+    StateGraph(MessagesState).add_node("ask", _ask_in_messages).add_edge(START, "ask").compile()
 )

@@ -1,18 +1,10 @@
-"""The same A2A calls to `langgraph dev` and to runstream, serving this directory's project,
-and the difference of their answers (ids and times masked): docs/langgraph.md, "A2A", names
-the differences it shows and why; a new one means LangGraph's endpoint changed.
-
-    cd bench/langgraph_a2a && langgraph dev --no-browser --port 2024 --config langgraph.json
-    RUNSTREAM_CONFIG=bench/langgraph_a2a/langgraph.json RUNSTREAM_API_KEYS=key-a:alice \\
-        runstream serve --port 8080   # and `runstream worker`, with the same settings
-    python -m bench.langgraph_a2a.differential http://127.0.0.1:2024 http://127.0.0.1:8080 \\
-        --api-key key-a
-"""
+"""`bench.langgraph_diff`'s A2A calls: the same JSON-RPC calls to one server's `/a2a` (message
+send and stream, task get and cancel, A2A 1.0's names, the errors), its answers as text with ids,
+times and the server's address masked, so two servers' can be diffed. docs/langgraph.md, "A2A",
+names the differences it shows and why; a new one means LangGraph's endpoint changed."""
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import json
 import re
 import threading
@@ -24,8 +16,10 @@ import httpx
 
 from stream_store.assistant_ids import assistant_id_for
 
+__all__ = ["a2a_transcript"]
+
 ECHO, FAILS, SLOW, PLAIN, ASKS = (
-    assistant_id_for(g) for g in ("echo", "fails", "slow", "plain", "asks")
+    assistant_id_for(g) for g in ("echo", "fails", "slow", "plain", "asks_in_messages")
 )
 _MASKS = (
     (re.compile(r"lc_run--"), ""),
@@ -156,23 +150,12 @@ def drive(server: Transcript) -> None:
     server.rpc("cancel input required", ASKS, "tasks/cancel", {"id": again["id"]})
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("langgraph_url")
-    parser.add_argument("runstream_url")
-    parser.add_argument("--api-key", help="runstream's (RUNSTREAM_API_KEYS)")
-    args = parser.parse_args()
-    langgraph, runstream = (
-        Transcript(args.langgraph_url, None),
-        Transcript(args.runstream_url, args.api_key),
-    )
-    drive(langgraph)
-    drive(runstream)
-    diff = difflib.unified_diff(
-        langgraph.masked(), runstream.masked(), "langgraph", "runstream", n=2, lineterm=""
-    )
-    print("\n".join(diff) or "the same answers")
-
-
-if __name__ == "__main__":
-    main()
+def a2a_transcript(base_url: str) -> list[str]:
+    """Every call of `drive` to the server at `base_url`, its answers masked (blocking: the
+    caller runs it in a thread)."""
+    server = Transcript(base_url, None)
+    try:
+        drive(server)
+    finally:
+        server.http.close()
+    return server.masked()

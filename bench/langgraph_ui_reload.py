@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         if not there
     ]
     if missing or cli is None:
-        print("skipped: no " + ", no ".join(missing))
+        print("skipped, missing: " + "; ".join(missing))
         return 0
     out = Path(args.out or tempfile.mkdtemp(prefix="rs-ui-reload-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -48,13 +48,22 @@ def pinned_post(
             name the receiver would see is not the one checked.
     """
     request = client.build_request("POST", target.url, content=content, headers=headers)
-    if request.url.host.lower() != target.host:  # two URL parsers may disagree on odd URLs
-        raise WebhookRefused(
-            f"Webhook host blocked: the URL's host reads as {request.url.host!r} to the"
-            f" client and {target.host!r} to the policy"
-        )
     name = request.url.raw_host.decode("ascii")  # IDNA-encoded, as the certificate names it
+    if name.lower() != _ascii(target.host):  # two URL parsers may disagree on odd URLs
+        raise WebhookRefused(
+            f"Webhook host blocked: the URL's host reads as {name!r} to the HTTP client and"
+            f" {target.host!r} to the policy"
+        )
     request.url = request.url.copy_with(host=str(target.address))  # Host: stays the name's
     if request.url.scheme == "https":
         request.extensions = {**request.extensions, "sni_hostname": name}
     return request
+
+
+def _ascii(host: str) -> str:
+    """`host` as the resolver looked it up (Python's IDNA codec, as `getaddrinfo` encodes it);
+    empty when it has no such form."""
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        return ""

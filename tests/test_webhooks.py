@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import re
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
@@ -37,6 +38,7 @@ from project.webhooks import (
     Resolver,
     WebhookPolicy,
     WebhookRefused,
+    WebhookTarget,
     WebhookUnresolved,
     WebhookUrlSpec,
 )
@@ -670,6 +672,26 @@ async def test_the_post_connects_to_the_checked_address_with_the_names_host_and_
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.send(pinned_post(client, other, b"{}", {}))
         assert tls.hosts == [f"{tls.NAME}:{port}"] * 2  # nothing was sent to it
+
+
+async def test_the_post_carries_the_checked_name_or_is_refused() -> None:
+    """An internationalised name is sent as the resolver looked it up (IDNA); a URL whose host
+    the HTTP client reads otherwise than the policy did is refused rather than sent under a
+    name nobody checked."""
+    loopback = (ipaddress.ip_address("127.0.0.1"),)
+    async with webhook_client(httpx.Timeout(5.0), 1) as client:
+        for url, host in (
+            ("https://bücher.example/h", "bücher.example"),
+            ("https://xn--bcher-kva.example/h", "xn--bcher-kva.example"),
+        ):
+            request = pinned_post(client, WebhookTarget(url, host, loopback), b"{}", {})
+            assert str(request.url) == "https://127.0.0.1/h"
+            assert request.headers["host"] == "xn--bcher-kva.example"
+            assert request.extensions["sni_hostname"] == "xn--bcher-kva.example"
+        odd = WebhookTarget("http://a b.example/h", "a b.example", loopback)  # httpx: a%20b
+        odd_reading = re.escape("reads as 'a%20b.example' to the HTTP client")
+        with pytest.raises(WebhookRefused, match=odd_reading):
+            pinned_post(client, odd, b"{}", {})
 
 
 async def test_a_name_pointing_at_loopback_at_delivery_is_refused_once_and_counted(

@@ -694,23 +694,32 @@ async def test_the_post_carries_the_checked_name_or_is_refused() -> None:
             pinned_post(client, odd, b"{}", {})
 
 
-async def test_a_name_pointing_at_loopback_at_delivery_is_refused_once_and_counted(
-    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
-) -> None:
-    """The URL passed at submit; when the run ends, its name resolves to a public address
-    and to 127.0.0.1: the attempt is refused with the policy's reason, never retried, and the
-    receiver on 127.0.0.1 gets nothing."""
-    assert receiver.handle is not None
+async def ended_under_another_name(
+    start_server: StartServer, settings: Settings, receiver: Receiver
+) -> tuple[ServerHandle, str, str]:
+    """A server, and a run of it that ended while no worker ran, whose webhook URL names its
+    receiver `REBOUND` (a URL the submit checked and passed, say): the server, the run's id,
+    the URL."""
     server = await start_server(webhook_private_addresses=True, api_keys=API_KEYS)
     sdk = client_for(server.url, "key-a")
     run = await sdk.runs.create(None, "chat", input=human("hi"), webhook=receiver.url)
     await end_as_a_dead_worker(settings, run["run_id"])
-    rebound = receiver.url.replace("127.0.0.1", REBOUND)  # what the submit checked, say
+    rebound = receiver.url.replace("127.0.0.1", REBOUND)
     async with await schema_connection(settings) as conn:
         await conn.execute("UPDATE runstream_webhooks SET url = %s", (rebound,))
         await conn.commit()
+    return server, run["run_id"], rebound
+
+
+async def test_a_name_pointing_at_loopback_at_delivery_is_refused_once_and_counted(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
+) -> None:
+    """When the run ends, the name resolves to a public address and to 127.0.0.1: the attempt
+    is refused with the policy's reason, never retried, and the receiver on 127.0.0.1 gets
+    nothing."""
+    server, run_id, _ = await ended_under_another_name(start_server, settings, receiver)
     worker = await start_worker(webhook_resolver=resolver({REBOUND: [PUBLIC, "127.0.0.1"]}))
-    delivery = await settled(server, run["run_id"])
+    delivery = await settled(server, run_id)
     assert delivery["state"] == "failed"
     assert [(a["status_code"], a["error"]) for a in delivery["attempts"]] == [
         (None, "refused by the URL policy: Webhook host blocked: loopback IP range")
@@ -730,23 +739,36 @@ async def test_the_post_goes_to_the_address_its_check_resolved_with_the_names_ho
 ) -> None:
     """With private addresses allowed, a name only the worker's resolver knows is delivered
     to the address it resolved to, under its own name."""
-    assert receiver.handle is not None
-    server = await start_server(webhook_private_addresses=True, api_keys=API_KEYS)
-    sdk = client_for(server.url, "key-a")
-    run = await sdk.runs.create(None, "chat", input=human("hi"), webhook=receiver.url)
-    await end_as_a_dead_worker(settings, run["run_id"])
-    rebound = receiver.url.replace("127.0.0.1", REBOUND)
-    async with await schema_connection(settings) as conn:
-        await conn.execute("UPDATE runstream_webhooks SET url = %s", (rebound,))
-        await conn.commit()
+    server, run_id, url = await ended_under_another_name(start_server, settings, receiver)
     await start_worker(
         webhook_private_addresses=True, webhook_resolver=resolver({REBOUND: ["127.0.0.1"]})
     )
-    delivery = await settled(server, run["run_id"])
-    assert delivery["state"] == "delivered"
+    assert (await settled(server, run_id))["state"] == "delivered"
     [(headers, payload)] = receiver.received
-    assert headers["host"] == urlsplit(rebound).netloc
-    assert payload["run_id"] == run["run_id"]
+    assert headers["host"] == urlsplit(url).netloc
+    assert payload["run_id"] == run_id
+
+
+async def test_a_name_that_does_not_resolve_at_delivery_is_retried(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
+) -> None:
+    """A failed lookup is a failed connect, not a refusal: the next attempt resolves again."""
+    server, run_id, _ = await ended_under_another_name(start_server, settings, receiver)
+    table: dict[str, list[str]] = {}  # the name does not resolve yet
+    await start_worker(webhook_private_addresses=True, webhook_resolver=resolver(table))
+
+    async def attempted() -> bool:
+        [delivery] = (await deliveries(server, run_id)).json()["webhooks"]
+        return bool(delivery["attempts"])
+
+    await eventually(attempted, "the first attempt")
+    table[REBOUND] = ["127.0.0.1"]
+    delivery = await settled(server, run_id)
+    assert delivery["state"] == "delivered"
+    assert [(a["status_code"], a["error"]) for a in delivery["attempts"]] == [
+        (None, "the webhook's host did not resolve"),
+        (200, None),
+    ]
 
 
 # -- delivery metrics ------------------------------------------------------------------------------

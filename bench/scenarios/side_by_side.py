@@ -3,10 +3,11 @@
 Issue 36's targets are ratios, each measured in one invocation so that the machine's load
 falls on both sides alike. LangGraph alone is the floor: the built-in `chat` graph and the fake
 model streamed in this process as the worker streams them (`messages`, `updates`, `custom`,
-async durability), on LangGraph's own `AsyncPostgresSaver` over a connection pool on the
+async durability), on LangGraph's own `AsyncPostgresSaver` as shipped (its lock around every
+statement included; runstream's saver drops it) over a pool of 10 connections on the
 invocation's Postgres (a schema of its own): no queue, no Redis, no HTTP. runstream is one
-server and one worker (concurrency 200) of this tree. The workloads, floor and runstream in
-turns:
+server and one worker (concurrency 200) of this tree, serving examples/tool-agent beside the
+built-in graphs. The workloads, floor and runstream in turns:
 
 - a one-word run's first token (submit → first `token` at an SSE client attached after the
   202; the floor: the call → first token);
@@ -14,9 +15,10 @@ turns:
   server): the first token runstream adds, served median minus in-process median;
 - 50 concurrent runs x 199 token events 10 ms apart, each with a viewer: the wall from the
   first submit to the last viewer's `done`, against the ideal 2.0 s and the floor's wall;
-- bursts of 50 and 200 runs submitted together (`burst`'s clients and moments): p99 submit →
-  first token appended, against the floor's p99 of N runs started together;
-- one run's token rate (20,000 words, no delay; tokens over submit → `done`).
+- bursts of 50 and 200 runs (`--quick`: 50) submitted together (`burst`'s clients and
+  moments): p99 submit → first token appended, against the floor's p99 of N runs started
+  together;
+- one run's token rate (20,000 words, `--quick` 5,000; no delay; tokens over submit → `done`).
 
 `--against REV` also starts REV's server and worker (a temporary checkout, bench/revision.py)
 and runs the one-word first token and the token rate against it, run by run in turns with
@@ -64,6 +66,7 @@ DELAY_MS = 10
 IDEAL_S = 2.0  # issue 36: the ideal wall of 50 runs x 199 events at 10 ms
 BURST_RATIOS = {50: 1.5, 200: 1.2}  # p99 submit → first token / LangGraph alone's
 WARMUP = 3
+QUICK_WORDS = 5_000  # one run's message with --quick (THROUGHPUT_WORDS otherwise)
 FLOOR_POOL = 10  # connections, as the worker's Postgres pool
 
 
@@ -257,16 +260,17 @@ def _first_token_of(side: Tree) -> Callable[[], Awaitable[float]]:
 
 
 async def token_rate(ctx: BenchContext, floor: Floor, this: Tree, rev: Tree | None) -> None:
-    text = words(THROUGHPUT_WORDS)
+    count = ctx.size(THROUGHPUT_WORDS, QUICK_WORDS)
+    text = words(count)
     ways: dict[str, Callable[[], Awaitable[float]]] = {
-        "floor": lambda: floor.tokens_per_s(text, THROUGHPUT_WORDS)
+        "floor": lambda: floor.tokens_per_s(text, count)
     }
     for side in (this, rev):
         if side is not None:
-            ways[side.label] = _token_rate_of(side, text)
+            ways[side.label] = _token_rate_of(side, text, count)
     seen = await in_turns(ctx.size(3, 2), ways)
     ours, alone = summary(seen[this.label]), summary(seen["floor"])
-    label = f"one run ({THROUGHPUT_WORDS:,} tokens): token events/s, submit → done"
+    label = f"one run ({count:,} tokens): token events/s, submit → done"
     ctx.figure(
         NAME,
         label,
@@ -290,10 +294,10 @@ async def token_rate(ctx: BenchContext, floor: Floor, this: Tree, rev: Tree | No
     ctx.note(NAME, tokens_per_s={name: summary(values) for name, values in seen.items()})
 
 
-def _token_rate_of(side: Tree, text: str) -> Callable[[], Awaitable[float]]:
+def _token_rate_of(side: Tree, text: str, count: int) -> Callable[[], Awaitable[float]]:
     async def one() -> float:
         viewed = await one_viewed_run(side.api, side.server.url, text)
-        if viewed.tokens != THROUGHPUT_WORDS:
+        if viewed.tokens != count:
             raise AssertionError(f"{side.label}: the viewer got {viewed.tokens} tokens")
         return viewed.tokens / viewed.whole_s
 

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import revision
 from .context import BenchContext, default_client_procs
 from .launcher import ROOT
 from .processes import Services, machine_cpu
@@ -57,6 +58,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--keep-logs", action="store_true", help="print server/worker output when one fails"
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="REV",
+        help="a git revision that side_by_side also measures, from a temporary checkout",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser.parse_args(argv)
@@ -108,6 +115,7 @@ async def run_all(args: argparse.Namespace, names: list[str], report: Report) ->
             soak_minutes=args.soak,
             client_procs=args.client_procs,
             keep_logs=args.keep_logs,
+            against=args.against,
         )
         for name in names:
             print(f"\n== {name}", flush=True)
@@ -154,6 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:20} {(load(name).__doc__ or '').splitlines()[0]}")
         return 0
     names = choose(args)
+    if args.against:
+        try:
+            args.against_commit = revision.resolve(args.against)
+        except revision.RevisionError as exc:
+            raise SystemExit(f"bench: --against {args.against}: {exc}") from None
     _raise_nofile()
     report = Report(
         {
@@ -162,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "soak_minutes": args.soak,
             "client_procs": args.client_procs,
             "scenarios": names,
+            "against": args.against and {"rev": args.against, "commit": args.against_commit},
         }
     )
     started = time.monotonic()

@@ -6,9 +6,10 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .launcher import Cluster
+from .launcher import ROOT, Cluster
 from .processes import Namespace, Services
 from .report import Figure, Report, Target
 
@@ -25,6 +26,7 @@ class BenchContext:
     client_procs: int = 2
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     keep_logs: bool = False
+    against: str | None = None  # `--against REV`: a git revision to measure beside this tree
 
     def size(self, full: int, quick: int) -> int:
         return quick if self.quick else full
@@ -61,12 +63,13 @@ class BenchContext:
 
     @contextlib.asynccontextmanager
     async def cluster(
-        self, scenario: str, services: Services | None = None
+        self, scenario: str, services: Services | None = None, *, root: Path = ROOT
     ) -> AsyncIterator[tuple[Namespace, Cluster]]:
         """A fresh namespace and an empty cluster on it; both are torn down afterwards.
-        `services`: others than the invocation's (the `cluster` scenario's Redis Cluster)."""
+        `services`: others than the invocation's (the `cluster` scenario's Redis Cluster);
+        `root`: the source tree the children run (another revision's checkout)."""
         namespace = Namespace.new(services or self.services, self.invocation, scenario)
-        cluster = Cluster(namespace.config, log_prefix="rs-bench-", ready_timeout_s=90)
+        cluster = Cluster(namespace.config, log_prefix="rs-bench-", ready_timeout_s=90, root=root)
         try:
             yield namespace, cluster
         except BaseException:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
 import json
 import os
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -356,24 +357,26 @@ def report(langgraph: dict[str, Observation], runstream: dict[str, Observation])
     return "\n".join(lines)
 
 
-def _langgraph_cli(venv: str | None) -> Path | None:
+def langgraph_cli(venv: str | None) -> Path | None:
     if not venv:
         return None
     cli = Path(venv) / "bin" / "langgraph"
     return cli if cli.exists() else None
 
 
-def _start_langgraph(cli: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
-    """`langgraph dev` on a copy of the project (it writes its state beside it), its output
+def _start_langgraph(
+    cli: Path, workdir: Path, port: int, project: Path = PROJECT
+) -> subprocess.Popen[bytes]:
+    """`langgraph dev` on a copy of `project` (it writes its state beside it), its output
     in `workdir/langgraph-dev.log`."""
-    project = workdir / "project"
-    shutil.copytree(PROJECT, project)
+    copy = workdir / "project"
+    shutil.copytree(project, copy)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))}
     env["LANGSMITH_TRACING"] = "false"
     with open(workdir / "langgraph-dev.log", "wb") as out:
         return subprocess.Popen(
             [str(cli), "dev", "--no-browser", "--no-reload", "--port", str(port)],
-            cwd=project,
+            cwd=copy,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -393,9 +396,12 @@ def _log_tail(workdir: Path) -> str:
     return (workdir / "langgraph-dev.log").read_text(errors="replace")[-3000:]
 
 
-async def observe_langgraph(cli: Path, workdir: Path) -> dict[str, Observation]:
+@contextlib.asynccontextmanager
+async def langgraph_dev(cli: Path, workdir: Path, project: Path = PROJECT) -> AsyncIterator[str]:
+    """A ready `langgraph dev` serving `project` on a free port: its URL, until the block
+    ends."""
     port = free_port()
-    process = _start_langgraph(cli, workdir, port)
+    process = _start_langgraph(cli, workdir, port, project)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -411,9 +417,14 @@ async def observe_langgraph(cli: Path, workdir: Path) -> dict[str, Observation]:
                 if time.monotonic() > deadline:
                     raise ProcessError(f"langgraph dev not ready\n{_log_tail(workdir)}")
                 await asyncio.sleep(0.2)
-        return await observe(url)
+        yield url
     finally:
         _stop(process)
+
+
+async def observe_langgraph(cli: Path, workdir: Path) -> dict[str, Observation]:
+    async with langgraph_dev(cli, workdir) as url:
+        return await observe(url)
 
 
 async def observe_runstream(services: Services) -> dict[str, Observation]:
@@ -430,7 +441,7 @@ async def observe_runstream(services: Services) -> dict[str, Observation]:
         await namespace.drop()
 
 
-def _api_version(cli: Path) -> str:
+def api_version(cli: Path) -> str:
     script = "import langgraph_api; print(langgraph_api.__version__)"
     python = str(cli.parent / "python")
     answer = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
@@ -438,7 +449,7 @@ def _api_version(cli: Path) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    cli = _langgraph_cli(args.langgraph_venv)
+    cli = langgraph_cli(args.langgraph_venv)
     if cli is None:
         print(
             "skipped: no `langgraph` CLI (give a venv with langgraph-cli[inmem] by"
@@ -453,7 +464,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         services.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"langgraph dev (langgraph-api {_api_version(cli)}) vs runstream, same SDK calls\n")
+    print(f"langgraph dev (langgraph-api {api_version(cli)}) vs runstream, same SDK calls\n")
     print(report(langgraph, runstream))
     return 0
 

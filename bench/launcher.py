@@ -84,14 +84,20 @@ class Process:
     """A runstream child with its output in a temporary file."""
 
     def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], *, log_prefix: str = "rs-"
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        *,
+        log_prefix: str = "rs-",
+        cwd: Path = ROOT,
     ) -> None:
         self.name = name
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix=f"{log_prefix}{name}-", suffix=".log", delete=False
         )
         self.proc = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT
+            argv, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT
         )
 
     @property
@@ -165,6 +171,8 @@ class Cluster:
         config: the `RUNSTREAM_*` values of the children, called at each start.
         log_prefix: the start of the children's log file names.
         ready_timeout_s: how long a child may take to become ready.
+        root: the source tree the children run (their working directory and `PYTHONPATH`);
+            another checkout than this one runs that checkout's code on the same venv.
     """
 
     def __init__(
@@ -173,15 +181,25 @@ class Cluster:
         *,
         log_prefix: str = "rs-",
         ready_timeout_s: float = 60,
+        root: Path = ROOT,
     ) -> None:
         self.config = config
+        self.root = root
         self.log_prefix = log_prefix
         self.ready_timeout_s = ready_timeout_s
         self.processes: list[Process] = []
 
     def _spawn(self, kind: str, argv: list[str], env: dict[str, str]) -> Process:
         name = f"{kind}{len(self.processes)}"
-        process = Process(name, argv, child_env(self.config(), **env), log_prefix=self.log_prefix)
+        if self.root != ROOT:  # `python -m` finds the package in its cwd; imports follow it
+            env = {"PYTHONPATH": str(self.root), **env}
+        process = Process(
+            name,
+            argv,
+            child_env(self.config(), **env),
+            log_prefix=self.log_prefix,
+            cwd=self.root,
+        )
         self.processes.append(process)
         return process
 

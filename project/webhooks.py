@@ -10,6 +10,10 @@ One difference, on purpose: whether a webhook may reach a loopback or private ad
 operator's (`RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES`), not the project file's. Without it both are
 refused; with it they are allowed unless the project says `disable_loopback: true` or
 `disable_private_ips: true` itself (docs/langgraph.md, "Webhooks").
+
+A check answers the addresses it passed (`WebhookTarget`), so the POST connects to exactly those
+rather than asking DNS again (a name may answer a public address to the check and 127.0.0.1 to
+the connect: DNS rebinding). The resolver is the policy's (`Resolver`), so tests give their own.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -29,12 +33,21 @@ from .errors import ProjectContractError
 
 __all__ = [
     "PAYLOAD_FIELDS",
+    "Address",
+    "Resolver",
     "WebhookPolicy",
     "WebhookRefused",
+    "WebhookTarget",
+    "WebhookUnresolved",
     "WebhookUrlSpec",
     "WebhooksSpec",
     "resolve_headers",
+    "resolve_host",
 ]
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+# A host's addresses for a port (what `loop.getaddrinfo` answers); raises WebhookUnresolved.
+Resolver = Callable[[str, int], Awaitable[list[Address]]]
 
 # The payload keys `allowed_fields` may name (LangGraph's `VALID_WEBHOOK_ALLOWED_FIELDS`).
 PAYLOAD_FIELDS = frozenset(
@@ -71,10 +84,12 @@ _ALWAYS_BLOCKED = tuple(
         "203.0.113.0/24",
         "224.0.0.0/4",
         "240.0.0.0/4",
+        "255.255.255.255/32",
         "fe80::/10",
+        "fec0::/10",  # site-local, deprecated
         "ff00::/8",
+        "64:ff9b::/96",  # NAT64: whatever IPv4 address it embeds (as LangGraph blocks it)
         "64:ff9b:1::/48",
-        "::/128",
     )
 )
 _PRIVATE = tuple(
@@ -91,6 +106,26 @@ _K8S_SUFFIX = ".svc.cluster.local"
 
 class WebhookRefused(ProjectContractError, ValueError):
     """The URL does not pass the policy; the message says why (LangGraph's `detail`)."""
+
+
+class WebhookUnresolved(WebhookRefused):
+    """The host's name did not resolve (or not in time): refused at submit, as LangGraph does;
+    at delivery a failure worth another attempt, as a failed connect is."""
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A URL that passed the policy, and the addresses its host had then: the POST connects to
+    `address` and to nothing else."""
+
+    url: str
+    host: str  # lowercased, as the policy read it
+    addresses: tuple[Address, ...]
+
+    @property
+    def address(self) -> Address:
+        """The one the POST connects to: the resolver's first (its preferred order)."""
+        return self.addresses[0]
 
 
 class WebhookUrlSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -137,6 +172,21 @@ def resolve_headers(spec: WebhooksSpec, environ: Mapping[str, str]) -> dict[str,
     return {key: _TEMPLATE.sub(value_of, value) for key, value in spec.headers.items()}
 
 
+async def resolve_host(host: str, port: int) -> list[Address]:
+    """`host`'s addresses, from the system's resolver without blocking the loop.
+
+    Raises:
+        WebhookUnresolved: it did not resolve within _DNS_TIMEOUT_S.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(_DNS_TIMEOUT_S):
+            found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, TimeoutError, UnicodeError):
+        raise WebhookUnresolved("Webhook host blocked: DNS resolution failed") from None
+    return [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found]
+
+
 @dataclass(frozen=True)
 class WebhookPolicy:
     """What a webhook URL must pass: the project's `webhooks.url` (None: LangGraph's policy
@@ -144,6 +194,7 @@ class WebhookPolicy:
 
     url: WebhookUrlSpec | None = None
     private_addresses: bool = False  # RUNSTREAM_WEBHOOK_PRIVATE_ADDRESSES
+    resolve: Resolver = field(default=resolve_host, compare=False)  # tests give their own
 
     @property
     def max_url_length(self) -> int:
@@ -157,12 +208,13 @@ class WebhookPolicy:
         explicit = self.url.disable_private_ips if self.url is not None else None
         return not self.private_addresses or explicit is True
 
-    async def check(self, url: str) -> None:
+    async def check(self, url: str) -> WebhookTarget:
         """Refuse `url` unless it passes the policy, in LangGraph's order (so a URL failing
-        several checks gets LangGraph's reason); resolves its host (every address it resolves
-        to must pass).
+        several checks gets LangGraph's reason); resolves its host once (every address it
+        resolves to must pass) and answers them.
 
         Raises:
+            WebhookUnresolved: its host did not resolve.
             WebhookRefused: why not.
         """
         if len(url) > self.max_url_length:
@@ -190,7 +242,7 @@ class WebhookPolicy:
             raise WebhookRefused("Webhook domain not allowed")
         if scheme not in ("http", "https"):  # LangGraph checks it here, with the addresses
             raise WebhookRefused(f"Webhook host blocked: scheme {scheme!r} not allowed")
-        await self._check_host(host, port)
+        return WebhookTarget(url=url, host=host, addresses=await self._check_host(host, port))
 
     def _domain_allowed(self, host: str) -> bool:
         domains = [d.strip().lower() for d in (self.url.allowed_domains if self.url else [])]
@@ -198,7 +250,7 @@ class WebhookPolicy:
             return True
         return any(host.endswith("." + d[2:]) if d.startswith("*.") else host == d for d in domains)
 
-    async def _check_host(self, host: str, port: int) -> None:
+    async def _check_host(self, host: str, port: int) -> tuple[Address, ...]:
         if host in _LOCALHOST_NAMES and self._blocks_loopback():
             raise WebhookRefused("Webhook host blocked: localhost address")
         if host in _METADATA_HOSTS:
@@ -208,34 +260,28 @@ class WebhookPolicy:
         try:
             addresses = [ipaddress.ip_address(host)]
         except ValueError:
-            addresses = await _resolve(host, port)
-        for address in addresses:
+            addresses = await self.resolve(host, port)
+        if not addresses:
+            raise WebhookUnresolved("Webhook host blocked: DNS resolution failed")
+        for address in addresses:  # any one refused refuses the name: the connect may pick it
             reason = self._blocked(address)
             if reason is not None:
                 raise WebhookRefused(f"Webhook host blocked: {reason}")
+        return tuple(addresses)
 
-    def _blocked(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
+    def _blocked(self, address: Address) -> str | None:
+        if isinstance(address, ipaddress.IPv6Address):
+            embedded = address.ipv4_mapped or address.sixtofour  # reached as that IPv4 address
+            if embedded is not None:
+                address = embedded
         if str(address) in _METADATA_IPS:
             return "cloud metadata endpoint"
-        if any(address in network for network in _ALWAYS_BLOCKED):
+        if any(address in network for network in _ALWAYS_BLOCKED) or address.is_unspecified:
             return "blocked IP range"
         if address.is_loopback:
             return "loopback IP range" if self._blocks_loopback() else None
         if any(address in network for network in _PRIVATE):
             return "private IP range" if self._blocks_private() else None
+        if not address.is_global or address.is_reserved or address.is_multicast:
+            return "blocked IP range"  # any other special-purpose range (documentation, ...)
         return None
-
-
-async def _resolve(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(_DNS_TIMEOUT_S):
-            found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, TimeoutError):
-        raise WebhookRefused("Webhook host blocked: DNS resolution failed") from None
-    addresses = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found]
-    if not addresses:
-        raise WebhookRefused("Webhook host blocked: DNS resolution failed")
-    return addresses

@@ -60,6 +60,20 @@ SHUTDOWN_HOOK_S = 30.0
 STOP_STEP_S = 5.0  # the reader's end, the health key's deletion, the pool's close
 
 
+# Per job, the keys `start_jobs.lua` claims and reads: arq's in-progress key, job, try counter
+_JOB_KEY_PREFIXES = (in_progress_key_prefix, job_key_prefix, retry_key_prefix)
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A job `start_jobs.lua` claimed for this worker, with what it read of it."""
+
+    job_id: str
+    score: int
+    raw: bytes | None  # arq's serialized job; None when its key expired
+    job_try: int
+
+
 @dataclass
 class JobCounts:
     """What the health-check line reports, as arq's `j_complete`, `j_failed`, `j_retried`."""
@@ -253,13 +267,19 @@ class JobLoop:
         if not job_ids:
             return
         taken = [job_id.decode() for job_id in job_ids]
-        keys = [queue, *(in_progress_key_prefix + job_id for job_id in taken)]
+        keys = [queue]
+        for job_id in taken:
+            keys += [prefix + job_id for prefix in _JOB_KEY_PREFIXES]
         timeout_ms = int(self.in_progress_timeout_s * 1000)
-        scores = await self._claim(keys=keys, args=[timeout_ms, timestamp_ms(), *taken])
-        for job_id, score in zip(taken, scores, strict=True):
-            if score is None:  # in progress elsewhere, finished, or deferred
+        claims = await self._claim(
+            keys=keys, args=[timeout_ms, timestamp_ms(), RETRY_KEY_TTL_S, *taken]
+        )
+        for job_id, claim in zip(taken, claims, strict=True):
+            if claim is None:  # in progress elsewhere, finished, or deferred
                 continue
-            task = asyncio.create_task(self._run(job_id, int(float(score))), name=job_id)
+            score, raw, job_try = claim
+            started = _Started(job_id, int(float(score)), raw, int(job_try))
+            task = asyncio.create_task(self._run(started), name=job_id)
             self.tasks[job_id] = task
             task.add_done_callback(partial(self._ended, job_id))
 
@@ -270,17 +290,12 @@ class JobLoop:
         if not task.cancelled() and (exc := task.exception()) is not None:
             logger.error("job bookkeeping failed", job_id=job_id, error=repr(exc))
 
-    async def _run(self, job_id: str, score: int) -> None:
+    async def _run(self, started: _Started) -> None:
         """One claimed job: its function under the job timeout, then the end of the job."""
         assert self.pool is not None
         pool = self.pool
-        retry_key = retry_key_prefix + job_id
-        async with pool.pipeline(transaction=True) as pipe:
-            pipe.get(job_key_prefix + job_id)
-            pipe.incr(retry_key)
-            pipe.expire(retry_key, RETRY_KEY_TTL_S)
-            raw, job_try, _ = await pipe.execute()
-        job = self._job(job_id, raw, job_try, pool)
+        job_id, job_try = started.job_id, started.job_try
+        job = self._job(job_id, started.raw, job_try, pool)
         if job is None:
             self.counts.failed += 1
             await asyncio.shield(self._finish(pool, job_id, again=False))
@@ -290,7 +305,7 @@ class JobLoop:
             "job_id": job_id,
             "job_try": job_try,
             "enqueue_time": job.enqueue_time,
-            "score": score,
+            "score": started.score,
         }
         # A task of its own, as arq runs a job: the job may cancel and uncancel its own task
         # (`runner/execute.py`) without confusing the timeout around it.

@@ -13,12 +13,20 @@ flight per worker. A timeout, a network error, 408, 429 or a 5xx is retried with
 backoff (jittered) up to `MAX_ATTEMPTS` attempts; any other answer settles the delivery
 (`delivered` for a 2xx, `failed` otherwise), as LangGraph retries only those. Each attempt is
 recorded, and the run's owner reads them (`GET /v1/runs/{id}/webhooks`, docs/protocol.md).
+
+Each attempt checks the URL policy again and resolves the host once: an address the policy
+refuses (the name now points at 127.0.0.1, say) settles the delivery `failed` at once with the
+policy's reason, never retried (LangGraph does not retry a blocked host either); a name that
+does not resolve is retried as a failed connect is. The POST then connects to the checked
+address itself (runner/pinned_request.py). Attempts are counted by outcome on the worker's
+/metrics (`runstream_webhook_attempts_total`, docs/operations.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,10 +36,17 @@ import psycopg
 import structlog
 from langgraph.pregel import Pregel
 
-from project.webhooks import WebhookPolicy, WebhookRefused
+from project.webhooks import (
+    Resolver,
+    WebhookPolicy,
+    WebhookRefused,
+    WebhookUnresolved,
+    resolve_host,
+)
 from stream_store.assistant_ids import assistant_id_for
 from stream_store.errors import StoreError
 from stream_store.messages import state_to_json
+from stream_store.metrics import WebhookOutcome
 from stream_store.webhook_records import (
     DeliveryAttempt,
     DeliveryState,
@@ -40,6 +55,7 @@ from stream_store.webhook_records import (
 )
 from wire.run_status import RunStatus
 
+from .pinned_request import pinned_post, webhook_client
 from .state import WorkerState
 
 __all__ = [
@@ -134,7 +150,9 @@ class WebhookSender:
     """One worker's deliveries: claims due ones each `POLL_S` and POSTs them, each in a task
     of its own (at most CONCURRENCY at once)."""
 
-    def __init__(self, state: WorkerState, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, state: WorkerState, client: httpx.AsyncClient, resolve: Resolver = resolve_host
+    ) -> None:
         self.state = state
         self.records: WebhookRecords = state.services.webhooks
         self.client = client
@@ -143,6 +161,7 @@ class WebhookSender:
         self.policy = WebhookPolicy(
             url=spec.url if spec is not None else None,
             private_addresses=state.services.settings.webhook_private_addresses,
+            resolve=resolve,
         )
         self.headers = dict(project.webhook_headers) if project is not None else {}
         self.allowed_fields = spec.allowed_fields if spec is not None else None
@@ -189,49 +208,85 @@ class WebhookSender:
         now = datetime.now(UTC)
         if self.disabled:
             why = "webhooks are disabled (langgraph.json http.disable_webhooks)"
-            await self._settle(delivery, DeliveryAttempt(at=now, error=why), "failed")
+            await self._record(delivery, DeliveryAttempt(at=now, error=why), "refused")
             return
         try:
-            await self.policy.check(delivery.url)
+            target = await self.policy.check(delivery.url)
+        except WebhookUnresolved:  # a failed lookup, as a failed connect: worth another try
+            unresolved = DeliveryAttempt(at=now, error="the webhook's host did not resolve")
+            await self._failed(delivery, unresolved, number, retry=True, log=log)
+            return
         except WebhookRefused as exc:  # the policy changed since the submit, or its DNS did
-            refused = DeliveryAttempt(at=now, error=f"refused by the URL policy: {exc}")
-            await self._settle(delivery, refused, "failed")
-            log.warning("webhook refused by the URL policy", reason=str(exc))
+            await self._refuse(delivery, now, exc, log)
             return
         payload = delivery.payload
         if payload is None:
             values = await self._values(delivery)
             payload = webhook_payload(delivery.run, values, now, self.allowed_fields)
             await self.records.set_payload(delivery.delivery_id, payload)
-        attempt, retry = await self._post(delivery.url, payload)
-        if attempt.status_code is not None and 200 <= attempt.status_code < 300:
-            await self._settle(delivery, attempt, "delivered")
-            log.info("webhook delivered", attempt=number, status_code=attempt.status_code)
-        elif retry and number < MAX_ATTEMPTS:
-            wait = _backoff_s(number)
-            await self.records.record_attempt(delivery.delivery_id, attempt, "pending", wait)
-            log.info("webhook attempt failed; will retry", attempt=number, retry_in_s=wait)
-        else:
-            await self._settle(delivery, attempt, "failed")
-            log.warning("webhook delivery failed", attempt=number, error=attempt.error)
-
-    async def _settle(
-        self, delivery: WebhookDelivery, attempt: DeliveryAttempt, state: DeliveryState
-    ) -> None:
-        await self.records.record_attempt(delivery.delivery_id, attempt, state)
-
-    async def _post(self, url: str, payload: dict[str, Any]) -> tuple[DeliveryAttempt, bool]:
-        """One POST: its attempt, and whether a failure is worth another."""
-        at = datetime.now(UTC)
         headers = {**self.headers, "Content-Type": "application/json"}
         try:
+            request = pinned_post(self.client, target, msgspec.json.encode(payload), headers)
+        except WebhookRefused as exc:
+            await self._refuse(delivery, now, exc, log)
+            return
+        attempt, retry = await self._send(request)
+        if attempt.status_code is not None and 200 <= attempt.status_code < 300:
+            await self._record(delivery, attempt, "delivered")
+            self.state.metrics.webhook_delivered(delivery.created_at)
+            log.info("webhook delivered", attempt=number, status_code=attempt.status_code)
+        else:
+            await self._failed(delivery, attempt, number, retry=retry, log=log)
+
+    async def _refuse(
+        self, delivery: WebhookDelivery, at: datetime, exc: WebhookRefused, log: Any
+    ) -> None:
+        """Settle `failed` now: another attempt would be refused the same way (or reach a
+        host the submit never saw). The owner reads the policy's reason; the resolved
+        addresses stay out of it (an owner could map the internal network with them)."""
+        refused = DeliveryAttempt(at=at, error=f"refused by the URL policy: {exc}")
+        await self._record(delivery, refused, "refused")
+        log.warning("webhook refused by the URL policy", reason=str(exc))
+
+    async def _failed(
+        self,
+        delivery: WebhookDelivery,
+        attempt: DeliveryAttempt,
+        number: int,
+        *,
+        retry: bool,
+        log: Any,
+    ) -> None:
+        """An attempt that reached no 2xx: another later if worth it and any are left."""
+        if retry and number < MAX_ATTEMPTS:
+            wait = _backoff_s(number)
+            await self.records.record_attempt(delivery.delivery_id, attempt, "pending", wait)
+            self.state.metrics.webhook_attempt("retrying")
+            log.info("webhook attempt failed; will retry", attempt=number, retry_in_s=wait)
+        else:
+            await self._record(delivery, attempt, "failed")
+            log.warning("webhook delivery failed", attempt=number, error=attempt.error)
+
+    async def _record(
+        self, delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: WebhookOutcome
+    ) -> None:
+        """Settle the delivery with its last attempt, and count that attempt's outcome."""
+        state: DeliveryState = "delivered" if outcome == "delivered" else "failed"
+        await self.records.record_attempt(delivery.delivery_id, attempt, state)
+        self.state.metrics.webhook_attempt(outcome)
+
+    async def _send(self, request: httpx.Request) -> tuple[DeliveryAttempt, bool]:
+        """One POST: its attempt, and whether a failure is worth another."""
+        at = datetime.now(UTC)
+        started = time.monotonic()
+        try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                response = await self.client.post(
-                    url, content=msgspec.json.encode(payload), headers=headers
-                )
+                response = await self.client.send(request)
         except (httpx.HTTPError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return DeliveryAttempt(at=at, error=reason[:500]), True
+        finally:
+            self.state.metrics.webhook_posted(time.monotonic() - started)
         code = response.status_code
         retry = code >= 500 or code in _RETRIED_STATUSES
         error = None if 200 <= code < 300 else f"answered {code}"
@@ -259,9 +314,9 @@ class WebhookSender:
         return state_to_json(snapshot.values)
 
 
-async def deliver_webhooks_forever(state: WorkerState) -> None:
-    """The worker's delivery loop (runner/worker.py starts it beside the reaper)."""
+async def deliver_webhooks_forever(state: WorkerState, resolve: Resolver = resolve_host) -> None:
+    """The worker's delivery loop (runner/worker.py starts it beside the reaper); `resolve`
+    looks up webhook hosts (tests give their own)."""
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as client:
-        await WebhookSender(state, client).run_forever()
+    async with webhook_client(timeout, CONCURRENCY) as client:
+        await WebhookSender(state, client, resolve).run_forever()

@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from project.store_index import check_embeddings, store_options
+from project.webhooks import Resolver, resolve_host
 from stream_store.connections import RedisClients
 from stream_store.errors import StoreUnavailable
 from stream_store.leases import LeaseKeeper
@@ -95,7 +96,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     sweeps = (
         sweep_items_forever(state),
         sweep_threads_forever(state),
-        deliver_webhooks_forever(state),  # LangGraph's webhooks, beside the runs, never in them
+        # LangGraph's webhooks, beside the runs, never in them
+        deliver_webhooks_forever(state, ctx.get("resolve") or resolve_host),
     )
     for background in (reap_forever(state), _listen(state), _beat(state, presence.name), *sweeps):
         stack.push_async_callback(_stop, asyncio.create_task(background))
@@ -198,6 +200,7 @@ def build_worker(
     *,
     tracer_provider: TracerProvider | None = None,
     graphs: GraphRegistry | None = None,
+    resolve: Resolver | None = None,
 ) -> JobLoop:
     """The worker's loop over this deployment's queue, configured from `settings`.
 
@@ -205,6 +208,9 @@ def build_worker(
     with one line); None: loaded from `settings` when the worker starts.
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
+
+    `resolve`: how webhook hosts are looked up (None: the system's resolver); tests give their
+    own, to point a name wherever they need.
     """
     return JobLoop(
         {EXECUTE_RUN: execute_run},
@@ -216,5 +222,5 @@ def build_worker(
         idle_poll_s=settings.poll_delay_s,
         grace_s=settings.shutdown_grace_s,
         read_limit=window_size(settings.worker_concurrency, settings.max_active_runs),
-        ctx={"tracer": make_tracer(tracer_provider), "graphs": graphs},
+        ctx={"tracer": make_tracer(tracer_provider), "graphs": graphs, "resolve": resolve},
     )

@@ -1,12 +1,13 @@
 """Deployment-wide gauges read from Postgres and Redis when Prometheus scrapes a server.
 
-Runs by status, the queue, the live workers, Redis's memory and the evaluations graphs wrote
-(their totals, stream_store/evaluations.py) are facts of the deployment, not of one process, so
-they are read from storage rather than counted. A scrape cannot hammer
-the stores: one read serves every scrape for `MAX_AGE_S` (concurrent scrapes share it), the
-read is bounded in time (`TIMEOUT_S`, also as Postgres's `statement_timeout`), and every query
-is bounded in size: active runs via their partial index, the oldest `QUEUE_SAMPLE` queue
-entries, one `INFO memory`. Every server reports the same figures; dashboards take `max`.
+Runs by status, the queue, the live workers, Redis's memory, the evaluations graphs wrote
+(their totals, stream_store/evaluations.py) and the webhook deliveries pending are facts of the
+deployment, not of one process, so they are read from storage rather than counted. A scrape
+cannot hammer the stores: one read serves every scrape for `MAX_AGE_S` (concurrent scrapes
+share it), the read is bounded in time (`TIMEOUT_S`, also as Postgres's `statement_timeout`),
+and every query is bounded in size: active runs and pending deliveries via their partial
+indexes, the oldest `QUEUE_SAMPLE` queue entries, one `INFO memory`. Every server reports the
+same figures; dashboards take `max`.
 
 Collectors of prometheus_client are synchronous, so the server's `/metrics` handler awaits
 `refresh()` first and the collector then reports the snapshot it left.
@@ -54,6 +55,10 @@ _ACTIVE_RUNS_SQL = (
     f" WHERE status IN {sql_list(ACTIVE)} GROUP BY graph, status"
 )
 
+# Through the partial index of pending deliveries: as many rows as are pending, bounded per
+# caller by RUNSTREAM_MAX_PENDING_WEBHOOKS.
+_PENDING_WEBHOOKS_SQL = "SELECT count(*) AS n FROM runstream_webhooks WHERE state = 'pending'"
+
 # A row per graph and kind (a few per graph at most), kept as the evaluations are written.
 _EVALUATION_TOTALS_SQL = (
     "SELECT graph, kind, evaluations, passed, failed, score_sum, at_most"
@@ -90,6 +95,7 @@ class DeploymentSnapshot:
     workers_busy: int = 0
     redis_used_bytes: int = 0
     redis_max_bytes: int = 0
+    webhooks_pending: int = 0
     evaluations: dict[tuple[str, str], EvaluationTotals] = field(default_factory=dict)
 
 
@@ -134,6 +140,11 @@ _SNAPSHOT_GAUGES: tuple[tuple[str, str, Callable[[DeploymentSnapshot], float]], 
         "runstream_redis_memory_max_bytes",
         "Redis maxmemory (0: no limit set)",
         lambda snapshot: snapshot.redis_max_bytes,
+    ),
+    (
+        "runstream_webhooks_pending",
+        "Webhook deliveries not settled yet (attempts to come, or one in flight), from Postgres",
+        lambda snapshot: snapshot.webhooks_pending,
     ),
 )
 
@@ -193,6 +204,8 @@ class DeploymentGauges(Collector):
             await conn.execute(f"SET LOCAL statement_timeout = {int(TIMEOUT_S * 1000)}")
             rows = await (await conn.execute(_ACTIVE_RUNS_SQL)).fetchall()
             totals = await (await conn.execute(_EVALUATION_TOTALS_SQL)).fetchall()
+            [pending] = await (await conn.execute(_PENDING_WEBHOOKS_SQL)).fetchall()
+        snapshot.webhooks_pending = pending["n"]
         for row in totals:
             key = (self.graphs(row["graph"]), row["kind"])
             snapshot.evaluations.setdefault(key, EvaluationTotals()).add(row)

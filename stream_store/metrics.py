@@ -16,6 +16,7 @@ import bisect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import Literal, get_args
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -45,6 +46,7 @@ __all__ = [
     "LoopHistogram",
     "PoolCollector",
     "ServerMetrics",
+    "WebhookOutcome",
     "WorkerMetrics",
 ]
 
@@ -52,11 +54,18 @@ OTHER_GRAPH = "other"  # runs of a graph this process does not have registered
 # How an attempt ends: the run is over, or waits at an interrupt.
 OUTCOME_STATUSES = sorted(TERMINAL | {RunStatus.INTERRUPTED})
 RETRY_REASONS = ("lease_expired", "worker_gone", "worker_shutdown")
+# How a webhook delivery attempt ends (runner/webhooks.py): a 2xx; no 2xx, another to come; no
+# 2xx and none to come (gave up); not sent at all (the URL policy, or webhooks disabled).
+WebhookOutcome = Literal["delivered", "retrying", "failed", "refused"]
 
 # Submit to first token: a queue wait plus a model's first response, seconds to minutes.
 FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 # Append to delivery: one Redis read and one write to the client, normally milliseconds.
 DELIVERY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# One webhook POST: a receiver's answer, milliseconds to its 30 s timeout.
+WEBHOOK_POST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A run's end to its webhook's 2xx: the workers' 1 s poll, then retries for about a minute.
+WEBHOOK_DELIVERY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class GraphLabels:
@@ -275,6 +284,26 @@ class WorkerMetrics:
             "Bytes of event names and data this worker appended to run streams",
             registry=self.registry,
         )
+        self.webhook_attempts = Counter(
+            "runstream_webhook_attempts",
+            "Webhook delivery attempts this worker recorded, by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.webhook_post_seconds = Histogram(
+            "runstream_webhook_post_seconds",
+            "Webhook POSTs this worker sent: from the connect to the receiver's answer or error",
+            buckets=WEBHOOK_POST_BUCKETS,
+            registry=self.registry,
+        )
+        self.webhook_delivery_seconds = Histogram(
+            "runstream_webhook_delivery_seconds",
+            "From a run's end (its delivery recorded) to the 2xx that delivered its webhook",
+            buckets=WEBHOOK_DELIVERY_BUCKETS,
+            registry=self.registry,
+        )
+        for outcome in get_args(WebhookOutcome):
+            self.webhook_attempts.labels(outcome=outcome)
         for graph in graphs.values:  # every series exists from the start, at zero
             self.attempts.labels(graph=graph)
             self.first_token_seconds.labels(graph=graph)
@@ -301,6 +330,16 @@ class WorkerMetrics:
     def first_token(self, graph: str, created_at: datetime) -> None:
         waited = max(0.0, time.time() - created_at.timestamp())
         self.first_token_seconds.labels(graph=self.graphs(graph)).observe(waited)
+
+    def webhook_attempt(self, outcome: WebhookOutcome) -> None:
+        self.webhook_attempts.labels(outcome=outcome).inc()
+
+    def webhook_posted(self, seconds: float) -> None:
+        self.webhook_post_seconds.observe(seconds)
+
+    def webhook_delivered(self, recorded_at: datetime) -> None:
+        """A delivery recorded at `recorded_at` (the run's end, Postgres's clock) got its 2xx."""
+        self.webhook_delivery_seconds.observe(max(0.0, time.time() - recorded_at.timestamp()))
 
     def appended(self, batch: Sequence[tuple[str, bytes]]) -> None:
         self.stream_bytes.inc(sum(len(event) + len(data) for event, data in batch))

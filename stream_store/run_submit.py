@@ -151,13 +151,20 @@ class RunSubmitter:
         return Created(run=existing, created=False, dispatch_now=False)
 
     async def _insert_run(self, new: NewRun, before_commit: BeforeCommit) -> Created:
-        # Two statements between BEGIN and COMMIT, whatever the case, and one more pipeline with
-        # an active-run limit: this is on the way from submit to first token, and each
-        # statement is a round trip.
+        # This is on the way from submit to first token, and each statement is a round trip:
+        # in pipeline mode BEGIN goes out with the first statement and COMMIT alone, so a new
+        # thread's run costs two round trips (the insert, the commit), an existing thread's
+        # three (its lock first), and an active-run limit one more.
         turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         if new.max_active_runs:
             turn = self._owner_turns.setdefault(new.owner, asyncio.Lock())
-        async with turn, postgres_errors(), self.pool.connection() as conn, conn.transaction():
+        async with (
+            turn,
+            postgres_errors(),
+            self.pool.connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+        ):
             if new.max_active_runs:
                 await self._check_active_runs(conn, new)
             busy = False

@@ -30,6 +30,7 @@ from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis, RedisCluster
 
 from bench.launcher import free_port as free_port  # re-exported: tests import it from here
+from project.webhooks import Resolver
 from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app, serving
@@ -356,11 +357,12 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
 
 @pytest.fixture
 async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
-    """Start an in-process worker on the test's queue; `**changes` edit settings."""
+    """Start an in-process worker on the test's queue; `**changes` edit settings,
+    `webhook_resolver` looks up webhook hosts instead of the system's resolver."""
     workers: list[tuple[JobLoop, asyncio.Task[None]]] = []
 
-    async def start(**changes: Any) -> JobLoop:
-        worker, task = await launch_worker(replace(settings, **changes))
+    async def start(*, webhook_resolver: Resolver | None = None, **changes: Any) -> JobLoop:
+        worker, task = await launch_worker(replace(settings, **changes), webhook_resolver)
         workers.append((worker, task))
         return worker
 
@@ -369,9 +371,11 @@ async def start_worker(settings: Settings) -> AsyncIterator[StartWorker]:
         await stop_worker(worker, task)
 
 
-async def launch_worker(settings: Settings) -> tuple[JobLoop, asyncio.Task[None]]:
+async def launch_worker(
+    settings: Settings, webhook_resolver: Resolver | None = None
+) -> tuple[JobLoop, asyncio.Task[None]]:
     """A worker running in this event loop, once its state is built (5 s at most)."""
-    worker = build_worker(settings)
+    worker = build_worker(settings, resolve=webhook_resolver)
     task = asyncio.create_task(worker.main())
     for _ in range(500):
         if "state" in worker.ctx:

@@ -81,7 +81,14 @@ class TestShippedDashboardAndAlerts:
         assert dashboard["title"] and dashboard["uid"] and dashboard["schemaVersion"]
         assert [v["type"] for v in dashboard["templating"]["list"]] == ["datasource"]
         rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-        assert rows == ["Runs", "Queue and workers", "Latency", "Streams", "Postgres pools"]
+        assert rows == [
+            "Runs",
+            "Queue and workers",
+            "Latency",
+            "Streams",
+            "Postgres pools",
+            "Webhooks",
+        ]
         ids = [p["id"] for p in _panels(dashboard)]
         assert len(ids) == len(set(ids))
         for panel in _panels(dashboard):

@@ -8,22 +8,41 @@ allow loopback addresses (`webhook_private_addresses`), as an operator would on 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import re
+import ssl
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import UnprocessableEntityError
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from project.webhooks import WebhookPolicy, WebhookRefused, WebhookUrlSpec
+from project.webhooks import (
+    Address,
+    Resolver,
+    WebhookPolicy,
+    WebhookRefused,
+    WebhookTarget,
+    WebhookUnresolved,
+    WebhookUrlSpec,
+)
+from runner.pinned_request import pinned_post, webhook_client
 from runner.webhooks import webhook_payload
 from server.callers.quotas import CallerQuotas
 from server.resources import Resources
@@ -32,6 +51,7 @@ from tests.conftest import ServerHandle, StartServer, StartWorker, schema_connec
 from tests.processes import Cluster
 from tests.test_langgraph_api import API_KEYS, client_for, eventually, human
 from tests.test_langgraph_crons import EVERY_MINUTE, Clock, deps, scheduler, when
+from tests.test_metrics import until, value
 
 __all__ = ["deps"]  # the crons' fixture, used here too
 
@@ -333,6 +353,20 @@ async def test_a_refused_webhook_is_422_at_submit_and_nothing_is_recorded(
         assert (await cur.fetchone())[0] == 0
 
 
+async def end_as_a_dead_worker(settings: Settings, run_id: str) -> None:
+    """The last commits of a worker that ran `run_id` and died: the run succeeded, its
+    delivery is recorded, and no worker has it."""
+    async with await schema_connection(settings) as conn:
+        for status in ("running", "succeeded"):
+            await conn.execute(
+                "UPDATE runstream_runs SET status = %s, started_at = coalesce(started_at,"
+                " clock_timestamp()), finished_at = CASE WHEN %s = 'succeeded'"
+                " THEN clock_timestamp() END WHERE run_id = %s",
+                (status, status, run_id),
+            )
+            await conn.commit()
+
+
 async def test_a_run_that_ended_while_no_worker_delivered_is_delivered_by_the_next_worker(
     start_server: StartServer,
     start_worker: StartWorker,
@@ -345,15 +379,7 @@ async def test_a_run_that_ended_while_no_worker_delivered_is_delivered_by_the_ne
     sdk = client_for(server.url)
     tid = (await sdk.threads.create())["thread_id"]
     run = await sdk.runs.create(tid, "chat", input=human("hi"), webhook=receiver.url)
-    async with await schema_connection(settings) as conn:  # the dead worker's last commits
-        for status in ("running", "succeeded"):
-            await conn.execute(
-                "UPDATE runstream_runs SET status = %s, started_at = coalesce(started_at,"
-                " clock_timestamp()), finished_at = CASE WHEN %s = 'succeeded'"
-                " THEN clock_timestamp() END WHERE run_id = %s",
-                (status, status, run["run_id"]),
-            )
-            await conn.commit()
+    await end_as_a_dead_worker(settings, run["run_id"])
     assert receiver.received == []
     await start_worker(webhook_private_addresses=True)
     await eventually(lambda: _received(receiver, 1), "the next worker to deliver it")
@@ -473,3 +499,317 @@ async def test_a_worker_killed_after_the_run_ended_leaves_its_webhook_to_another
 
 async def _answered(receiver: Receiver, status: int) -> bool:
     return status in receiver.statuses
+
+
+# -- DNS rebinding: each attempt resolves once and connects to what it checked -------------------
+
+PUBLIC = "93.184.215.14"  # a public address (example.com's)
+REBOUND = "rebind.example.test"  # a name only the tests' resolvers know
+
+
+def resolver(table: dict[str, list[str]]) -> Resolver:
+    """A resolver answering from `table` (the name's addresses, in order), as DNS would."""
+
+    async def resolve(host: str, port: int) -> list[Address]:
+        if host not in table:
+            raise WebhookUnresolved("Webhook host blocked: DNS resolution failed")
+        return [ipaddress.ip_address(a) for a in table[host]]
+
+    return resolve
+
+
+@pytest.mark.parametrize(
+    ("addresses", "reason"),
+    [
+        ([PUBLIC, "127.0.0.1"], "loopback IP range"),  # any address refused refuses the name
+        (["::1", PUBLIC], "loopback IP range"),
+        (["::ffff:127.0.0.1"], "loopback IP range"),  # IPv4-mapped
+        (["::ffff:10.1.2.3"], "private IP range"),
+        (["10.0.0.7"], "private IP range"),
+        (["fd12::1"], "private IP range"),
+        (["169.254.169.254"], "cloud metadata endpoint"),
+        (["169.254.1.1"], "blocked IP range"),  # link-local
+        (["fe80::1"], "blocked IP range"),
+        (["0.0.0.0"], "blocked IP range"),  # unspecified
+        (["::"], "blocked IP range"),
+        (["224.0.0.1"], "blocked IP range"),  # multicast
+        (["ff02::1"], "blocked IP range"),
+        (["240.0.0.1"], "blocked IP range"),  # reserved
+        (["2001:db8::1"], "blocked IP range"),  # documentation
+        (["::127.0.0.1"], "blocked IP range"),  # IPv4-compatible (deprecated)
+        (["64:ff9b::7f00:1"], "blocked IP range"),  # NAT64 of 127.0.0.1
+        (["2002:7f00:1::1"], "loopback IP range"),  # 6to4 of 127.0.0.1
+    ],
+)
+async def test_a_name_is_refused_when_any_address_it_resolves_to_is_not_public(
+    addresses: list[str], reason: str
+) -> None:
+    closed = WebhookPolicy(resolve=resolver({REBOUND: addresses}))
+    assert await _refusal(closed, f"https://{REBOUND}/hook") == f"Webhook host blocked: {reason}"
+
+
+async def test_a_checked_url_answers_the_addresses_its_post_connects_to() -> None:
+    table = {REBOUND: [PUBLIC, "2606:4700::1111"]}
+    target = await WebhookPolicy(resolve=resolver(table)).check(f"https://{REBOUND}:8443/h")
+    assert (target.host, target.address) == (REBOUND, ipaddress.ip_address(PUBLIC))
+    literal = await WebhookPolicy().check("https://[2606:4700::1111]/h")  # no lookup
+    assert literal.addresses == (ipaddress.ip_address("2606:4700::1111"),)
+    with pytest.raises(WebhookUnresolved):  # at submit a 422; at delivery retried
+        await WebhookPolicy(resolve=resolver({})).check("https://nowhere.example.test/h")
+    opened = WebhookPolicy(private_addresses=True, resolve=resolver({REBOUND: ["127.0.0.1"]}))
+    assert (await opened.check(f"http://{REBOUND}/h")).address == ipaddress.ip_address("127.0.0.1")
+
+
+async def test_ipv6_literals_of_loopback_are_refused_unless_the_operator_allows_them() -> None:
+    closed = WebhookPolicy()
+    for url in ("http://[::1]:8/x", "http://[::ffff:127.0.0.1]:8/x", "http://[::FFFF:7f00:1]/x"):
+        assert await _refusal(closed, url) == "Webhook host blocked: loopback IP range", url
+    opened = WebhookPolicy(private_addresses=True)
+    assert await _refusal(opened, "http://[::ffff:127.0.0.1]/") is None
+    assert await _refusal(closed, "http://[::ffff:169.254.169.254]/") == (
+        "Webhook host blocked: cloud metadata endpoint"
+    )
+
+
+class TlsReceiver:
+    """An HTTPS receiver on 127.0.0.1 with a certificate for `hooks.example.test` only, from a
+    CA of the test's own; it records the TLS server name and the Host header of each POST."""
+
+    NAME = "hooks.example.test"
+
+    def __init__(self) -> None:
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runstream test CA")])
+        now = datetime.now(UTC)
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        key = ec.generate_private_key(ec.SECP256R1())
+        leaf = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.NAME)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(self.NAME)]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        self.trust = ssl.create_default_context(
+            cadata=ca.public_bytes(serialization.Encoding.PEM).decode()
+        )
+        self.served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.served.load_cert_chain(*self._files(key, leaf))
+        self.served.sni_callback = self._sni
+        self.server_names: list[str | None] = []
+        self.hosts: list[str] = []
+        self.connections = 0
+
+    def _files(self, key: ec.EllipticCurvePrivateKey, leaf: x509.Certificate) -> tuple[str, str]:
+        folder = Path(tempfile.mkdtemp(prefix="runstream-tls-"))
+        (folder / "cert.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+        (folder / "key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return str(folder / "cert.pem"), str(folder / "key.pem")
+
+    def _sni(self, _sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        self.server_names.append(name)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+            fields = {k.lower(): v for k, v in (line.split(": ", 1) for line in head[1:] if line)}
+            await reader.readexactly(int(fields.get("content-length", "0")))
+            self.hosts.append(fields["host"])
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            await reader.read()  # until the client closes: it keeps no connection alive
+        except (ssl.SSLError, asyncio.IncompleteReadError, ConnectionError):
+            pass  # a handshake the client refused
+        finally:
+            writer.close()
+
+    async def start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.served)
+
+
+async def test_the_post_connects_to_the_checked_address_with_the_names_host_and_certificate() -> (
+    None
+):
+    """The URL's name never reaches DNS at the POST (only the tests' resolver knows it), yet
+    the receiver sees it as the Host and the TLS server name, and the certificate is checked
+    against it: a name the certificate does not cover is refused at the handshake."""
+    tls = TlsReceiver()
+    server = await tls.start()
+    port = server.sockets[0].getsockname()[1]
+    table = {tls.NAME: ["127.0.0.1"], "other.example.test": ["127.0.0.1"]}
+    policy = WebhookPolicy(private_addresses=True, resolve=resolver(table))
+    timeout = httpx.Timeout(5.0)
+    async with server, webhook_client(timeout, 2, verify=tls.trust) as client:
+        for _ in range(2):
+            target = await policy.check(f"https://{tls.NAME}:{port}/hook")
+            response = await client.send(pinned_post(client, target, b"{}", {}))
+            assert response.status_code == 200
+        assert tls.hosts == [f"{tls.NAME}:{port}"] * 2
+        assert tls.server_names == [tls.NAME] * 2
+        assert tls.connections == 2  # a handshake, and a certificate check, per POST
+        other = await policy.check(f"https://other.example.test:{port}/hook")
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.send(pinned_post(client, other, b"{}", {}))
+        assert tls.hosts == [f"{tls.NAME}:{port}"] * 2  # nothing was sent to it
+
+
+async def test_the_post_carries_the_checked_name_or_is_refused() -> None:
+    """An internationalised name is sent as the resolver looked it up (IDNA); a URL whose host
+    the HTTP client reads otherwise than the policy did is refused rather than sent under a
+    name nobody checked."""
+    loopback = (ipaddress.ip_address("127.0.0.1"),)
+    async with webhook_client(httpx.Timeout(5.0), 1) as client:
+        for url, host in (
+            ("https://bücher.example/h", "bücher.example"),
+            ("https://xn--bcher-kva.example/h", "xn--bcher-kva.example"),
+        ):
+            request = pinned_post(client, WebhookTarget(url, host, loopback), b"{}", {})
+            assert str(request.url) == "https://127.0.0.1/h"
+            assert request.headers["host"] == "xn--bcher-kva.example"
+            assert request.extensions["sni_hostname"] == "xn--bcher-kva.example"
+        odd = WebhookTarget("http://a b.example/h", "a b.example", loopback)  # httpx: a%20b
+        odd_reading = re.escape("reads as 'a%20b.example' to the HTTP client")
+        with pytest.raises(WebhookRefused, match=odd_reading):
+            pinned_post(client, odd, b"{}", {})
+
+
+async def ended_under_another_name(
+    start_server: StartServer, settings: Settings, receiver: Receiver
+) -> tuple[ServerHandle, str, str]:
+    """A server, and a run of it that ended while no worker ran, whose webhook URL names its
+    receiver `REBOUND` (a URL the submit checked and passed, say): the server, the run's id,
+    the URL."""
+    server = await start_server(webhook_private_addresses=True, api_keys=API_KEYS)
+    sdk = client_for(server.url, "key-a")
+    run = await sdk.runs.create(None, "chat", input=human("hi"), webhook=receiver.url)
+    await end_as_a_dead_worker(settings, run["run_id"])
+    rebound = receiver.url.replace("127.0.0.1", REBOUND)
+    async with await schema_connection(settings) as conn:
+        await conn.execute("UPDATE runstream_webhooks SET url = %s", (rebound,))
+        await conn.commit()
+    return server, run["run_id"], rebound
+
+
+async def test_a_name_pointing_at_loopback_at_delivery_is_refused_once_and_counted(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
+) -> None:
+    """When the run ends, the name resolves to a public address and to 127.0.0.1: the attempt
+    is refused with the policy's reason, never retried, and the receiver on 127.0.0.1 gets
+    nothing."""
+    server, run_id, _ = await ended_under_another_name(start_server, settings, receiver)
+    worker = await start_worker(webhook_resolver=resolver({REBOUND: [PUBLIC, "127.0.0.1"]}))
+    delivery = await settled(server, run_id)
+    assert delivery["state"] == "failed"
+    assert [(a["status_code"], a["error"]) for a in delivery["attempts"]] == [
+        (None, "refused by the URL policy: Webhook host blocked: loopback IP range")
+    ]
+    assert receiver.received == []
+    registry = worker.ctx["state"].metrics.registry
+    assert attempts_counted(registry) == {
+        "delivered": 0,
+        "retrying": 0,
+        "failed": 0,
+        "refused": 1,
+    }
+
+
+async def test_the_post_goes_to_the_address_its_check_resolved_with_the_names_host(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
+) -> None:
+    """With private addresses allowed, a name only the worker's resolver knows is delivered
+    to the address it resolved to, under its own name."""
+    server, run_id, url = await ended_under_another_name(start_server, settings, receiver)
+    await start_worker(
+        webhook_private_addresses=True, webhook_resolver=resolver({REBOUND: ["127.0.0.1"]})
+    )
+    assert (await settled(server, run_id))["state"] == "delivered"
+    [(headers, payload)] = receiver.received
+    assert headers["host"] == urlsplit(url).netloc
+    assert payload["run_id"] == run_id
+
+
+async def test_a_name_that_does_not_resolve_at_delivery_is_retried(
+    start_server: StartServer, start_worker: StartWorker, settings: Settings, receiver: Receiver
+) -> None:
+    """A failed lookup is a failed connect, not a refusal: the next attempt resolves again."""
+    server, run_id, _ = await ended_under_another_name(start_server, settings, receiver)
+    table: dict[str, list[str]] = {}  # the name does not resolve yet
+    await start_worker(webhook_private_addresses=True, webhook_resolver=resolver(table))
+
+    async def attempted() -> bool:
+        [delivery] = (await deliveries(server, run_id)).json()["webhooks"]
+        return bool(delivery["attempts"])
+
+    await eventually(attempted, "the first attempt")
+    table[REBOUND] = ["127.0.0.1"]
+    delivery = await settled(server, run_id)
+    assert delivery["state"] == "delivered"
+    assert [(a["status_code"], a["error"]) for a in delivery["attempts"]] == [
+        (None, "the webhook's host did not resolve"),
+        (200, None),
+    ]
+
+
+# -- delivery metrics ------------------------------------------------------------------------------
+
+
+def attempts_counted(registry: CollectorRegistry) -> dict[str, float | None]:
+    return {
+        outcome: registry.get_sample_value("runstream_webhook_attempts_total", {"outcome": outcome})
+        for outcome in ("delivered", "retrying", "failed", "refused")
+    }
+
+
+async def test_a_delivered_and_a_failed_webhook_move_the_workers_counters_and_the_pending_gauge(
+    start_server: StartServer, start_worker: StartWorker, receiver: Receiver
+) -> None:
+    server = await start_server(webhook_private_addresses=True, api_keys=API_KEYS)
+    worker = await start_worker(webhook_private_addresses=True)
+    registry = worker.ctx["state"].metrics.registry
+    sdk = client_for(server.url, "key-a")
+    assert attempts_counted(registry) == dict.fromkeys(attempts_counted(registry), 0)
+
+    receiver.answers = [503]  # down, then up: delivered on the second attempt
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "chat", input=human("one"), webhook=receiver.url)
+    [first] = await sdk.runs.list(tid)
+    assert (await settled(server, first["run_id"]))["state"] == "delivered"
+    receiver.answers = [400]  # not worth another attempt: failed at once
+    second = await sdk.runs.create(None, "chat", input=human("two"), webhook=receiver.url)
+    assert (await settled(server, second["run_id"]))["state"] == "failed"
+    assert attempts_counted(registry) == {
+        "delivered": 1,
+        "retrying": 1,
+        "failed": 1,
+        "refused": 0,
+    }
+    assert registry.get_sample_value("runstream_webhook_post_seconds_count") == 3
+    assert registry.get_sample_value("runstream_webhook_delivery_seconds_count") == 1
+
+    receiver.hold = True  # a third stays pending while its POST is held open
+    await sdk.runs.create(None, "chat", input=human("three"), webhook=receiver.url)
+    await eventually(lambda: _received(receiver, 4), "the third POST")
+    await until(f"{server.url}/metrics", lambda t: value(t, "runstream_webhooks_pending") == 1)
+    receiver.release.set()
+    await until(f"{server.url}/metrics", lambda t: value(t, "runstream_webhooks_pending") == 0)

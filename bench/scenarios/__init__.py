@@ -32,6 +32,7 @@ MODULES = {
     "burst": "burst",
     "fixed_path": "fixed_path",
     "memory": "memory",
+    "side_by_side": "side_by_side",
 }
 ORDER = list(MODULES)
 BASELINES = ("floor", "redis")

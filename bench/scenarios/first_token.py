@@ -21,28 +21,35 @@ NEEDS = ("floor",)
 WARMUP = 3
 
 
+async def one_first_token(api: Api, server_url: str, text: str) -> tuple[float, float]:
+    """(submit → first token, POST → 202) in ms of one run of `text`, its stream attached
+    right after the 202 and read to its end."""
+    start = time.perf_counter()
+    run = await api.submit(text, delay_ms=0)
+    accepted = time.perf_counter()
+    first = 0.0
+    terminal = False
+    async with await SseStream.open(server_url, run["stream_url"]) as sse:
+        async for batch in sse.batches():
+            now = time.perf_counter()
+            for event in batch:
+                if event.event == b"token" and not first:
+                    first = now
+                terminal = terminal or event.event in TERMINAL
+    if not (first and terminal):
+        raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
+    return (first - start) * 1000, (accepted - start) * 1000
+
+
 async def first_token_times(server_url: str, n: int) -> tuple[list[float], list[float]]:
     """(submit → first token, POST → 202) in ms of `n` sequential runs, after `WARMUP` more."""
     totals, posts = [], []
     async with Api(server_url) as api:
         for i in range(WARMUP + n):
-            start = time.perf_counter()
-            run = await api.submit(TTFT_TEXT, delay_ms=0)
-            accepted = time.perf_counter()
-            first = 0.0
-            terminal = False
-            async with await SseStream.open(server_url, run["stream_url"]) as sse:
-                async for batch in sse.batches():
-                    now = time.perf_counter()
-                    for event in batch:
-                        if event.event == b"token" and not first:
-                            first = now
-                        terminal = terminal or event.event in TERMINAL
-            if not (first and terminal):
-                raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
+            total, post = await one_first_token(api, server_url, TTFT_TEXT)
             if i >= WARMUP:
-                totals.append((first - start) * 1000)
-                posts.append((accepted - start) * 1000)
+                totals.append(total)
+                posts.append(post)
     return totals, posts
 
 

@@ -47,8 +47,18 @@ def in_process_scope(thread_id: str, token_delay_s: float) -> RunScope:
     )
 
 
-async def _stream(graph: object, text: str, modes: object = "messages") -> tuple[int, float, float]:
-    """(tokens, seconds to the first token, seconds from the start to the end).
+async def stream_chat(
+    graph: object,
+    text: str,
+    modes: object = "messages",
+    *,
+    token_delay_s: float = 0,
+    durability: str | None = None,
+    start: float | None = None,
+) -> tuple[int, float, float]:
+    """(tokens, seconds to the first token, seconds from the start to the end) of one `chat`
+    run on a new thread, the fake model `token_delay_s` apart; `start` (a `perf_counter`
+    reading) counts from a moment shared by runs started together instead of this call.
 
     With no delay the fake model never yields to the event loop between tokens, so in one
     process every token is produced before the first is consumed: the rate is taken over the
@@ -59,14 +69,15 @@ async def _stream(graph: object, text: str, modes: object = "messages") -> tuple
     from project.graph_context import RunContext
     from runner.run_scope import running
 
-    scope = in_process_scope(str(uuid.uuid4()), token_delay_s=0)
+    scope = in_process_scope(str(uuid.uuid4()), token_delay_s=token_delay_s)
     context = RunContext(run_id=scope.run_id, thread_id=scope.thread_id, attempt=1)
     config = {"configurable": {"thread_id": context.thread_id}}
+    extra = {"durability": durability} if durability else {}
     tokens = 0
     first = 0.0
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start
     stream = graph.astream(  # type: ignore[attr-defined]
-        {"messages": [HumanMessage(text)]}, config, context=context, stream_mode=modes
+        {"messages": [HumanMessage(text)]}, config, context=context, stream_mode=modes, **extra
     )
     with running(scope):  # what the worker sets around a run's stream
         async for item in stream:
@@ -92,15 +103,15 @@ async def run(ctx: BenchContext) -> None:
 
     graph = chat.compile(checkpointer=InMemorySaver())
     settle_heap()  # as the worker does once loaded (the bench's own process, from here on)
-    await _stream(graph, TTFT_TEXT)  # warm up imports and caches
-    ttfts = [(await _stream(graph, TTFT_TEXT))[1] * 1000 for _ in range(ctx.size(50, 15))]
+    await stream_chat(graph, TTFT_TEXT)  # warm up imports and caches
+    ttfts = [(await stream_chat(graph, TTFT_TEXT))[1] * 1000 for _ in range(ctx.size(50, 15))]
     rates = []
     for _ in range(ctx.size(3, 1)):
-        tokens, _, seconds = await _stream(graph, _words())
+        tokens, _, seconds = await stream_chat(graph, _words())
         if tokens != THROUGHPUT_WORDS:
             raise AssertionError(f"floor streamed {tokens} tokens, expected {THROUGHPUT_WORDS}")
         rates.append(tokens / seconds)
-    tokens, _, seconds = await _stream(graph, _words(), ["messages", "updates", "custom"])
+    tokens, _, seconds = await stream_chat(graph, _words(), ["messages", "updates", "custom"])
     worker_modes_rate = tokens / seconds
     stats = summary(rates)
     ttft = summary(ttfts)

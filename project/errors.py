@@ -15,7 +15,8 @@ ProjectContractError
 ├── ContextRefused       a run's context the graph's `context_schema` refuses [ValueError]
 │                            project/graph_context.py
 └── WebhookRefused       a webhook URL the project's `webhooks.url` policy    [ValueError]
-                         (or the operator's) refuses: project/webhooks.py
+    │                    (or the operator's) refuses: project/webhooks.py
+    └── WebhookUnresolved    its host's name did not resolve (at delivery: retried)
 
 The worker's own errors have theirs (`runner.errors.RunnerError`), storage's too
 (`stream_store.errors.StoreError`): the packages are layered (`project` below `runner`), and a

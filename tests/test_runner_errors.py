@@ -41,6 +41,7 @@ ROOTS: dict[str, tuple[ModuleType, ModuleType, type[Exception], dict[str, type[E
             "ConfigurableRefused": ValueError,
             "ContextRefused": ValueError,
             "WebhookRefused": ValueError,
+            "WebhookUnresolved": ValueError,
         },
     ),
 }

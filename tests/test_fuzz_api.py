@@ -67,6 +67,7 @@ STREAM_EVENTS = 50
 # Requests per operation, and state machine scenarios, as a share of the profile's examples.
 API_SHARE = 4
 SCENARIO_STEPS = 6
+OPERATION_SHARDS = 4  # tests the operations are fuzzed in (a run's processes share them)
 # Fresh starts of the state machine after Hypothesis found its draws inconsistent (see below).
 RESTARTS = 5
 
@@ -386,7 +387,12 @@ def swept_cases(schema: schemathesis.BaseSchema, known: Known) -> Iterator[schem
 class TestFuzzedRequests:
     """Schemathesis-generated requests, valid and invalid, never get a 5xx (issue 9)."""
 
-    def test_no_operation_answers_a_server_error(self, api_schema: schemathesis.BaseSchema) -> None:
+    # The operations are fuzzed in shards, each a test of its own, so that the processes of
+    # the run share them: one test of them all took 145 s, the suite's longest by far.
+    @pytest.mark.parametrize("shard", range(OPERATION_SHARDS))
+    def test_no_operation_answers_a_server_error(
+        self, api_schema: schemathesis.BaseSchema, shard: int
+    ) -> None:
         operations = []
         for result in api_schema.get_all_operations():
             assert isinstance(result, Ok), f"schemathesis cannot read an operation: {result.err()}"
@@ -396,8 +402,9 @@ class TestFuzzedRequests:
         assert len(operations) >= 13, [operation.label for operation in operations]
         labels = {operation.label for operation in operations}
         assert labels >= REQUIRED_OPERATIONS, sorted(REQUIRED_OPERATIONS - labels)
+        operations.sort(key=lambda operation: operation.label)
         failures = []
-        for operation in operations:
+        for operation in operations[shard::OPERATION_SHARDS]:
             try:
                 fuzz_operation(operation)
             except Exception as exc:  # every operation is fuzzed; all failures are reported

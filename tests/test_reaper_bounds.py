@@ -17,7 +17,8 @@ from stream_store.services import Services, open_services
 from stream_store.settings import Settings
 from tests.conftest import schema_connection
 
-BACKLOG = 10_000
+# ten passes deep: a pass sees one page of it (3 are checked), the unbounded pass the rest
+BACKLOG = 10 * HEADS_PER_PASS
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ async def queued_jobs(services: Services) -> int:
 async def test_a_pass_looks_at_one_page_of_a_backlog_and_the_next_goes_on_after_it(
     services: Services, settings: Settings
 ) -> None:
-    """Behind 10,000 queued runs a pass still looks at `HEADS_PER_PASS` of them; the next goes
+    """Behind ten pages of queued runs a pass still looks at `HEADS_PER_PASS` of them; the next goes
     on after them, and after the last page the next pass starts again, queueing nothing
     twice."""
     await queue_backlog(settings, BACKLOG, services=services)

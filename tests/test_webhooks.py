@@ -489,7 +489,15 @@ async def test_a_worker_killed_after_the_run_ended_leaves_its_webhook_to_another
         await cluster.ready_worker(**private)
         # a delivery the dead worker held mid-POST waits for its lease to run out
         await eventually(lambda: _answered(receiver, 200), "another worker's POST", 150)
-        webhooks = (await http.get(f"/v1/runs/{run['run_id']}/webhooks")).json()["webhooks"]
+        webhooks: list[dict[str, Any]] = []
+
+        async def recorded() -> bool:  # the worker records the 200 after the receiver sent it
+            nonlocal webhooks
+            answer = await http.get(f"/v1/runs/{run['run_id']}/webhooks")
+            webhooks = answer.json()["webhooks"]
+            return all(delivery["state"] != "pending" for delivery in webhooks)
+
+        await eventually(recorded, "the delivery's outcome recorded")
     [delivery] = webhooks
     assert delivery["state"] == "delivered"
     assert delivery["attempts"][-1]["status_code"] == 200

@@ -2217,13 +2217,15 @@ async def test_a_forked_run_retried_after_its_worker_died_goes_on_on_its_branch_
     history = await sdk.threads.get_history(tid, limit=100)
     fork = history[first_seen(history, lambda m: m["content"] == "two")]["parent_checkpoint"]
     text = words(250)
+    # 15 s an attempt: the first is still streaming when the second worker has started (on a
+    # loaded machine, several seconds) and it is killed
     run = await sdk.runs.create(
         tid,
         "chat",
         input=human(text),
         checkpoint=fork,
         stream_mode=["values", "messages-tuple"],
-        config=slow(),
+        config=slow(60),
     )
     parts: list[StreamPart] = []
 
@@ -2239,7 +2241,7 @@ async def test_a_forked_run_retried_after_its_worker_died_goes_on_on_its_branch_
     await cluster.ready_worker()
     await eventually(lambda: chunks_at_least(15), "chunks", 30)
     first.kill()
-    await asyncio.wait_for(viewer, 60)
+    await asyncio.wait_for(viewer, 90)
     assert parts[-1].data == {"run_id": run["run_id"], "status": "success"}
     assert [p.data["attempt"] for p in parts if p.event == "metadata"] == [1, 2]
     final = [p.data for p in parts if p.event == "values"][-1]

@@ -23,19 +23,12 @@ from pathlib import Path
 from . import revision
 from .context import BenchContext, default_client_procs
 from .launcher import ROOT
-from .processes import Services, machine_cpu
+from .processes import Services, add_service_options, machine_cpu
 from .report import Report
 from .scenarios import BASELINES, ORDER, load
 
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
 SLOW_FOR_QUICK = ("soak",)
-
-
-def _env(*names: str) -> str | None:
-    for name in names:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -45,8 +38,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--only", default="", help="NAME[,NAME]: these scenarios (+ baselines)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
-    parser.add_argument("--redis-url", default=None)
-    parser.add_argument("--database-url", default=None)
+    add_service_options(parser)
     parser.add_argument(
         "--soak", type=float, default=0.0, metavar="MINUTES", help="also run `soak` this long"
     )
@@ -93,10 +85,7 @@ def _raise_nofile() -> None:
 
 
 async def run_all(args: argparse.Namespace, names: list[str], report: Report) -> None:
-    redis_url = args.redis_url or _env("RUNSTREAM_BENCH_REDIS_URL", "RUNSTREAM_TEST_REDIS_URL")
-    database_url = args.database_url or _env(
-        "RUNSTREAM_BENCH_DATABASE_URL", "RUNSTREAM_TEST_DATABASE_URL"
-    )
+    redis_url, database_url = args.redis_url, args.database_url
     if not (redis_url and database_url):
         print("starting embedded services for the missing URL(s)", flush=True)
     services = Services.resolve(redis_url, database_url)

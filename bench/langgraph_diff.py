@@ -50,7 +50,7 @@ from mcp.shared.exceptions import MCPError
 
 from .langgraph_diff_a2a import a2a_transcript
 from .launcher import ROOT, Cluster, ProcessError, free_port
-from .processes import Namespace, Services
+from .processes import Namespace, Services, add_service_options
 
 __all__ = ["main"]
 
@@ -472,16 +472,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.langgraph_diff", description=__doc__)
     parser.add_argument("--langgraph-venv", default=os.environ.get("RUNSTREAM_LANGGRAPH_VENV"))
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("RUNSTREAM_BENCH_REDIS_URL")
-        or os.environ.get("RUNSTREAM_TEST_REDIS_URL"),
-    )
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("RUNSTREAM_BENCH_DATABASE_URL")
-        or os.environ.get("RUNSTREAM_TEST_DATABASE_URL"),
-    )
+    add_service_options(parser)
     return asyncio.run(run(parser.parse_args(argv)))
 
 

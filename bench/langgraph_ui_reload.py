@@ -51,7 +51,7 @@ from playwright.async_api import Browser, Page, Request, Response, async_playwri
 
 from .langgraph_diff import api_version, langgraph_cli, langgraph_dev
 from .launcher import ROOT, Cluster, ProcessError, free_port
-from .processes import Namespace, Services
+from .processes import Namespace, Services, add_service_options
 
 __all__ = ["main"]
 
@@ -460,16 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--langgraph-venv", default=os.environ.get("RUNSTREAM_LANGGRAPH_VENV"))
     parser.add_argument("--chromium", default=shutil.which("chromium"))
     parser.add_argument("--out", help="folder for the screenshots and observations.json")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("RUNSTREAM_BENCH_REDIS_URL")
-        or os.environ.get("RUNSTREAM_TEST_REDIS_URL"),
-    )
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("RUNSTREAM_BENCH_DATABASE_URL")
-        or os.environ.get("RUNSTREAM_TEST_DATABASE_URL"),
-    )
+    add_service_options(parser)
     args = parser.parse_args(argv)
     cli = langgraph_cli(args.langgraph_venv)
     missing = [

@@ -8,6 +8,7 @@ worker children (`bench/launcher.py`) gets as `RUNSTREAM_*` environment, and not
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import secrets
@@ -25,9 +26,26 @@ from .launcher import ProcessError
 if TYPE_CHECKING:
     from stream_store.connections import RedisClients
 
-__all__ = ["Namespace", "Services", "machine_cpu"]
+__all__ = ["Namespace", "Services", "add_service_options", "machine_cpu"]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _env(*names: str) -> str | None:
+    """The first of these environment variables that is set and not empty."""
+    return next((os.environ[name] for name in names if os.environ.get(name)), None)
+
+
+def add_service_options(parser: argparse.ArgumentParser) -> None:
+    """`--redis-url` and `--database-url`, by default RUNSTREAM_BENCH_*, else RUNSTREAM_TEST_*;
+    neither: `Services.resolve` starts embedded ones."""
+    parser.add_argument(
+        "--redis-url", default=_env("RUNSTREAM_BENCH_REDIS_URL", "RUNSTREAM_TEST_REDIS_URL")
+    )
+    parser.add_argument(
+        "--database-url",
+        default=_env("RUNSTREAM_BENCH_DATABASE_URL", "RUNSTREAM_TEST_DATABASE_URL"),
+    )
 
 
 def machine_cpu() -> tuple[float, float]:

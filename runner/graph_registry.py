@@ -201,21 +201,34 @@ class GraphRegistry:
         Raises:
             UnknownGraph: no graph is registered under `name`.
         """
-        if name not in self._compiled:
-            loaded = self._load(name)
-            if loaded.factory is None:
-                return self._static(name, checkpointer)
-            store = InMemoryStore()
-            async with loaded.factory.build(ensure_config(), read_runtime(store)) as made:
-                self._compiled[name] = _bound(made, loaded.source, checkpointer, None)
+        compiled = self._compiled_on(name, checkpointer)
+        if compiled is not None:
+            return compiled
+        loaded = self._load(name)
+        if loaded.factory is None:
+            return self._static(name, checkpointer)
+        store = InMemoryStore()
+        async with loaded.factory.build(ensure_config(), read_runtime(store)) as made:
+            self._compiled[name] = _bound(made, loaded.source, checkpointer, None)
         return self._compiled[name]
 
     def _static(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel:
-        if name not in self._compiled:
+        compiled = self._compiled_on(name, checkpointer)
+        if compiled is None:
             loaded = self._load(name)
             assert loaded.graph is not None
-            self._compiled[name] = _bound(loaded.graph, loaded.source, checkpointer, None)
-        return self._compiled[name]
+            compiled = self._compiled[name] = _bound(
+                loaded.graph, loaded.source, checkpointer, None
+            )
+        return compiled
+
+    def _compiled_on(self, name: str, checkpointer: BaseCheckpointSaver) -> Pregel | None:
+        """Graph `name` as compiled already, on `checkpointer`: a process has one, but an app
+        started again (the tests') opens another, and the graph moves onto it."""
+        compiled = self._compiled.get(name)
+        if compiled is not None and compiled.checkpointer is not checkpointer:
+            compiled = self._compiled[name] = compiled.copy(update={"checkpointer": checkpointer})
+        return compiled
 
 
 def _env_source(name: str, spec: str) -> GraphSource:

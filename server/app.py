@@ -68,14 +68,15 @@ def _traced(tracer_provider: TracerProvider | None) -> list[Any]:
 
 
 def _lifespan(
-    settings: Settings, tracer_provider: TracerProvider | None, graphs: GraphRegistry
+    tracer_provider: TracerProvider | None, graphs: GraphRegistry
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
-    """Open the app's connections (`Resources`, `CallerQuotas`) and start its cron scheduler
-    when it starts, stop and close them when it stops; the providers below read the
-    connections from `app.state`."""
+    """Open the app's connections (`Resources`, `CallerQuotas`) with `app.state.settings` and
+    start its cron scheduler when it starts, stop and close them when it stops; the providers
+    below read the connections from `app.state`."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        settings: Settings = app.state.settings
         async with (
             open_resources(
                 settings, tracer=make_tracer(tracer_provider), graphs=graphs
@@ -144,6 +145,10 @@ def create_app(
 
     `tracer_provider` (stream_store/tracing.py) turns traces on; its owner shuts it down.
 
+    The lifespan opens the connections `app.state.settings` names (these `settings`): a test
+    process builds an app once and starts it again with another test's schema, key prefix and
+    database (tests/conftest.py `AppShelf`), as the routes depend on none of them.
+
     The project's `http` (project/langgraph_json.py) is served from `graphs.project`: its CORS
     policy, and its custom app, imported now so that a bad one refuses the start. `serving(app)` is
     what to run.
@@ -171,7 +176,7 @@ def create_app(
             cors=cors,
             with_auth=http.enable_custom_route_auth,
         )
-    lifespans: list[Any] = [_lifespan(settings, tracer_provider, graphs)]
+    lifespans: list[Any] = [_lifespan(tracer_provider, graphs)]
     if custom is not None:
         lifespans.append(custom.lifespan)  # inside runstream's, as on LangGraph's server
     prometheus = PrometheusConfig(app_name="runstream", group_path=True, exclude=EVENT_STREAM_PATHS)
@@ -210,6 +215,7 @@ def create_app(
         ),
         logging_config=None,
     )
+    app.state.settings = settings
     app.state.custom_routes = custom
     app.state.max_header_bytes = settings.max_header_bytes
     return app

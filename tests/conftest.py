@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -68,6 +68,7 @@ def test_id() -> str:
 
 _embedded = pytest.StashKey[tuple[EmbeddedServices, Path]]()
 _pgbouncer = pytest.StashKey[PgBouncer]()
+_no_ca = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller did it
+    config.stash[_no_ca] = _trust_no_public_ca()
     redis_url = os.environ.get("RUNSTREAM_TEST_REDIS_URL")
     database_url = os.environ.get("RUNSTREAM_TEST_DATABASE_URL")
     if not (redis_url and database_url):
@@ -94,7 +96,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["RUNSTREAM_TEST_PGBOUNCER_PORT"] = str(bouncer.port)
 
 
+def _trust_no_public_ca() -> Path:
+    """Every TLS client of the tests trusts an empty certificate folder, not the system's bundle.
+
+    The tests reach loopback servers only, over plain HTTP but for the TLS tests, which trust
+    their own CA explicitly; yet each httpx client (each test's, each worker's webhook client,
+    each LangGraph SDK client) loaded the bundle `SSL_CERT_FILE` or certifi names, 40-50 ms of
+    CPU, about a tenth of the suite's. An empty folder (`SSL_CERT_DIR`) loads nothing.
+    """
+    empty = Path(tempfile.mkdtemp(prefix="rs-test-no-ca-"))
+    os.environ.pop("SSL_CERT_FILE", None)  # httpx reads it before SSL_CERT_DIR
+    os.environ["SSL_CERT_DIR"] = str(empty)
+    return empty
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _no_ca in config.stash:
+        config.stash[_no_ca].rmdir()
     if _pgbouncer in config.stash:
         config.stash[_pgbouncer].stop()
     if _embedded in config.stash:
@@ -336,13 +354,59 @@ StartServer = Callable[..., Awaitable[ServerHandle]]
 StartWorker = Callable[..., Awaitable[JobLoop]]
 
 
+# What a test's settings differ in that an app's routes do not depend on: its lifespan opens
+# the connections they name, from `app.state.settings` (server/app.py `create_app`).
+_CONNECTION_FIELDS = frozenset(
+    {"database_url", "direct_database_url", "database_schema", "redis_prefix"}
+)
+
+
+class AppShelf:
+    """The apps this test process built, kept to be started again with a later test's settings.
+
+    Building one is Litestar registering some 200 routes, 0.2-0.3 s of CPU: a third of a short
+    test's setup and teardown, when every test built its own. An app with the same settings but
+    for their connections (`_CONNECTION_FIELDS`) is taken from the shelf instead, by one server
+    at a time, and given back once that server stopped.
+    """
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[Litestar]] = {}
+
+    def take(self, settings: Settings) -> Litestar:
+        idle = self._idle.get(self._shape(settings))
+        if not idle:
+            return create_app(settings)
+        app = idle.pop()
+        app.state.settings = settings
+        return app
+
+    def give_back(self, app: Litestar) -> None:
+        self._idle.setdefault(self._shape(app.state.settings), []).append(app)
+
+    @staticmethod
+    def _shape(settings: Settings) -> str:
+        return repr(
+            [
+                (field.name, getattr(settings, field.name))
+                for field in fields(settings)
+                if field.name not in _CONNECTION_FIELDS
+            ]
+        )
+
+
+@pytest.fixture(scope="session")
+def app_shelf() -> AppShelf:
+    return AppShelf()
+
+
 @pytest.fixture
-async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
+async def start_server(settings: Settings, app_shelf: AppShelf) -> AsyncIterator[StartServer]:
     """Start an in-process uvicorn server (real HTTP on loopback); `**changes` edit settings."""
     handles: list[ServerHandle] = []
 
     async def start(**changes: Any) -> ServerHandle:
-        app = create_app(replace(settings, **changes))
+        app = app_shelf.take(replace(settings, **changes))
         # as `runstream serve` runs it
         handle = await serve_in_loop(serving(app), max_header_bytes=app.state.max_header_bytes)
         handle.app = app
@@ -353,6 +417,8 @@ async def start_server(settings: Settings) -> AsyncIterator[StartServer]:
     for handle in handles:
         if not handle.task.done():
             await handle.stop()
+        if handle.app is not None and handle.task.done():
+            app_shelf.give_back(handle.app)
 
 
 @pytest.fixture

@@ -51,6 +51,17 @@ class Cluster(launcher.Cluster):
         super().__init__(lambda: _config(self.settings), log_prefix="rs-", ready_timeout_s=60)
         self.settings = settings
 
+    async def standby_worker(self, **env: str) -> launcher.Process:
+        """A ready worker, paused (SIGSTOP) so that it takes no run until `.resume()`.
+
+        For a take-over: started before the run and resumed before the first worker dies, it
+        takes the run over at once, where one started mid-run could take longer to start than
+        the run lasts on a loaded machine (a paused worker reads no queue; its connections stay).
+        """
+        worker = await self.ready_worker(**env)
+        worker.pause()
+        return worker
+
     def dump(self) -> str:
         return self.tails(6000)
 

@@ -158,12 +158,13 @@ class TestWorkerKilled:
     ) -> None:
         _, url = await cluster.server()
         first = await cluster.ready_worker()
-        text = words(250)  # long enough to outlast the second worker's start on a busy machine
+        second = await cluster.standby_worker()
+        text = words(250)
         async with httpx.AsyncClient(base_url=url) as http:
             watched = await WatchedRun.submit(http, url, body(text))
             run, events, stamps = watched.run, watched.events, watched.stamps
             await watched.tokens(10)
-            second = await cluster.ready_worker()
+            second.resume()
             await watched.tokens(15)
             killed_at = time.monotonic()
             first.kill()
@@ -191,12 +192,13 @@ class TestWorkerKilled:
         env = {"RUNSTREAM_LEASE_MS": "30000", "RUNSTREAM_REAPER_INTERVAL_MS": "1000"}
         _, url = await cluster.server(**env)
         first = await cluster.ready_worker(**env)
+        second = await cluster.standby_worker(**env)
         text = words(250)
         async with httpx.AsyncClient(base_url=url) as http:
             watched = await WatchedRun.submit(http, url, body(text))
             run, events, stamps = watched.run, watched.events, watched.stamps
             await watched.tokens(10)
-            await cluster.ready_worker(**env)
+            second.resume()
             await watched.tokens(15)
             killed_at = time.monotonic()
             first.kill()
@@ -218,12 +220,13 @@ class TestLiveWorkerKeepsItsRun:
         env = {"RUNSTREAM_LEASE_MS": "6000"}
         _, url = await cluster.server(**env)
         paused = await cluster.ready_worker(**env)
+        other = await cluster.standby_worker(**env)
         text = words(200)
         async with httpx.AsyncClient(base_url=url) as http:
             watched = await WatchedRun.submit(http, url, body(text))
             run, events = watched.run, watched.events
             await watched.tokens(10)
-            await cluster.ready_worker(**env)
+            other.resume()
             paused.pause()
             await asyncio.sleep(2.5)  # under the 4 s the lease has left at least
             paused.resume()
@@ -536,12 +539,13 @@ class TestShutdown:
         env = {"RUNSTREAM_LEASE_MS": "30000", "RUNSTREAM_SHUTDOWN_GRACE_MS": "300"}
         _, url = await cluster.server(**env)
         stopping = await cluster.ready_worker(**env)
+        other = await cluster.standby_worker(**env)
         text = words(200)
         async with httpx.AsyncClient(base_url=url) as http:
             watched = await WatchedRun.submit(http, url, body(text))
             run, events, stamps = watched.run, watched.events, watched.stamps
             await watched.tokens(10)
-            await cluster.ready_worker(**env)
+            other.resume()
             stopping.signal(signal.SIGTERM)
             sent_at = time.monotonic()
             await watched.end()

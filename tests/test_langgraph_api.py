@@ -2163,6 +2163,7 @@ async def test_worker_killed_mid_run_the_sdk_stream_ends_with_the_whole_answer_o
 ) -> None:
     _, url = await cluster.server()
     first = await cluster.ready_worker()
+    second = await cluster.standby_worker()
     sdk = client_for(url)
     thread = await sdk.threads.create()
     tid = thread["thread_id"]
@@ -2181,7 +2182,7 @@ async def test_worker_killed_mid_run_the_sdk_stream_ends_with_the_whole_answer_o
 
     viewer = asyncio.create_task(watch())
     await eventually(lambda: chunks_at_least(10), "chunks", 30)
-    second = await cluster.ready_worker()
+    second.resume()
     await eventually(lambda: chunks_at_least(15), "chunks", 30)
     first.kill()
     await asyncio.wait_for(viewer, 60)
@@ -2216,16 +2217,15 @@ async def test_a_forked_run_retried_after_its_worker_died_goes_on_on_its_branch_
         await sdk.runs.wait(tid, "chat", input=human(text))
     history = await sdk.threads.get_history(tid, limit=100)
     fork = history[first_seen(history, lambda m: m["content"] == "two")]["parent_checkpoint"]
+    second = await cluster.standby_worker()  # after the two runs above, which it must not take
     text = words(250)
-    # 15 s an attempt: the first is still streaming when the second worker has started (on a
-    # loaded machine, several seconds) and it is killed
     run = await sdk.runs.create(
         tid,
         "chat",
         input=human(text),
         checkpoint=fork,
         stream_mode=["values", "messages-tuple"],
-        config=slow(60),
+        config=slow(),
     )
     parts: list[StreamPart] = []
 
@@ -2238,7 +2238,7 @@ async def test_a_forked_run_retried_after_its_worker_died_goes_on_on_its_branch_
 
     viewer = asyncio.create_task(watch())
     await eventually(lambda: chunks_at_least(10), "chunks", 30)
-    await cluster.ready_worker()
+    second.resume()
     await eventually(lambda: chunks_at_least(15), "chunks", 30)
     first.kill()
     await asyncio.wait_for(viewer, 90)

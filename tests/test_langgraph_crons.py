@@ -496,15 +496,18 @@ async def test_the_servers_own_scheduler_fires_a_due_cron(
             " WHERE cron_id = %s",
             (cron["cron_id"],),
         )
+    before_firing = datetime.now(UTC)
 
     async def fired() -> bool:
         return len(await cron_runs(sdk)) == 1
 
     await eventually(fired, "the server's scheduler to fire the cron")
+    after_firing = datetime.now(UTC)
     [(tid, run)] = await cron_runs(sdk)
     assert (await sdk.runs.join(tid, run["run_id"]))["messages"][0]["content"] == "by itself"
     [moved] = await sdk.crons.search()
-    assert when(moved["next_run_date"]) > datetime.now(UTC)
+    # the next whole minute after it fired (not after now: it may have fired at 59.9 s)
+    assert before_firing < when(moved["next_run_date"]) <= after_firing + timedelta(minutes=1)
     assert len(await cron_runs(sdk)) == 1
 
 

@@ -276,13 +276,22 @@ async def connect_pg(settings: Settings) -> AsyncConnection[DictRow]:
     )
 
 
+# Runs of one statement on a connection before it is prepared there (psycopg's default): a
+# statement run once or twice, a migration's or a rare search's, is not kept on the server.
+PREPARE_AFTER = 5
+
+
 async def open_pg_pool(settings: Settings, max_size: int = 10, *, direct: bool = False) -> PgPool:
     """A psycopg pool in autocommit with dict rows, on the configured schema.
 
     These are the connection settings the LangGraph Postgres checkpointer requires; our own
-    queries open explicit transactions where they need one. No statement is prepared
-    (`prepare_threshold=None`), so the pool also works through PgBouncer in transaction mode.
-    `direct` opens it on `direct_database_url` instead, bypassing such a pooler.
+    queries open explicit transactions where they need one. On a session of its own a
+    connection prepares a statement it has run `PREPARE_AFTER` times (psycopg's default), as
+    LangGraph's own saver does from its first: planning is most of a short statement's time
+    in Postgres (0.5-1 ms of the worker's claim, issue 36). Through a transaction pooler no
+    statement is prepared (`prepare_threshold=None`): the next transaction may be on another
+    server connection, which lacks it (PgBouncer before 1.21). `direct` opens the pool on
+    `direct_database_url` instead, bypassing such a pooler.
     """
     url = settings.direct_database_url if direct else settings.require_services()[1]
     if url is None:
@@ -294,6 +303,7 @@ async def open_pg_pool(settings: Settings, max_size: int = 10, *, direct: bool =
     }
     if direct or settings.database_pool_mode == "session":
         kwargs["options"] = _session_options(settings)
+        kwargs["prepare_threshold"] = PREPARE_AFTER
     pool = PgPool(
         url,
         connection_class=AsyncConnection[DictRow],

@@ -337,7 +337,8 @@ async def migrate(pool: PgPool, schema: str, store: StoreOptions | None = None) 
                 if version <= done:
                     continue
                 async with conn.transaction():
-                    await conn.execute(statement)
+                    # several commands in one string: never a prepared statement
+                    await conn.execute(statement, prepare=False)
                     await conn.execute(
                         "INSERT INTO runstream_migrations (version) VALUES (%s)", (version,)
                     )

@@ -25,6 +25,7 @@ Every transition is here, and only here, so that each keeps the rule above the s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -172,23 +173,39 @@ class RunLifecycle:
     async def submit(self, new: NewRun) -> Created:
         """Record the run with its stream open, then hand it to the workers if it may start.
 
-        A failed enqueue does not fail the submit: the run is recorded and its stream open,
-        and the reaper enqueues queued runs that have no job.
+        A run that starts at once and ends no other run has its job queued with its stream
+        opened, before the commit (one Redis round trip for both, which the worker's wake-up
+        and read then overlap the commit with); its claim waits for the commit
+        (`RUN_SUBMIT_LOCK`). Other runs are queued after the commit, once the runs they end
+        have their outcome. A failed enqueue does not fail the submit: the run is recorded and
+        its stream open, and the reaper enqueues queued runs that have no job.
         """
 
         opened: list[str] = []
+        queued: list[str] = []
 
-        async def open_stream(run: RunRecord) -> None:
-            queued = RunStatusData(status=RunStatus.QUEUED, attempt=run.attempt)
-            await self.events.open(
+        async def open_stream(created: Created) -> None:
+            run = created.run
+            status = RunStatusData(status=RunStatus.QUEUED, attempt=run.attempt)
+            opening = self.events.open(
                 run.run_id,
                 owner=run.owner,
                 thread_id=run.thread_id,
                 attempt=run.attempt,
                 event="run",
-                data=encode_data(queued),
+                data=encode_data(status),
             )
-            opened.append(run.run_id)
+            starts_alone = (
+                created.dispatch_now
+                and not created.superseded
+                and new.multitask not in ("interrupt", "rollback")
+            )
+            opened.append(run.run_id)  # dropped if the submit fails (dropping none is harmless)
+            if not starts_alone:
+                await opening
+            else:
+                await asyncio.gather(opening, self._enqueue(run))
+                queued.append(run.run_id)
 
         try:
             created = await self.submitter.create_run(new, before_commit=open_stream)
@@ -200,16 +217,19 @@ class RunLifecycle:
             logger.info("interrupted run ended by a new run", run_id=ended.run_id)
         if created.created and new.multitask in ("interrupt", "rollback"):
             await self._cancel_others(created.run, rollback=new.multitask == "rollback")
-        if created.dispatch_now:
-            try:
-                await self.queue.enqueue(created.run)
-            except StoreUnavailable as exc:
-                logger.warning(
-                    "enqueue failed; the reaper will retry it",
-                    run_id=created.run.run_id,
-                    error=str(exc),
-                )
+        if created.dispatch_now and created.run.run_id not in queued:
+            await self._enqueue(created.run)
         return created
+
+    async def _enqueue(self, run: RunRecord) -> None:
+        """The run's job queued; a failure logged only: the reaper queues a queued run that has
+        no job."""
+        try:
+            await self.queue.enqueue(run)
+        except StoreUnavailable as exc:
+            logger.warning(
+                "enqueue failed; the reaper will retry it", run_id=run.run_id, error=str(exc)
+            )
 
     async def _drop_opened(self, run_ids: list[str]) -> None:
         """The streams a submit opened before its commit failed: nobody can know those runs.

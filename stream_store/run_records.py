@@ -36,7 +36,7 @@ from .run_status import (
     sql_list,
 )
 
-__all__ = ["RUN_COLUMNS", "BeforeCommit", "RunRecord", "RunRecords"]
+__all__ = ["RUN_COLUMNS", "RUN_SUBMIT_LOCK", "BeforeCommit", "RunRecord", "RunRecords", "run_lock"]
 
 # What every statement that returns runs selects (or RETURNs), as `RunRecord` reads it.
 RUN_COLUMNS = (
@@ -116,6 +116,21 @@ class RunRecord(msgspec.Struct, kw_only=True):
 # Runs inside a transition's transaction, its row locked, before the commit: the Redis write
 # that announces the transition, so that a refusal (Redis at `maxmemory`) rolls it back.
 BeforeCommit = Callable[[RunRecord], Awaitable[None]]
+
+# The advisory-lock class (first of two int4 keys, the run id's `hashtext` the second) that a
+# run's submit holds until its commit. The submit queues the run's job before it commits (issue
+# 36: the worker's wake-up and read overlap the commit), and a claim takes the lock first: one
+# that comes before the commit waits for it rather than finding no run.
+RUN_SUBMIT_LOCK = 0x636C616D  # "clam"
+
+
+def run_lock(run_ids: str) -> str:
+    """The statement that takes the submit locks of the runs `run_ids` (an SQL expression of
+    a `text[]` of run ids), in one order for any caller."""
+    return (
+        f"SELECT pg_advisory_xact_lock({RUN_SUBMIT_LOCK}, hashtext(id))"
+        f" FROM (SELECT DISTINCT unnest({run_ids}) AS id ORDER BY 1) ids"
+    )
 
 
 class RunRecords:
@@ -294,7 +309,7 @@ class RunRecords:
             "EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = runstream_runs.thread_id::text"
             " AND c.checkpoint_ns = '') AS thread_has_checkpoints"
         )
-        claimed = await self._runs(
+        claimed = await self._claim(
             "WITH claim AS (SELECT * FROM unnest(%s::uuid[], %s::text[])"
             "  AS c(claim_id, claim_traceparent)),"
             " before AS (SELECT run_id AS before_id, attempt_traceparent AS before_traceparent"
@@ -310,6 +325,19 @@ class RunRecords:
         )
         won = {run.run_id: run for run in claimed}
         return [won.pop(run_id, None) for run_id, _ in claims]
+
+    async def _claim(
+        self, update: str, params: tuple[list[str], list[str | None]]
+    ) -> list[RunRecord]:
+        """`update` after the runs' submit locks (`RUN_SUBMIT_LOCK`), in one transaction sent as
+        one round trip: nothing is read before the commit, so BEGIN, the locks, the update and
+        COMMIT go out together; the update's snapshot, taken once the locks are held, sees a
+        submit that just committed."""
+        async with postgres_errors(), self.pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(run_lock("%s::uuid[]::text[]"), (params[0],))
+                cur = await conn.execute(update, params)
+            return [RunRecord.from_row(row) for row in await cur.fetchall()]
 
     async def redispatch_if_stuck(
         self, run_id: str, dispatch: int, age_s: float

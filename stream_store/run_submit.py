@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import uuid
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -23,10 +24,10 @@ from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
 from .pg import fetch_all
-from .run_records import RUN_COLUMNS, BeforeCommit, RunRecord
+from .run_records import RUN_COLUMNS, RunRecord, run_lock
 from .run_status import ACTIVE, WORKING, Decision, RunStatus, sources, sql_list
 
-__all__ = ["TITLE_CHARS", "Created", "NewRun", "RunSubmitter"]
+__all__ = ["TITLE_CHARS", "BeforeCommit", "Created", "NewRun", "RunSubmitter"]
 
 TITLE_CHARS = 80
 # The advisory-lock class (first of two int4 keys) under which a submit locks its owner.
@@ -110,6 +111,10 @@ class Created(msgspec.Struct):
     superseded: list[RunRecord] = []  # interrupted runs this one ended (`supersede_interrupted`)
 
 
+# Runs in a new run's transaction, before its commit (`RunSubmitter.create_run`).
+BeforeCommit = Callable[[Created], Awaitable[None]]
+
+
 class _KeyTaken(Exception):
     """Internal: the idempotency key already names a run."""
 
@@ -131,6 +136,8 @@ class RunSubmitter:
 
         `before_commit` runs inside the transaction once the run is known to be new, so the
         run's stream exists before anyone can read the run; if it raises, nothing is recorded.
+        It may queue the run's job: the transaction holds the run's submit lock
+        (`RUN_SUBMIT_LOCK`), which a worker's claim waits for.
 
         Raises:
             NotFound: `new.thread_id` is unknown or not the owner's.
@@ -187,17 +194,25 @@ class RunSubmitter:
                     new.resume = {**new.resume, "interrupt_id": asked[0]}
                 thread = _TOUCHED_THREAD
                 thread_values = (new.title, Jsonb(new.thread_metadata), new.thread_id)
+            run_id = str(uuid.uuid4())
+            # held to the commit, sent with the insert: `before_commit` may queue the run's job
+            await conn.execute(run_lock("ARRAY[%s]"), (run_id,))
             cur = await conn.execute(
                 f"WITH thread AS ({thread}) {_INSERT_RUN} RETURNING {RUN_COLUMNS}",
-                (*thread_values, *new.run_values(str(uuid.uuid4()))),
+                (*thread_values, *new.run_values(run_id)),
             )
             row = await cur.fetchone()
             if row is None:
                 # The key was used before: leaving by exception rolls back any new thread.
                 raise _KeyTaken
-            run = RunRecord.from_row(row)
-            await before_commit(run)
-        return Created(run=run, created=True, dispatch_now=not busy, superseded=superseded)
+            created = Created(
+                run=RunRecord.from_row(row),
+                created=True,
+                dispatch_now=not busy,
+                superseded=superseded,
+            )
+            await before_commit(created)
+        return created
 
     async def _admit_on_thread(
         self, conn: AsyncConnection[DictRow], new: NewRun, thread_id: str

@@ -35,6 +35,7 @@ from runner.job_loop import JobLoop
 from runner.worker import build_worker
 from server.app import create_app, serving
 from server.header_limit import bounded_httptools
+from server.processes.commands import KEEP_ALIVE_S
 from server.processes.embedded import EmbeddedServices
 from server.processes.logs import configure_logging
 from stream_store.limits import DEFAULT_MAX_HEADER_BYTES
@@ -336,6 +337,7 @@ async def serve_in_loop(
         access_log=False,
         lifespan=lifespan,  # type: ignore[arg-type]
         timeout_graceful_shutdown=1,
+        timeout_keep_alive=KEEP_ALIVE_S,  # as `runstream serve`
         http=bounded_httptools(max_header_bytes),
     )
     server = uvicorn.Server(config)

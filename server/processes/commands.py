@@ -34,7 +34,13 @@ if TYPE_CHECKING:
 
     from .embedded import EmbeddedServices
 
-__all__ = ["evaluate", "migrate", "serve", "up", "worker"]
+__all__ = ["KEEP_ALIVE_S", "evaluate", "migrate", "serve", "up", "worker"]
+
+# How long the server keeps an idle HTTP connection open: past httpx's pool expiry (5 s, what
+# LangGraph's Python SDK uses) and undici's (4 s), so that the client, not the server, closes
+# an idle connection. With uvicorn's 5 s the two closed it at the same moment, and a POST sent
+# on it then failed with a read error the client does not retry (seen in the tests, 2026-12-07).
+KEEP_ALIVE_S = 20
 
 logger = structlog.get_logger()
 
@@ -186,6 +192,7 @@ def _serve_process(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
         http=bounded_httptools(settings.max_header_bytes),
     )
     try:

@@ -36,7 +36,14 @@ from .run_status import (
     sql_list,
 )
 
-__all__ = ["RUN_COLUMNS", "RUN_SUBMIT_LOCK", "BeforeCommit", "RunRecord", "RunRecords", "run_lock"]
+__all__ = [
+    "RUN_COLUMNS",
+    "RUN_SUBMIT_LOCK",
+    "TAKE_SUBMIT_LOCKS",
+    "BeforeCommit",
+    "RunRecord",
+    "RunRecords",
+]
 
 # What every statement that returns runs selects (or RETURNs), as `RunRecord` reads it.
 RUN_COLUMNS = (
@@ -122,15 +129,12 @@ BeforeCommit = Callable[[RunRecord], Awaitable[None]]
 # 36: the worker's wake-up and read overlap the commit), and a claim takes the lock first: one
 # that comes before the commit waits for it rather than finding no run.
 RUN_SUBMIT_LOCK = 0x636C616D  # "clam"
-
-
-def run_lock(run_ids: str) -> str:
-    """The statement that takes the submit locks of the runs `run_ids` (an SQL expression of
-    a `text[]` of run ids), in one order for any caller."""
-    return (
-        f"SELECT pg_advisory_xact_lock({RUN_SUBMIT_LOCK}, hashtext(id))"
-        f" FROM (SELECT DISTINCT unnest({run_ids}) AS id ORDER BY 1) ids"
-    )
+# Takes the submit locks of the runs whose ids are its one parameter (a list), in one order
+# for any caller.
+TAKE_SUBMIT_LOCKS = (
+    f"SELECT pg_advisory_xact_lock({RUN_SUBMIT_LOCK}, hashtext(id::text))"
+    " FROM (SELECT DISTINCT unnest(%s::uuid[]) AS id ORDER BY 1) ids"
+)
 
 
 class RunRecords:
@@ -309,7 +313,7 @@ class RunRecords:
             "EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = runstream_runs.thread_id::text"
             " AND c.checkpoint_ns = '') AS thread_has_checkpoints"
         )
-        claimed = await self._claim(
+        update = (
             "WITH claim AS (SELECT * FROM unnest(%s::uuid[], %s::text[])"
             "  AS c(claim_id, claim_traceparent)),"
             " before AS (SELECT run_id AS before_id, attempt_traceparent AS before_traceparent"
@@ -320,24 +324,18 @@ class RunRecords:
             " attempt_traceparent = coalesce(claim_traceparent, attempt_traceparent)"
             " FROM claim, before"
             f" WHERE run_id = claim_id AND before_id = run_id AND {_from(Decision.CLAIM)}"
-            f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}, {has_checkpoints}",
-            (list(first), list(first.values())),
+            f" RETURNING {RUN_COLUMNS.replace('attempt_traceparent', previous)}, {has_checkpoints}"
         )
-        won = {run.run_id: run for run in claimed}
-        return [won.pop(run_id, None) for run_id, _ in claims]
-
-    async def _claim(
-        self, update: str, params: tuple[list[str], list[str | None]]
-    ) -> list[RunRecord]:
-        """`update` after the runs' submit locks (`RUN_SUBMIT_LOCK`), in one transaction sent as
-        one round trip: nothing is read before the commit, so BEGIN, the locks, the update and
-        COMMIT go out together; the update's snapshot, taken once the locks are held, sees a
-        submit that just committed."""
+        # One transaction sent as one round trip (nothing is read before the commit): the
+        # runs' submit locks first, so that the update's snapshot, taken once they are held,
+        # sees a submit that just committed.
         async with postgres_errors(), self.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
-                await conn.execute(run_lock("%s::uuid[]::text[]"), (params[0],))
-                cur = await conn.execute(update, params)
-            return [RunRecord.from_row(row) for row in await cur.fetchall()]
+                await conn.execute(TAKE_SUBMIT_LOCKS, (list(first),))
+                cur = await conn.execute(update, (list(first), list(first.values())))
+            claimed = [RunRecord.from_row(row) for row in await cur.fetchall()]
+        won = {run.run_id: run for run in claimed}
+        return [won.pop(run_id, None) for run_id, _ in claims]
 
     async def redispatch_if_stuck(
         self, run_id: str, dispatch: int, age_s: float

@@ -24,10 +24,10 @@ from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
 from .pg import fetch_all
-from .run_records import RUN_COLUMNS, RunRecord, run_lock
+from .run_records import RUN_COLUMNS, TAKE_SUBMIT_LOCKS, RunRecord
 from .run_status import ACTIVE, WORKING, Decision, RunStatus, sources, sql_list
 
-__all__ = ["TITLE_CHARS", "BeforeCommit", "Created", "NewRun", "RunSubmitter"]
+__all__ = ["TITLE_CHARS", "BeforeSubmitCommit", "Created", "NewRun", "RunSubmitter"]
 
 TITLE_CHARS = 80
 # The advisory-lock class (first of two int4 keys) under which a submit locks its owner.
@@ -111,8 +111,9 @@ class Created(msgspec.Struct):
     superseded: list[RunRecord] = []  # interrupted runs this one ended (`supersede_interrupted`)
 
 
-# Runs in a new run's transaction, before its commit (`RunSubmitter.create_run`).
-BeforeCommit = Callable[[Created], Awaitable[None]]
+# Runs in a new run's transaction, before its commit (`RunSubmitter.create_run`); unlike a
+# transition's `run_records.BeforeCommit` it gets the whole outcome (`dispatch_now`, ...).
+BeforeSubmitCommit = Callable[[Created], Awaitable[None]]
 
 
 class _KeyTaken(Exception):
@@ -131,7 +132,7 @@ class RunSubmitter:
             weakref.WeakValueDictionary()
         )
 
-    async def create_run(self, new: NewRun, *, before_commit: BeforeCommit) -> Created:
+    async def create_run(self, new: NewRun, *, before_commit: BeforeSubmitCommit) -> Created:
         """Record a run (and its thread when none is given), honouring idempotency and multitask.
 
         `before_commit` runs inside the transaction once the run is known to be new, so the
@@ -157,7 +158,7 @@ class RunSubmitter:
             raise IdempotencyMismatch("Idempotency-Key was already used with a different request")
         return Created(run=existing, created=False, dispatch_now=False)
 
-    async def _insert_run(self, new: NewRun, before_commit: BeforeCommit) -> Created:
+    async def _insert_run(self, new: NewRun, before_commit: BeforeSubmitCommit) -> Created:
         # This is on the way from submit to first token, and each statement is a round trip:
         # in pipeline mode BEGIN goes out with the first statement and COMMIT alone, so a new
         # thread's run costs two round trips (the insert, the commit), an existing thread's
@@ -196,7 +197,7 @@ class RunSubmitter:
                 thread_values = (new.title, Jsonb(new.thread_metadata), new.thread_id)
             run_id = str(uuid.uuid4())
             # held to the commit, sent with the insert: `before_commit` may queue the run's job
-            await conn.execute(run_lock("ARRAY[%s]"), (run_id,))
+            await conn.execute(TAKE_SUBMIT_LOCKS, ([run_id],))
             cur = await conn.execute(
                 f"WITH thread AS ({thread}) {_INSERT_RUN} RETURNING {RUN_COLUMNS}",
                 (*thread_values, *new.run_values(run_id)),

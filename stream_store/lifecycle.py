@@ -173,16 +173,22 @@ class RunLifecycle:
     async def submit(self, new: NewRun) -> Created:
         """Record the run with its stream open, then hand it to the workers if it may start.
 
-        A run that starts at once and ends no other run has its job queued with its stream
-        opened, before the commit (one Redis round trip for both, which the worker's wake-up
-        and read then overlap the commit with); its claim waits for the commit
-        (`RUN_SUBMIT_LOCK`). Other runs are queued after the commit, once the runs they end
-        have their outcome. A failed enqueue does not fail the submit: the run is recorded and
-        its stream open, and the reaper enqueues queued runs that have no job.
+        A run that starts at once and ends no other run has its job queued beside its stream's
+        opening (the two in parallel), before the commit, so that the worker's wake-up and read
+        overlap the commit; its claim waits for the commit (`RUN_SUBMIT_LOCK`). Other runs are
+        queued after the commit, once the runs they end have their outcome. A failed enqueue
+        does not fail the submit: the run is recorded and its stream open, and the reaper
+        enqueues queued runs that have no job.
         """
 
         opened: list[str] = []
-        queued: list[str] = []
+
+        def queued_before_commit(created: Created) -> bool:
+            return (
+                created.dispatch_now
+                and not created.superseded
+                and new.multitask not in ("interrupt", "rollback")
+            )
 
         async def open_stream(created: Created) -> None:
             run = created.run
@@ -195,17 +201,11 @@ class RunLifecycle:
                 event="run",
                 data=encode_data(status),
             )
-            starts_alone = (
-                created.dispatch_now
-                and not created.superseded
-                and new.multitask not in ("interrupt", "rollback")
-            )
             opened.append(run.run_id)  # dropped if the submit fails (dropping none is harmless)
-            if not starts_alone:
-                await opening
-            else:
+            if queued_before_commit(created):
                 await asyncio.gather(opening, self._enqueue(run))
-                queued.append(run.run_id)
+            else:
+                await opening
 
         try:
             created = await self.submitter.create_run(new, before_commit=open_stream)
@@ -217,7 +217,7 @@ class RunLifecycle:
             logger.info("interrupted run ended by a new run", run_id=ended.run_id)
         if created.created and new.multitask in ("interrupt", "rollback"):
             await self._cancel_others(created.run, rollback=new.multitask == "rollback")
-        if created.dispatch_now and created.run.run_id not in queued:
+        if created.dispatch_now and not queued_before_commit(created):
             await self._enqueue(created.run)
         return created
 

@@ -43,13 +43,23 @@ _INSERT_RUN = (
     " FROM thread"
     " ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 )
-_NEW_THREAD = (
-    "INSERT INTO runstream_threads (thread_id, owner, title, metadata) VALUES (%s, %s, %s, %s)"
-    " RETURNING thread_id"
+# A new thread and its run in one statement, or neither: a thread id any owner has already
+# (LangGraph's `if_not_exists: create` naming a thread that exists, or one another submit is
+# creating) leaves `thread` empty, and `thread_created` false. Always one row: the run's columns
+# are null when no run was inserted.
+_ON_NEW_THREAD = (
+    "WITH thread AS (INSERT INTO runstream_threads (thread_id, owner, title, metadata)"
+    "  VALUES (%s, %s, %s, %s) ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id),"
+    f" run AS ({_INSERT_RUN} RETURNING {RUN_COLUMNS})"
+    " SELECT EXISTS (SELECT 1 FROM thread) AS thread_created, run.*"
+    " FROM (VALUES (1)) AS one LEFT JOIN run ON true"
 )
-_TOUCHED_THREAD = (
-    "UPDATE runstream_threads SET updated_at = clock_timestamp(), title = coalesce(title, %s),"
-    " metadata = metadata || %s WHERE thread_id = %s RETURNING thread_id"
+# The run on a thread that exists (its row locked by `_admit_on_thread`).
+_ON_THREAD = (
+    "WITH thread AS (UPDATE runstream_threads SET updated_at = clock_timestamp(),"
+    "  title = coalesce(title, %s), metadata = metadata || %s WHERE thread_id = %s"
+    "  RETURNING thread_id)"
+    f" {_INSERT_RUN} RETURNING {RUN_COLUMNS}"
 )
 
 
@@ -160,9 +170,10 @@ class RunSubmitter:
 
     async def _insert_run(self, new: NewRun, before_commit: BeforeSubmitCommit) -> Created:
         # This is on the way from submit to first token, and each statement is a round trip:
-        # in pipeline mode BEGIN goes out with the first statement and COMMIT alone, so a new
-        # thread's run costs two round trips (the insert, the commit), an existing thread's
-        # three (its lock first), and an active-run limit one more.
+        # in pipeline mode BEGIN goes out with the first statement and COMMIT alone, so a run on
+        # a new thread costs two round trips (the insert, the commit), an existing thread's
+        # three (its lock first), one more for a thread LangGraph's `if_not_exists: create`
+        # named that exists (the insert tried first), and one more for an active-run limit.
         turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         if new.max_active_runs:
             turn = self._owner_turns.setdefault(new.owner, asyncio.Lock())
@@ -175,37 +186,29 @@ class RunSubmitter:
         ):
             if new.max_active_runs:
                 await self._check_active_runs(conn, new)
+            run_id = str(uuid.uuid4())
+            # held to the commit, sent with the first statement: `before_commit` may queue the
+            # run's job
+            await conn.execute(TAKE_SUBMIT_LOCKS, ([run_id],))
+            row: DictRow | None = None
+            if new.thread_id is None or new.create_thread:
+                row = await _insert_on_new_thread(conn, new, run_id)
             busy = False
             superseded: list[RunRecord] = []
-            if new.thread_id is None or (
-                new.create_thread and not await _thread_exists(conn, new.thread_id)
-            ):
-                thread = _NEW_THREAD
-                thread_values: tuple[Any, ...] = (
-                    new.thread_id or str(uuid.uuid4()),
-                    new.owner,
-                    new.title,
-                    Jsonb(new.thread_metadata),
-                )
-            else:
+            if row is None:  # the thread exists
+                assert new.thread_id is not None
                 busy, superseded = await self._admit_on_thread(conn, new, new.thread_id)
                 asked = [r.interrupt_id for r in superseded if r.interrupt_id]
                 if new.resume is not None and asked:
                     # the question the answer is for (runner/graph_input.py, `_answer_taken`)
                     new.resume = {**new.resume, "interrupt_id": asked[0]}
-                thread = _TOUCHED_THREAD
-                thread_values = (new.title, Jsonb(new.thread_metadata), new.thread_id)
-            run_id = str(uuid.uuid4())
-            # held to the commit, sent with the insert: `before_commit` may queue the run's job
-            await conn.execute(TAKE_SUBMIT_LOCKS, ([run_id],))
-            cur = await conn.execute(
-                f"WITH thread AS ({thread}) {_INSERT_RUN} RETURNING {RUN_COLUMNS}",
-                (*thread_values, *new.run_values(run_id)),
-            )
-            row = await cur.fetchone()
-            if row is None:
-                # The key was used before: leaving by exception rolls back any new thread.
-                raise _KeyTaken
+                cur = await conn.execute(
+                    _ON_THREAD,
+                    (new.title, Jsonb(new.thread_metadata), new.thread_id, *new.run_values(run_id)),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise _KeyTaken  # leaving by exception rolls the thread's update back
             created = Created(
                 run=RunRecord.from_row(row),
                 created=True,
@@ -296,10 +299,26 @@ class RunSubmitter:
         return RunRecord.from_row(found[0]) if found else None
 
 
-async def _thread_exists(conn: AsyncConnection[DictRow], thread_id: str) -> bool:
-    """Whether any owner has the thread: an id taken by another owner is not reusable."""
-    cur = await conn.execute("SELECT 1 FROM runstream_threads WHERE thread_id = %s", (thread_id,))
-    return await cur.fetchone() is not None
+async def _insert_on_new_thread(
+    conn: AsyncConnection[DictRow], new: NewRun, run_id: str
+) -> DictRow | None:
+    """The run inserted on a new thread (`new.thread_id`, or a new id); None when a thread of
+    that id exists (any owner's: an id taken is not reusable), and nothing was inserted.
+
+    Raises:
+        _KeyTaken: the idempotency key names a run already (the new thread is rolled back).
+    """
+    thread_id = new.thread_id or str(uuid.uuid4())
+    thread_values = (thread_id, new.owner, new.title, Jsonb(new.thread_metadata))
+    cur = await conn.execute(_ON_NEW_THREAD, (*thread_values, *new.run_values(run_id)))
+    row = await cur.fetchone()
+    assert row is not None  # always one row
+    thread_created = row.pop("thread_created")
+    if row["run_id"] is not None:
+        return row
+    if thread_created:
+        raise _KeyTaken
+    return None
 
 
 async def _end_interrupted(conn: AsyncConnection[DictRow], thread_id: str) -> list[RunRecord]:

@@ -52,6 +52,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .connections import plain_index_builds, table_missing
 from .errors import Fenced
+from .pg import pipelined_transaction
 
 __all__ = [
     "FencedPostgresSaver",
@@ -154,8 +155,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 return
             try:
                 async with (
-                    conn.pipeline(),
-                    conn.transaction(),
+                    pipelined_transaction(conn),
                     conn.cursor(binary=True, row_factory=dict_row) as cur,
                 ):
                     await cur.execute("SELECT runstream_fence(%s, %s)", fence)

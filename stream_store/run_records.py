@@ -24,7 +24,7 @@ from .checkpoints import delete_run_checkpoints
 from .coalesce import Coalescer
 from .connections import ConnectionSource
 from .errors import postgres_errors
-from .pg import execute, fetch_all
+from .pg import execute, fetch_all, pipelined_transaction
 from .run_status import (
     ACTIVE,
     STARTED,
@@ -202,7 +202,11 @@ class RunRecords:
         if before_commit is None:
             found = await self._runs(query, params)
             return found[0] if found else None
-        async with postgres_errors(), self.pool.connection() as conn, conn.transaction():
+        async with (
+            postgres_errors(),
+            self.pool.connection() as conn,
+            pipelined_transaction(conn),  # BEGIN with the statement
+        ):
             cur = await conn.execute(query, params)
             row = await cur.fetchone()
             run = RunRecord.from_row(row) if row else None
@@ -351,7 +355,7 @@ class RunRecords:
         # runs' submit locks first, so that the update's snapshot, taken once they are held,
         # sees a submit that just committed.
         async with postgres_errors(), self.pool.connection() as conn:
-            async with conn.pipeline(), conn.transaction():
+            async with pipelined_transaction(conn):
                 await conn.execute(TAKE_SUBMIT_LOCKS, (list(first),))
                 cur = await conn.execute(update, params)
             claimed = [RunRecord.from_row(row) for row in await cur.fetchall()]

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
-from .pg import fetch_all
+from .pg import fetch_all, pipelined_transaction
 from .run_records import RUN_COLUMNS, TAKE_SUBMIT_LOCKS, RunRecord
 from .run_status import ACTIVE, WORKING, Decision, RunStatus, sources, sql_list
 
@@ -181,8 +181,7 @@ class RunSubmitter:
             turn,
             postgres_errors(),
             self.pool.connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
+            pipelined_transaction(conn),
         ):
             if new.max_active_runs:
                 await self._check_active_runs(conn, new)

@@ -134,7 +134,8 @@ def select(
         for key, value in (configurable or {}).items()
         if (allowed is None or key in allowed) and not is_reserved(key)
     }
-    dropped = sorted(set(configurable or {}) - set(taken))
+    # the request's keys are the server's to hand on (runner/execute.py), not dropped
+    dropped = sorted(set(configurable or {}) - set(taken) - set(REQUEST_KEYS))
     if dropped:
         logger.warning("configurable keys the graph does not take were dropped", keys=dropped)
     return taken

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from structlog.testing import capture_logs
 
+from project.configurable import select
 from tests.conftest import ServerHandle, StartServer, StartWorker, stop_worker
 from tests.test_langgraph_api import client_for
 
@@ -99,3 +101,14 @@ async def test_a_second_attempt_sees_the_request_keys_the_first_saw(
     assert first["langgraph_request_id"] == "req-retried"
     for key in (*REQUEST_KEYS, "user_id"):
         assert second[key] == first[key], key
+
+
+def test_the_request_keys_are_handed_on_without_a_warning_that_they_were_dropped() -> None:
+    """A LangGraph run records the request's keys; the graph gets them from the server's own
+    configurable (runner/execute.py), so only a caller's reserved or undeclared key is named
+    as dropped."""
+    recorded = {"langgraph_request_id": "r", "__after_seconds__": 0, "mine": 1, "thread_id": "t"}
+    with capture_logs() as logs:
+        taken = select(recorded, None)
+    assert taken == {"mine": 1}
+    assert [entry["keys"] for entry in logs if "dropped" in entry["event"]] == [["thread_id"]]

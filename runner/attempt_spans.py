@@ -213,6 +213,9 @@ class GraphSpans(BaseCallbackHandler):
         span.end()
 
 
+_UNTRACED = contextlib.nullcontext()
+
+
 class AppendSpan:
     """`append events`: one span from an attempt's first batch of events to its end.
 
@@ -227,12 +230,17 @@ class AppendSpan:
         self._events = 0
         self._waited_s = 0.0
 
-    @contextlib.contextmanager
-    def batch(self, events: int) -> Iterator[None]:
-        """Around one batch's append (in the attempt's context: the span is its child)."""
+    def batch(self, events: int) -> contextlib.AbstractContextManager[None]:
+        """Around one batch's append (in the attempt's context: the span is its child); with
+        traces off nothing is measured (a batch per token with a slow model)."""
         if self._span is None:
             self._span = self._tracer.start_span("append events")
-        span = self._span
+        if not self._span.is_recording():
+            return _UNTRACED
+        return self._measured(self._span, events)
+
+    @contextlib.contextmanager
+    def _measured(self, span: Span, events: int) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield

@@ -86,14 +86,15 @@ class AttemptWriter:
                 await asyncio.sleep(wait_s)
             batch = self._pending[:MAX_BATCH_EVENTS]
             del self._pending[:MAX_BATCH_EVENTS]
-            if any(event == "token" for event, _ in batch):
+            tokens = any(event == "token" for event, _ in batch)
+            if tokens:
                 # Only token batches pace the next: the run's opening events (its input
                 # message, a custom event) must not hold back the first token.
                 self._sent_at = loop.time()
             with self.appends.batch(len(batch)):
                 await self.events.append_batch(self.run.run_id, self.run.attempt, batch)
             self.metrics.appended(batch)
-            if self._first_token_due and any(event == "token" for event, _ in batch):
+            if self._first_token_due and tokens:
                 self._first_token_due = False
                 self.metrics.first_token(self.run.graph, self.run.created_at)
 

@@ -17,6 +17,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .errors import Conflict
+from .pg import pipelined
 
 __all__ = ["count_locked", "refuse_at_cap"]
 
@@ -71,7 +72,7 @@ async def count_locked(
     """The one row of `query` (what `owner` keeps of `kind`), counted in `conn`'s transaction
     under the caller's advisory lock for `kind`, held to the transaction's end: the write that
     follows the check commits before another write of the caller counts. One round trip."""
-    async with conn.pipeline():  # the lock, then a count that sees what it waited for
+    async with pipelined(conn):  # the lock, then a count that sees what it waited for
         await conn.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS[kind], owner)
         )

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import DictRow
 
 from .connections import ConnectionSource
 from .errors import postgres_errors
 
-__all__ = ["execute", "fetch_all", "pipelined_transaction"]
+__all__ = ["execute", "fetch_all", "pipelined", "pipelined_transaction"]
 
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
@@ -62,3 +63,12 @@ async def pipelined_transaction(conn: AsyncConnection[DictRow]) -> AsyncIterator
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
+
+
+def pipelined(conn: AsyncConnection[DictRow]) -> AbstractAsyncContextManager[Any]:
+    """`conn.pipeline()`, or nothing when `conn` is in one already: psycopg's nested pipeline
+    first waits for the answers to what was sent before it (a round trip of its own), where
+    statements added to the open one go out with it."""
+    if conn.pgconn.pipeline_status != PipelineStatus.OFF:
+        return contextlib.nullcontext()
+    return conn.pipeline()

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from .connections import PgPool
 from .errors import Conflict, IdempotencyMismatch, LimitReached, NotFound, postgres_errors
 from .limits import ACTIVE_RUNS_RETRY_AFTER_S
-from .pg import fetch_all, pipelined_transaction
+from .pg import fetch_all, pipelined, pipelined_transaction
 from .run_records import RUN_COLUMNS, TAKE_SUBMIT_LOCKS, RunRecord
 from .run_status import ACTIVE, WORKING, Decision, RunStatus, sources, sql_list
 
@@ -173,7 +173,8 @@ class RunSubmitter:
         # in pipeline mode BEGIN goes out with the first statement and COMMIT alone, so a run on
         # a new thread costs two round trips (the insert, the commit), an existing thread's
         # three (its lock first), one more for a thread LangGraph's `if_not_exists: create`
-        # named that exists (the insert tried first), and one more for an active-run limit.
+        # named that exists (the insert tried first); an active-run limit's count goes with the
+        # first.
         turn: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         if new.max_active_runs:
             turn = self._owner_turns.setdefault(new.owner, asyncio.Lock())
@@ -256,9 +257,9 @@ class RunSubmitter:
         The owner's advisory lock, held to the end of the transaction, puts concurrent submits
         of one owner in a line: each counts after the one before it committed or rolled back.
         The count is a statement of its own, after the lock, so that it sees what the lock
-        waited for; the two go in one pipeline, one round trip.
+        waited for; the two go in the submit's pipeline, with its insert.
         """
-        async with conn.pipeline():
+        async with pipelined(conn):
             await conn.execute(
                 f"SELECT pg_advisory_xact_lock({_OWNER_SUBMIT_LOCK}, hashtext(%s))", (new.owner,)
             )

@@ -50,6 +50,7 @@ from psycopg.rows import DictRow
 from .connections import PgPool, plain_index_builds, table_missing
 from .errors import QuotaExceeded, StoreUnavailable
 from .owner_caps import count_locked
+from .pg import pipelined_transaction
 from .settings import Settings, SettingsError
 
 __all__ = [
@@ -427,8 +428,8 @@ class OwnerStore(BaseStore):
                 async with where.transaction():
                     yield where, self._store
             return
-        # in a pipeline, BEGIN goes with the lock and the count: no round trip of its own
-        async with where.connection() as conn, conn.pipeline(), conn.transaction():
+        # BEGIN goes with the lock and the count (`count_locked`): no round trip of its own
+        async with where.connection() as conn, pipelined_transaction(conn):
             store = AsyncPostgresStore(
                 conn, index=self._store.index_config, ttl=self._store.ttl_config
             )

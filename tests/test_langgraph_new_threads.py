@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.schema import MultitaskStrategy
 
 from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.test_langgraph_api import API_KEYS, client_for, human, messages_of, slow, words
@@ -58,24 +59,37 @@ async def test_without_create_a_new_thread_id_is_not_found(sdk: LangGraphClient)
         await sdk.threads.get(thread_id)
 
 
-async def test_creates_of_one_new_thread_at_once_run_one_and_refuse_the_rest(
+async def _creates_at_once(
     sdk: LangGraphClient,
-) -> None:
-    thread_id = str(uuid.uuid4())
-    answers = await asyncio.gather(
+    thread_id: str,
+    multitask: MultitaskStrategy,
+    text: str,
+    config: dict[str, Any],
+) -> list[Any]:
+    """`CREATES` runs of one thread id sent together, with `if_not_exists: create`: each
+    answer, or the error it raised."""
+    return await asyncio.gather(
         *(
             sdk.runs.create(
                 thread_id,
                 "chat",
-                input=human(f"try {i} {LONG}"),  # the first still runs when the last comes
-                config=slow(),
+                input=human(f"{i} {text}"),
+                config=config,
                 if_not_exists="create",
-                multitask_strategy="reject",
+                multitask_strategy=multitask,
             )
             for i in range(CREATES)
         ),
         return_exceptions=True,
     )
+
+
+async def test_creates_of_one_new_thread_at_once_run_one_and_refuse_the_rest(
+    sdk: LangGraphClient,
+) -> None:
+    thread_id = str(uuid.uuid4())
+    # the first still runs when the last comes
+    answers = await _creates_at_once(sdk, thread_id, "reject", LONG, slow())
     created = [a for a in answers if isinstance(a, dict)]
     refused = [a for a in answers if isinstance(a, ConflictError)]
     assert len(created) == 1, answers
@@ -90,19 +104,8 @@ async def test_creates_of_one_new_thread_at_once_with_enqueue_all_run_in_turn(
     sdk: LangGraphClient,
 ) -> None:
     thread_id = str(uuid.uuid4())
-    runs = await asyncio.gather(
-        *(
-            sdk.runs.create(
-                thread_id,
-                "chat",
-                input=human(f"turn {i}"),
-                config=slow(5),
-                if_not_exists="create",
-                multitask_strategy="enqueue",
-            )
-            for i in range(CREATES)
-        )
-    )
+    runs = await _creates_at_once(sdk, thread_id, "enqueue", "turn", slow(5))
+    assert all(isinstance(run, dict) for run in runs), runs
     for run in runs:
         await sdk.runs.join(thread_id, run["run_id"])
     listed = await sdk.runs.list(thread_id, limit=CREATES + 1)

@@ -3,7 +3,7 @@ fenced checkpoint write's transaction, its BEGIN sent with its first statement. 
 its block did, and whatever ends the block with an error rolls all of it back and leaves the
 connection idle for its next borrower: an exception of the caller, a statement's error read in
 the block, and a statement's error nobody read (raised at the pipeline's end, after the server
-skipped the COMMIT).
+skipped the COMMIT). `pipelined` inside it adds to its pipeline instead of nesting one.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from stream_store.connections import PgPool, open_pg_pool
-from stream_store.pg import pipelined_transaction
+from stream_store.pg import pipelined, pipelined_transaction
 from stream_store.settings import Settings
 
 
@@ -80,3 +80,26 @@ async def test_an_error_nobody_read_fails_the_transaction_at_its_end(pool: PgPoo
                 await conn.execute("INSERT INTO tx_probe VALUES (2)")
         assert conn.info.transaction_status is TransactionStatus.IDLE
     assert await _ids(pool) == []
+
+
+async def test_a_pipelined_block_inside_joins_the_transaction_and_its_pipeline(
+    pool: PgPool,
+) -> None:
+    """`pipelined` (an owner's lock and count, `count_locked`) adds its statements to the
+    transaction's pipeline rather than nesting one: they are read there, and rolled back with
+    it."""
+    async with pool.connection() as conn:
+        with pytest.raises(Abandoned):
+            async with pipelined_transaction(conn):
+                async with pipelined(conn):
+                    assert conn.pgconn.pipeline_status == PipelineStatus.ON
+                    await conn.execute("INSERT INTO tx_probe VALUES (1)")
+                    cur = await conn.execute("SELECT count(*) AS n FROM tx_probe")
+                assert (await cur.fetchone()) == {"n": 1}
+                raise Abandoned
+        assert conn.info.transaction_status is TransactionStatus.IDLE
+        async with pipelined(conn):  # alone: a pipeline of its own
+            assert conn.pgconn.pipeline_status == PipelineStatus.ON
+            cur = await conn.execute("SELECT count(*) AS n FROM tx_probe")
+        assert (await cur.fetchone()) == {"n": 0}
+        assert conn.pgconn.pipeline_status == PipelineStatus.OFF

@@ -11,9 +11,7 @@ attempt's batches (a slow model's batches hold a token each).
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -213,13 +211,10 @@ class GraphSpans(BaseCallbackHandler):
         span.end()
 
 
-_UNTRACED = contextlib.nullcontext()
-
-
 class AppendSpan:
-    """`append events`: one span from an attempt's first batch of events to its end.
+    """`append events`: one span from an attempt's first event to its end.
 
-    It counts the batches and events and the time spent waiting on Redis for them, and records
+    It counts the batches and events and the time they spent in flight to Redis, and records
     a batch's failure; a span per batch would be a span per token with a slow model.
     """
 
@@ -230,29 +225,23 @@ class AppendSpan:
         self._events = 0
         self._waited_s = 0.0
 
-    def batch(self, events: int) -> contextlib.AbstractContextManager[None]:
-        """Around one batch's append (in the attempt's context: the span is its child); with
-        traces off nothing is measured (a batch per token with a slow model)."""
+    def begin(self) -> None:
+        """Start the span, if not started yet: called in the attempt's context, whose span
+        is its parent (the batches are sent from the event log's own task)."""
         if self._span is None:
             self._span = self._tracer.start_span("append events")
-        if not self._span.is_recording():
-            return _UNTRACED
-        return self._measured(self._span, events)
 
-    @contextlib.contextmanager
-    def _measured(self, span: Span, events: int) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        except BaseException as exc:
-            if span.is_recording():  # not a batch cut short by the attempt's end
-                span.record_exception(exc)
-                span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200])
-            raise
-        finally:
-            self._batches += 1
-            self._events += events
-            self._waited_s += time.perf_counter() - started
+    def record(self, events: int, waited_s: float, error: BaseException | None) -> None:
+        """One batch written (or refused with `error`); with traces off nothing is kept."""
+        span = self._span
+        if span is None or not span.is_recording():
+            return  # traces off, or a batch answered after the attempt's end
+        self._batches += 1
+        self._events += events
+        self._waited_s += waited_s
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:200])
 
     def end(self) -> None:
         span, self._span = self._span, None

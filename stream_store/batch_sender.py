@@ -1,9 +1,9 @@
 """Sending the calls of one stream script for many runs together, one pipeline per round trip.
 
-A worker with hundreds of runs would otherwise make one round trip per token per run
-(`append_batch`), and one per run starting in a burst (`claim`); a pipeline costs the client a
-fraction of that per command. Each run has at most one call in flight (its caller waits for
-it), so a run's events stay in order.
+A worker starting a burst of runs would otherwise make one round trip per run (`claim`); a
+pipeline costs the client a fraction of that per command. Each run has at most one call in
+flight (its caller waits for it). Event appends have a sender of their own, which takes no
+task or future per call (`append_sender.py`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """The per-run event log on Redis streams, and the live run record beside it (`LiveRecord`).
 
 Costs, in Redis commands: `append` is one EVALSHA (XADD + HSET, plus two EXPIREs on the
-terminal event), `append_batch` one EVALSHA for any number of events (pipelined with other runs'
-batches), `claim` one EVALSHA for an attempt's lease, cancel check and `running` (pipelined
-with other runs' claims), `reserve` one EVALSHA for an append's checks, writing nothing (before
-a server transition's commit); `read_range` is one XRANGE, as is each page of `read_from_start`
-(the server's live reads are its own XREAD, `server/streaming/fanout.py`). Appends are fenced: the
-script refuses a write whose attempt is not the record's. `append_batch` is also bounded: a run's
-stream holds at most `max_run_events` events and `max_run_stream_bytes` bytes of names and data
-(`StreamTooLarge` past either). It is the one class that calls the stream scripts and reads a
-run's stream and record, so that the key layout, the fence and the bounds are known in one place.
+terminal event), an attempt's `appends` one EVALSHA per batch of any number of events
+(pipelined with other runs' batches), `claim` one EVALSHA for an attempt's lease, cancel check
+and `running` (pipelined with other runs' claims), `reserve` one EVALSHA for an append's checks,
+writing nothing (before a server transition's commit); `read_range` is one XRANGE, as is each
+page of `read_from_start` (the server's live reads are its own XREAD,
+`server/streaming/fanout.py`). Appends are fenced: the script refuses a write whose attempt is
+not the record's. `appends` are also bounded: a run's stream holds at most `max_run_events`
+events and `max_run_stream_bytes` bytes of names and data (`StreamTooLarge` past either). It is
+the one class that calls the stream scripts and reads a run's stream and record, so that the
+key layout, the fence and the bounds are known in one place.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from redis.asyncio import RedisCluster
 
 from wire.events import LAST_POSITION, TERMINAL_EVENTS, RunStatus, parse_event_id
 
+from .append_sender import AppendSender, AttemptAppends, Written
 from .batch_sender import BatchSender
 from .connections import StoreRedis, register_script
 from .errors import redis_errors
@@ -105,8 +107,8 @@ class EventLog:
         self.max_run_events = max_run_events
         self.max_run_stream_bytes = max_run_stream_bytes
         self._append = register_script(redis, _APPEND)
-        # Every run's batches go out together (`append_batch`).
-        self._batches = BatchSender(redis, register_script(redis, _APPEND_BATCH))
+        # Every attempt's plain events go out together, from one task (`appends`).
+        self._appends = AppendSender(redis, register_script(redis, _APPEND_BATCH))
         self._open = register_script(redis, _OPEN)
         # Every run's start goes out with the others starting at that moment (a burst).
         self._claims = BatchSender(redis, register_script(redis, _CLAIM))
@@ -122,7 +124,7 @@ class EventLog:
 
     async def aclose(self) -> None:
         """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
-        await self._batches.aclose()
+        await self._appends.aclose()
         await self._claims.aclose()
 
     async def open(
@@ -205,12 +207,23 @@ class EventLog:
         keys = [self.keys.run_record(run_id)]
         await self._call(self._reserve, run_id, keys, [attempt])
 
+    def appends(
+        self, run_id: str, attempt: int, *, on_written: Written | None = None
+    ) -> AttemptAppends:
+        """The queue of `attempt`'s plain events (tokens, messages: non-terminal, no status
+        change), appended in order in batches, each in one pipeline with the other runs' due
+        at the same time (`stream_store/append_sender.py`). Fenced like `append` (never
+        `settled`) and bounded: a batch past the stream's bound is refused (`StreamTooLarge`),
+        the events of it that fitted appended, none after it. `on_written` is told of each
+        batch written or refused."""
+        keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
+        args: list[Any] = [attempt, self.max_run_events, self.max_run_stream_bytes]
+        return AttemptAppends(self._appends, run_id, attempt, keys, args, on_written=on_written)
+
     async def append_batch(
         self, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
     ) -> str:
-        """Append several non-terminal events that change no status, in order; returns the
-        last id. Fenced like `append` (never `settled`). Sent in one pipeline with the batches
-        of other runs waiting at the same time (`BatchSender`).
+        """Append several plain events in order (through `appends`); returns the last id.
 
         Raises:
             StreamTooLarge: the run's stream is at one of its bounds; the events of the batch
@@ -218,11 +231,12 @@ class EventLog:
         """
         if not events or any(event in TERMINAL_EVENTS or event == "retry" for event, _ in events):
             raise ValueError("append_batch takes a non-empty batch of plain events")
-        keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
-        args: list[Any] = [attempt, self.max_run_events, self.max_run_stream_bytes]
+        queue = self.appends(run_id, attempt)
         for event, data in events:
-            args += [event, data]
-        return await self._batches.send(run_id, keys, args)
+            queue.put(event, data)
+        await queue.drain()
+        assert queue.last_id is not None
+        return queue.last_id
 
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same

@@ -10,14 +10,13 @@ attempt finds a finished checkpoint and must still stream the graph's output.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from stream_store.log import EventLog
+from stream_store.append_sender import AttemptAppends
 from stream_store.run_records import RunRecords
 from tests.conftest import StartServer, StartWorker
 from tests.sse import read_events, reassemble
@@ -29,16 +28,14 @@ TEXT = "the answer every attempt must stream in full"
 async def test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks(
     start_server: StartServer, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    append_batch, finish_run = EventLog.append_batch, RunRecords.finish_run
+    put, finish_run = AttemptAppends.put, RunRecords.finish_run
     dropped: list[str] = []
 
-    async def first_attempt_loses_its_batches(
-        self: EventLog, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
-    ) -> str:
-        if attempt == 1:
-            dropped.extend(event for event, _ in events)
-            return "0-1"
-        return await append_batch(self, run_id, attempt, events)
+    def first_attempt_loses_its_events(self: AttemptAppends, event: str, data: bytes) -> None:
+        if self.attempt == 1:
+            dropped.append(event)
+        else:
+            put(self, event, data)
 
     async def first_attempt_cannot_finish(
         self: RunRecords, run_id: str, attempt: int, *args: Any, **kwargs: Any
@@ -47,7 +44,7 @@ async def test_retry_sends_messages_the_checkpoint_has_and_the_stream_lacks(
             raise psycopg.OperationalError("injected: postgres went away")
         return await finish_run(self, run_id, attempt, *args, **kwargs)
 
-    monkeypatch.setattr(EventLog, "append_batch", first_attempt_loses_its_batches)
+    monkeypatch.setattr(AttemptAppends, "put", first_attempt_loses_its_events)
     monkeypatch.setattr(RunRecords, "finish_run", first_attempt_cannot_finish)
     server = await start_server()
     await start_worker(lease_s=0.5, reaper_interval_s=0.1)

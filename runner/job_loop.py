@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
@@ -61,6 +61,7 @@ STOP_STEP_S = 5.0  # the reader's end, the health key's deletion, the pool's clo
 
 
 # Per job, the keys `start_jobs.lua` claims and reads: arq's in-progress key, job, try counter
+# (their prefixes; the script builds them from the job ids it reads from the queue itself)
 _JOB_KEY_PREFIXES = (in_progress_key_prefix, job_key_prefix, retry_key_prefix)
 
 
@@ -179,8 +180,9 @@ class JobLoop:
         self._fair_order = FairOrder(clients.store, self.keys)
         await self.on_startup(self.ctx)
         while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.idle_poll_s)
+            if not self.wake.is_set():  # else straight on: a wait costs a turn of a busy loop
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.idle_poll_s)
             self.wake.clear()  # before reading: a wake-up during the read triggers another read
             if self._stopping:
                 break
@@ -257,23 +259,15 @@ class JobLoop:
         free = self.max_jobs - len(self.tasks)
         if free <= 0:
             return
-        assert self.pool is not None and self._claim is not None and self._fair_order is not None
-        queue = self.keys.queue()
-        job_ids: list[bytes] = await self.pool.zrangebyscore(
-            queue, min=float("-inf"), max=timestamp_ms(), start=0, num=self.read_limit
-        )
-        if len(job_ids) > free:  # else every one is tried anyway
-            job_ids = (await self._fair_order.order(job_ids))[:free]
-        if not job_ids:
-            return
+        assert self._fair_order is not None
+        # One round trip: the script reads the queue and starts what is due (a busy worker's
+        # loop takes a turn of every running graph per round trip, tens of ms in a burst).
+        read = await self._start_jobs(free)
+        if len(read) == 1:  # more due than slots free: the fair order chooses, then they start
+            chosen = (await self._fair_order.order(read[0]))[:free]
+            read = await self._start_jobs(free, [job_id.decode() for job_id in chosen])
+        job_ids, claims = read
         taken = [job_id.decode() for job_id in job_ids]
-        keys = [queue]
-        for job_id in taken:
-            keys += [prefix + job_id for prefix in _JOB_KEY_PREFIXES]
-        timeout_ms = int(self.in_progress_timeout_s * 1000)
-        claims = await self._claim(
-            keys=keys, args=[timeout_ms, timestamp_ms(), RETRY_KEY_TTL_S, *taken]
-        )
         for job_id, claim in zip(taken, claims, strict=True):
             if claim is None:  # in progress elsewhere, finished, or deferred
                 continue
@@ -282,6 +276,25 @@ class JobLoop:
             task = asyncio.create_task(self._run(started), name=job_id)
             self.tasks[job_id] = task
             task.add_done_callback(partial(self._ended, job_id))
+
+    async def _start_jobs(self, free: int, job_ids: Sequence[str] = ()) -> list[Any]:
+        """`start_jobs.lua`: start `job_ids`, or, with none, the due jobs if they fit in `free`
+        slots; its reply, {ids, claims} or, when more are due than fit, {ids}."""
+        assert self.pool is not None and self._claim is not None
+        keys = [self.keys.queue()]
+        for job_id in job_ids:
+            keys += [prefix + job_id for prefix in _JOB_KEY_PREFIXES]
+        args: list[str | int] = [
+            int(self.in_progress_timeout_s * 1000),
+            timestamp_ms(),
+            RETRY_KEY_TTL_S,
+            free,
+            self.read_limit,
+            *_JOB_KEY_PREFIXES,
+            *job_ids,
+        ]
+        reply: list[Any] = await self._claim(keys=keys, args=args)
+        return reply
 
     def _ended(self, job_id: str, task: asyncio.Task[None]) -> None:
         """A slot is free: a run waiting in the queue can start now."""

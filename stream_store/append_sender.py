@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,6 +69,8 @@ class AttemptAppends:
         self.pending: list[Event] = []
         self.in_flight = 0  # events in the sender's pipeline now
         self.due = float("-inf")  # the loop time the next batch waits for (pacing)
+        self.opened_at = 0.0  # when the first event waiting now was put (the loop's clock)
+        self.batch_opened_at = 0.0  # the same, of the batch in flight
         self.last_id: str | None = None  # of the last event appended
         self.closed = False
         self.listed = False  # in the sender's waiting list
@@ -86,9 +90,13 @@ class AttemptAppends:
         self._raise_failure()
         if self.closed or self._failure is not None:
             return
+        if not self.pending:
+            self.opened_at = self._sender.clock()
         self.pending.append((event, data))
         if not self.in_flight and not self.listed:
             self._sender.enlist(self)
+        elif self.listed and len(self.pending) == self._sender.batch_events:
+            self._sender.enlist(self)  # a full batch waits for no pacing
 
     async def drain(self) -> None:
         """Wait until every event put so far is written, or raise why it was not.
@@ -114,6 +122,7 @@ class AttemptAppends:
         del self.pending[:limit]
         self.in_flight = len(batch)
         self.listed = False
+        self.batch_opened_at = self.opened_at
         return batch
 
     def written(self, batch: Sequence[Event], sent_at: float, reply: str | BaseException) -> None:
@@ -133,8 +142,9 @@ class AttemptAppends:
                 logger.exception("recording an append failed", run_id=self.run_id)
         if any(event == "token" for event, _ in batch):
             # Only token batches pace the next: the run's opening events (its input message,
-            # a custom event) must not hold back the first token.
-            self.due = sent_at + self._sender.interval_s
+            # a custom event) must not hold back the first token. Counted from the batch's
+            # first event, so that tokens put `interval_s` apart each go at once.
+            self.due = self.batch_opened_at + self._sender.interval_s
         if self.pending and not self.closed:
             self._sender.enlist(self)
         else:
@@ -162,7 +172,11 @@ class AttemptAppends:
 
 
 class AppendSender:
-    """The one task that sends every attempt's due events, one pipeline at a time."""
+    """The one task that sends every attempt's due events, one pipeline at a time.
+
+    An attempt with events is either ready (due now, or a full batch) or paced (on a heap by
+    the time it is due); each turn sends every ready attempt's batch.
+    """
 
     def __init__(
         self,
@@ -176,22 +190,35 @@ class AppendSender:
         self.script = script
         self.batch_events = batch_events
         self.interval_s = interval_s
-        self._waiting: list[AttemptAppends] = []
+        self._ready: list[AttemptAppends] = []
+        self._paced: list[tuple[float, int, AttemptAppends]] = []  # a heap by due time
+        self._order = itertools.count()  # ties on the heap: first paced, first sent
         self._in_flight: list[AttemptAppends] = []
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    def clock(self) -> float:
+        """The event loop's clock, which pacing is measured on."""
+        loop = self._loop
+        return loop.time() if loop is not None else asyncio.get_running_loop().time()
 
     def enlist(self, appends: AttemptAppends) -> None:
         """`appends` has events to send: in the next pipeline it is due for."""
         if self._closed:
             appends.fail(StoreUnavailable("the event log is closed: nothing is sent after aclose"))
             return
+        loop = asyncio.get_running_loop()
+        if appends.due <= loop.time() or len(appends.pending) >= self.batch_events:
+            self._ready.append(appends)
+        else:
+            heapq.heappush(self._paced, (appends.due, next(self._order), appends))
         appends.listed = True
-        self._waiting.append(appends)
-        task, loop = self._task, asyncio.get_running_loop()
+        task = self._task
         if task is None or task.done() or task.get_loop() is not loop:
             # A context of its own: the sender is no one attempt's.
+            self._loop = loop
             self._task = loop.create_task(self._run(), context=contextvars.Context())
         elif self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
@@ -203,43 +230,35 @@ class AppendSender:
         if task is not None:
             task.cancel()
             await asyncio.wait([task])
-        error = StoreUnavailable("the event log is closed")
-        for appends in [*self._in_flight, *self._waiting]:
+        self._fail_all(StoreUnavailable("the event log is closed"))
+
+    def _fail_all(self, error: BaseException) -> None:
+        waiting = [*self._in_flight, *self._ready, *(a for _, _, a in self._paced)]
+        self._in_flight, self._ready, self._paced = [], [], []
+        for appends in waiting:
             appends.fail(error)
-        self._waiting, self._in_flight = [], []
 
     async def _run(self) -> None:
         try:
             await self._send_due()
         except Exception as exc:  # a defect: fail what waits rather than leave it waiting
             logger.exception("the event sender failed")
-            error = StoreUnavailable(f"the event sender failed: {exc!r}")
-            waiting, self._waiting, self._in_flight = [*self._in_flight, *self._waiting], [], []
-            for appends in waiting:
-                appends.fail(error)
+            self._fail_all(StoreUnavailable(f"the event sender failed: {exc!r}"))
 
     async def _send_due(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._waiting:
-                await self._sleep(None)
-                continue
             now = loop.time()
-            due = [
-                a
-                for a in self._waiting
-                if a.due <= now or len(a.pending) >= self.batch_events or a.closed
-            ]
-            if not due:
-                await self._sleep(min(a.due for a in self._waiting) - now)
+            paced = self._paced
+            while paced and paced[0][0] <= now:
+                self._ready.append(heapq.heappop(paced)[2])
+            if not self._ready:
+                await self._sleep(paced[0][0] - now if paced else None)
                 continue
-            if len(due) == len(self._waiting):
-                self._waiting = []
-            else:
-                chosen = set(map(id, due))
-                self._waiting = [a for a in self._waiting if id(a) not in chosen]
-            sending = [a for a in due if not a.closed and a.pending]
-            for appends in due:
+            sending, self._ready = self._ready, []
+            # Listed twice (paced, then full) or closed meanwhile: once, or not at all.
+            sending = [a for a in dict.fromkeys(sending) if a.listed and not a.closed]
+            for appends in sending:
                 appends.listed = False
             if not sending:
                 continue

@@ -600,7 +600,10 @@ class TestChaos:
             RUNSTREAM_MAX_SUBMITS_PER_MINUTE="0", RUNSTREAM_MAX_ACTIVE_RUNS="0", **env
         )
         workers = [await cluster.ready_worker(**env) for _ in range(3)]
-        texts = [words(30, f"c{i}-") for i in range(200)]
+        # 100 tokens 10 ms apart: every run is still streaming when the first kill lands
+        # (0.3-0.8 s in). With 30, a worker that starts its runs quickly had them all finished
+        # by then, and no kill hit a run.
+        texts = [words(100, f"c{i}-") for i in range(200)]
         rng = random.Random(7)
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             responses = await asyncio.gather(*(http.post("/v1/runs", json=body(t)) for t in texts))

@@ -38,7 +38,9 @@ from server.header_limit import bounded_httptools
 from server.processes.commands import KEEP_ALIVE_S
 from server.processes.embedded import EmbeddedServices
 from server.processes.logs import configure_logging
+from stream_store.keys import KeySpace
 from stream_store.limits import DEFAULT_MAX_HEADER_BYTES
+from stream_store.log import EventLog
 from stream_store.settings import Settings
 from tests.openai_compat import RunningServer, running_in_thread
 from tests.pgbouncer import PgBouncer
@@ -175,6 +177,22 @@ async def settings(
         test_id, service_urls, (schema_pool, database_pool), fresh=fresh
     ) as private:
         yield private
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Redis]:
+    """A client of the test's Redis (its keys under `settings.redis_prefix`)."""
+    client = Redis.from_url(settings.redis_url or "")
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
+    """The event log on the test's own key prefix."""
+    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
+    yield event_log
+    await event_log.aclose()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

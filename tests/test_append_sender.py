@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -18,20 +18,6 @@ from stream_store.log import EventLog
 from stream_store.settings import Settings
 
 RUNNING = b'{"status":"running","attempt":1}'
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(settings.redis_url or "")
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
-    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
-    yield event_log
-    await event_log.aclose()
 
 
 async def _running(events: EventLog) -> str:

@@ -32,20 +32,6 @@ from wire.events import RunStatus
 RUNNING = b'{"status":"running","attempt":1}'
 
 
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(settings.redis_url or "")
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
-    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
-    yield event_log
-    await event_log.aclose()
-
-
 async def _queued(events: EventLog, attempt: int = 1) -> str:
     run_id = str(uuid.uuid4())
     data = b'{"status":"queued","attempt":%d}' % attempt

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -25,20 +24,6 @@ from tests.conftest import StartServer, StartWorker, schema_connection
 from tests.sse import read_events
 from tests.test_redis_bounds import stored, until_interrupted
 from tests.test_runs import run_body
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(str(settings.redis_url))
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def events(redis: Redis, settings: Settings) -> AsyncIterator[EventLog]:
-    event_log = EventLog(redis, KeySpace(settings.redis_prefix), stream_ttl_s=600)
-    yield event_log
-    await event_log.aclose()
 
 
 async def fail_commits(settings: Settings, on: str) -> None:

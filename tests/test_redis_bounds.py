@@ -25,13 +25,6 @@ WORDS = " ".join(f"w{i}" for i in range(400))
 
 
 @pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(str(settings.redis_url))
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
 async def private_redis() -> AsyncIterator[PrivateRedis]:
     server = PrivateRedis()
     server.start()

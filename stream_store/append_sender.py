@@ -25,10 +25,10 @@ from typing import Any
 
 import structlog
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
-from .connections import StoreRedis, pipelined_script
-from .errors import StoreUnavailable, from_redis
+from .batch_sender import send_calls
+from .connections import StoreRedis
+from .errors import StoreUnavailable
 
 __all__ = ["AppendSender", "AttemptAppends", "Written"]
 
@@ -291,24 +291,12 @@ class AppendSender:
             args = list(appends.args)
             for event, data in batch:
                 args += [event, data]
-            calls.append((appends.keys, args))
+            calls.append((appends.run_id, appends.keys, args))
         try:
-            replies = await pipelined_script(self.redis, self.script, calls)
-        except RedisError as exc:
-            replies = [exc] * len(calls)
+            return await send_calls(self.redis, self.script, calls)
         except Exception as exc:  # not Redis's: every attempt of the pipeline gets it
             logger.exception("sending events failed")
-            replies = [exc] * len(calls)
-        return [
-            from_redis(reply, appends.run_id)
-            if isinstance(reply, RedisError)
-            else reply
-            if isinstance(reply, BaseException)
-            else reply.decode()
-            if isinstance(reply, bytes)
-            else str(reply)
-            for appends, reply in zip(sending, replies, strict=True)
-        ]
+            return [exc] * len(calls)
 
 
 def _set(future: asyncio.Future[None]) -> None:

@@ -8,6 +8,7 @@ task or future per call (`append_sender.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis.commands.core import AsyncScript
@@ -17,7 +18,7 @@ from .coalesce import Coalescer
 from .connections import StoreRedis, pipelined_script
 from .errors import from_redis
 
-__all__ = ["BatchSender"]
+__all__ = ["BatchSender", "send_calls"]
 
 # One script call: the run it is for, its keys, its args.
 _Call = tuple[str, list[str], list[Any]]
@@ -45,19 +46,23 @@ class BatchSender:
         await self._calls.aclose()
 
     async def _send(self, calls: list[_Call]) -> list[str | BaseException]:
-        """Each call's reply, or its error as `from_redis` reads it (on a cluster, the
-        pipeline takes one round trip per node: `pipelined_script`)."""
-        try:
-            replies = await pipelined_script(
-                self.redis, self.script, [(keys, args) for _, keys, args in calls]
-            )
-        except RedisError as exc:
-            replies = [exc] * len(calls)
-        return [
-            from_redis(reply, run_id)
-            if isinstance(reply, RedisError)
-            else reply.decode()
-            if isinstance(reply, bytes)
-            else str(reply)
-            for (run_id, _, _), reply in zip(calls, replies, strict=True)
-        ]
+        return await send_calls(self.redis, self.script, calls)
+
+
+async def send_calls(
+    redis: StoreRedis, script: AsyncScript, calls: Sequence[_Call]
+) -> list[str | BaseException]:
+    """Each call's reply (as text), or its error as `from_redis` reads it, the calls in one
+    pipeline (on a cluster, one round trip per node: `pipelined_script`)."""
+    try:
+        replies = await pipelined_script(redis, script, [(keys, args) for _, keys, args in calls])
+    except RedisError as exc:
+        replies = [exc] * len(calls)
+    return [
+        from_redis(reply, run_id)
+        if isinstance(reply, RedisError)
+        else reply.decode()
+        if isinstance(reply, bytes)
+        else str(reply)
+        for (run_id, _, _), reply in zip(calls, replies, strict=True)
+    ]

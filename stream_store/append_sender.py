@@ -91,7 +91,7 @@ class AttemptAppends:
         if self.closed or self._failure is not None:
             return
         if not self.pending:
-            self.opened_at = self._sender.clock()
+            self.opened_at = asyncio.get_running_loop().time()
         self.pending.append((event, data))
         if not self.in_flight and not self.listed:
             self._sender.enlist(self)
@@ -196,13 +196,7 @@ class AppendSender:
         self._in_flight: list[AttemptAppends] = []
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-
-    def clock(self) -> float:
-        """The event loop's clock, which pacing is measured on."""
-        loop = self._loop
-        return loop.time() if loop is not None else asyncio.get_running_loop().time()
 
     def enlist(self, appends: AttemptAppends) -> None:
         """`appends` has events to send: in the next pipeline it is due for."""
@@ -218,7 +212,6 @@ class AppendSender:
         task = self._task
         if task is None or task.done() or task.get_loop() is not loop:
             # A context of its own: the sender is no one attempt's.
-            self._loop = loop
             self._task = loop.create_task(self._run(), context=contextvars.Context())
         elif self._wake is not None and not self._wake.done():
             self._wake.set_result(None)

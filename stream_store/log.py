@@ -220,24 +220,6 @@ class EventLog:
         args: list[Any] = [attempt, self.max_run_events, self.max_run_stream_bytes]
         return AttemptAppends(self._appends, run_id, attempt, keys, args, on_written=on_written)
 
-    async def append_batch(
-        self, run_id: str, attempt: int, events: Sequence[tuple[str, bytes]]
-    ) -> str:
-        """Append several plain events in order (through `appends`); returns the last id.
-
-        Raises:
-            StreamTooLarge: the run's stream is at one of its bounds; the events of the batch
-                that fitted were appended, the rest were not.
-        """
-        if not events or any(event in TERMINAL_EVENTS or event == "retry" for event, _ in events):
-            raise ValueError("append_batch takes a non-empty batch of plain events")
-        queue = self.appends(run_id, attempt)
-        for event, data in events:
-            queue.put(event, data)
-        await queue.drain()
-        assert queue.last_id is not None
-        return queue.last_id
-
     async def lock_repair(self, run_id: str, ttl_s: float) -> bool:
         """Take the run's short repair lock: the reapers of several workers may find the same
         unsettled run at once, and only one of them should write its outcome."""

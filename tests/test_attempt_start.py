@@ -84,10 +84,13 @@ async def test_batches_load_the_script_redis_lacks_and_append_once(
         run_id = await _queued(events)
         await events.claim(run_id, 1, 5.0, RUNNING)
         batch = [("token", b'{"i":%d}' % i) for i in range(3)]
-        last = await events.append_batch(run_id, 1, batch)
+        queue = events.appends(run_id, 1)
+        for event, data in batch:
+            queue.put(event, data)
+        await queue.drain()
         stored = await events.read_range(run_id, "0-0")
         assert [(e.event, e.data) for e in stored[2:]] == batch
-        assert stored[-1].id == last
+        assert stored[-1].id == queue.last_id
     finally:
         await events.aclose()
 

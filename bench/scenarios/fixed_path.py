@@ -15,17 +15,25 @@ run, first token at the client (an SSE client attached right after the 202). The
 - deliver: first token appended → first token at the client (the server's wake and write).
 
 One run: sequential runs of the `chat` graph with the fake model (delay 0), each on a new
-thread, after a warm-up. Burst: N runs submitted together (`burst`'s clients and moments),
-N = 50 and 200 (`--quick`: 50). Redis ids have millisecond resolution, the others
-microseconds: a step under 1 ms reads as 0 or 1.
+thread, after a warm-up. With `--against REV`, REV's server and worker run beside this tree's
+(bench/revision.py) and the one-run steps are taken on both, run by run in turns: each step's
+median against REV's. Sequential blocks of runs per tree moved by a millisecond between
+invocations of one tree (2026-12-07); in turns both trees share the machine's moments, and an
+A/A run (REV = this tree) put the total within 4% (a step of a millisecond or less, which the
+Redis id's resolution rounds, within 20%). Burst: N runs submitted together (`burst`'s clients
+and moments), N = 50 and 200 (`--quick`: 50), this tree only. Redis ids have millisecond
+resolution, the others microseconds: a step under 1 ms reads as 0 or 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 import psycopg
 
+from bench import revision
 from bench.api import TERMINAL_STATUSES, Api
 from bench.context import BenchContext
 from bench.lean_client import LeanClient
@@ -38,7 +46,7 @@ from .sizes import TTFT_TEXT
 
 NAME = "fixed_path"
 NEEDS: tuple[str, ...] = ()
-WARMUP = 3
+WARMUP = 10  # runs per side before the measured ones: a new worker's first claims are slower
 
 
 async def _recorded_and_claimed(
@@ -56,31 +64,34 @@ async def _recorded_and_claimed(
         return {run_id: (float(c), float(s)) for run_id, c, s in await cur.fetchall()}
 
 
-async def one_run_steps(namespace: Namespace, server_url: str, n: int) -> dict[str, list[float]]:
-    """Each step's milliseconds over `n` sequential runs (after `WARMUP` more)."""
-    seen: list[tuple[str, float, float, float]] = []  # run, submit, 202, first token at client
-    async with Api(server_url) as api:
-        for i in range(WARMUP + n):
-            submitted = time.time()
-            run = await api.submit(TTFT_TEXT, delay_ms=0)
-            accepted = time.time()
-            first = 0.0
-            async with await SseStream.open(server_url, run["stream_url"]) as sse:
-                async for batch in sse.batches():
-                    now = time.time()
-                    for event in batch:
-                        if event.event == b"token" and not first:
-                            first = now
-                    if any(event.event in TERMINAL for event in batch):
-                        break
-            if i >= WARMUP:
-                seen.append((run["run_id"], submitted, accepted, first))
+STEPS = ("record", "answer", "claim", "start", "deliver", "total")
+# One run's moments: (run id, submit, 202 at the client, first token at the client), Unix s.
+Seen = tuple[str, float, float, float]
+
+
+async def one_run(api: Api, server_url: str) -> Seen:
+    """Submit a one-word run and read its stream to the end."""
+    submitted = time.time()
+    run = await api.submit(TTFT_TEXT, delay_ms=0)
+    accepted = time.time()
+    first = 0.0
+    async with await SseStream.open(server_url, run["stream_url"]) as sse:
+        async for batch in sse.batches():
+            now = time.time()
+            for event in batch:
+                if event.event == b"token" and not first:
+                    first = now
+            if any(event.event in TERMINAL for event in batch):
+                break
+    return run["run_id"], submitted, accepted, first
+
+
+async def steps_of(namespace: Namespace, seen: list[Seen]) -> dict[str, list[float]]:
+    """Each step's milliseconds over the runs `seen` (the moments the product recorded)."""
     run_ids = [run_id for run_id, *_ in seen]
     rows = await _recorded_and_claimed(namespace, run_ids)
     appended = await first_token_ms(namespace, run_ids)
-    steps: dict[str, list[float]] = {
-        name: [] for name in ("record", "answer", "claim", "start", "deliver", "total")
-    }
+    steps: dict[str, list[float]] = {name: [] for name in STEPS}
     for run_id, submitted, accepted, first in seen:
         created, claimed = rows[run_id]
         token = appended[run_id] / 1000
@@ -96,6 +107,22 @@ async def one_run_steps(namespace: Namespace, server_url: str, n: int) -> dict[s
     return steps
 
 
+async def one_run_steps(sides: list[tuple[Namespace, str]], n: int) -> list[dict[str, list[float]]]:
+    """Each side's (namespace, server URL) steps over `n` runs (after `WARMUP` more), the
+    sides run by run in turns, the first of a turn alternating."""
+    seen: list[list[Seen]] = [[] for _ in sides]
+    async with contextlib.AsyncExitStack() as stack:
+        apis = [await stack.enter_async_context(Api(url)) for _, url in sides]
+        for i in range(WARMUP + n):
+            order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
+            for k in order:
+                moments = await one_run(apis[k], sides[k][1])
+                if i >= WARMUP:
+                    seen[k].append(moments)
+    pairs = zip(sides, seen, strict=True)
+    return [await steps_of(namespace, runs) for (namespace, _), runs in pairs]
+
+
 def burst_steps(moments: list[Moments]) -> dict[str, list[float]]:
     return {
         "record": [(m.created - m.submit) * 1000 for m in moments],
@@ -105,29 +132,55 @@ def burst_steps(moments: list[Moments]) -> dict[str, list[float]]:
     }
 
 
-def report(ctx: BenchContext, label: str, steps: dict[str, list[float]]) -> None:
+def report(
+    ctx: BenchContext,
+    label: str,
+    steps: dict[str, list[float]],
+    against: dict[str, list[float]] | None = None,
+) -> None:
     for name, values in steps.items():
         stats = summary(values)
+        baseline = summary(against[name])["median"] if against else None
         ctx.figure(
             NAME,
             f"{label}: {name}, median (p99 {stats['p99']:.1f})",
             stats["median"],
             "ms",
+            baseline=baseline,
+            baseline_label=ctx.against or "" if against else "",
             stats=stats,
         )
-    ctx.note(NAME, **{label: {name: summary(values) for name, values in steps.items()}})
+    details: dict[str, Any] = {name: summary(values) for name, values in steps.items()}
+    if against:
+        details[f"against {ctx.against}"] = {n: summary(v) for n, v in against.items()}
+    ctx.note(NAME, **{label: details})
 
 
 async def run(ctx: BenchContext) -> None:
     sizes = [50] if ctx.quick else [50, 200]
+    n = ctx.size(40, 15)
     async with ctx.cluster(NAME) as (namespace, cluster):
         server = await cluster.server()
         worker = await cluster.ready_worker(concurrency=max(sizes))
-        report(ctx, "one run", await one_run_steps(namespace, server.url, ctx.size(40, 15)))
+        if ctx.against:
+            async with contextlib.AsyncExitStack() as stack:
+                root = stack.enter_context(revision.checkout(ctx.against))
+                rev_namespace, rev = await stack.enter_async_context(
+                    ctx.cluster(f"{NAME}_rev", root=root)
+                )
+                rev_server = await rev.server()
+                await rev.ready_worker(concurrency=max(sizes))
+                ours, theirs = await one_run_steps(
+                    [(namespace, server.url), (rev_namespace, rev_server.url)], n
+                )
+            report(ctx, "one run", ours, theirs)
+        else:
+            [ours] = await one_run_steps([(namespace, server.url)], n)
+            report(ctx, "one run", ours)
         async with Api(server.url) as api:
             warm = await api.submit("warm up", delay_ms=0)
             await api.wait_status(warm["run_id"], TERMINAL_STATUSES)
-        for n in sizes:
-            async with LeanClient(server.url, connections=n) as client:
-                moments, _, _ = await burst(client, namespace, worker, n, "v1")
-            report(ctx, f"burst of {n}", burst_steps(moments))
+        for size in sizes:
+            async with LeanClient(server.url, connections=size) as client:
+                moments, _, _ = await burst(client, namespace, worker, size, "v1")
+            report(ctx, f"burst of {size}", burst_steps(moments))

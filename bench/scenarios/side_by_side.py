@@ -16,7 +16,8 @@ built-in graphs. The workloads, floor and runstream in turns:
 - 50 concurrent runs x 199 token events 10 ms apart, each with a viewer: the wall from the
   first submit to the last viewer's `done`, against the ideal 2.0 s and the floor's wall;
 - bursts of 50 and 200 runs (`--quick`: 50) submitted together (`burst`'s clients and
-  moments): p99 submit → first token appended, against the floor's p99 of N runs started
+  moments), four of each size per side in turns (`--quick`: one): the median of the bursts'
+  p99 submit → first token appended, against the median of the floor's p99s of N runs started
   together;
 - one run's token rate (20,000 words, `--quick` 5,000; no delay; tokens over submit → `done`).
 
@@ -65,6 +66,7 @@ CONCURRENT_EVENTS = 199
 DELAY_MS = 10
 IDEAL_S = 2.0  # issue 36: the ideal wall of 50 runs x 199 events at 10 ms
 BURST_RATIOS = {50: 1.5, 200: 1.2}  # p99 submit → first token / LangGraph alone's
+BURST_ROUNDS = 4  # bursts of each size per side, in turns (`--quick`: 1)
 WARMUP = 3
 QUICK_WORDS = 5_000  # one run's message with --quick (THROUGHPUT_WORDS otherwise)
 FLOOR_POOL = 10  # connections, as the worker's Postgres pool
@@ -374,6 +376,9 @@ async def concurrent(ctx: BenchContext, floor: Floor, this: Tree) -> None:
 
 
 async def bursts(ctx: BenchContext, floor: Floor, this: Tree) -> None:
+    """Bursts of each size, LangGraph alone's and this tree's in turns. The p99 is the median
+    of the bursts' own p99s, each side's: one burst's p99 of LangGraph alone moved from 58 to
+    127 ms (50 runs) and from 357 to 996 ms (200) between invocations of one tree."""
     sizes = [50] if ctx.quick else list(BURST_RATIOS)
     for n in sizes:
         ratio = BURST_RATIOS[n]
@@ -382,7 +387,7 @@ async def bursts(ctx: BenchContext, floor: Floor, this: Tree) -> None:
         async def alone(n: int = n, firsts: dict[str, list[float]] = firsts) -> float:
             times = [first * 1000 for first, _ in await floor.together(n, burst_scenario.TEXT)]
             firsts["floor"] += times
-            return max(times)
+            return summary(times)["p99"]
 
         async def ours(n: int = n, firsts: dict[str, list[float]] = firsts) -> float:
             async with LeanClient(this.server.url, connections=n) as client:
@@ -392,22 +397,37 @@ async def bursts(ctx: BenchContext, floor: Floor, this: Tree) -> None:
             times = [(m.first_token - m.submit) * 1000 for m in moments]
             firsts["this"] += times
             await asyncio.sleep(1.0)  # the round's viewers and writes settle
-            return max(times)
+            return summary(times)["p99"]
 
-        await in_turns(ctx.size(2, 1), {"floor": alone, "this": ours})
+        p99s = await in_turns(ctx.size(BURST_ROUNDS, 1), {"floor": alone, "this": ours})
         stats, floor_stats = summary(firsts["this"]), summary(firsts["floor"])
-        for stat, targets in (("median", None), ("p99", [Target("<=", ratio, on="ratio")])):
-            ctx.figure(
-                NAME,
-                f"burst of {n}: submit → first token, {stat}",
-                stats[stat],
-                "ms",
-                baseline=floor_stats[stat],
-                baseline_label="LangGraph alone",
-                targets=targets,
-                stats=stats,
-            )
-        ctx.note(NAME, **{f"burst_{n}_first_token_ms": {"runstream": stats, "alone": floor_stats}})
+        ctx.figure(
+            NAME,
+            f"burst of {n}: submit → first token, median",
+            stats["median"],
+            "ms",
+            baseline=floor_stats["median"],
+            baseline_label="LangGraph alone",
+            stats=stats,
+        )
+        rounds = len(p99s["this"])
+        ctx.figure(
+            NAME,
+            f"burst of {n}: submit → first token, p99 (median of {rounds} bursts)",
+            summary(p99s["this"])["median"],
+            "ms",
+            baseline=summary(p99s["floor"])["median"],
+            baseline_label="LangGraph alone",
+            targets=[Target("<=", ratio, on="ratio")],
+            stats=stats,
+        )
+        ctx.note(
+            NAME,
+            **{
+                f"burst_{n}_first_token_ms": {"runstream": stats, "alone": floor_stats},
+                f"burst_{n}_p99_per_burst_ms": p99s,
+            },
+        )
 
 
 async def user_graph_added(ctx: BenchContext, this: Tree, model_url: str, tokens: int) -> None:

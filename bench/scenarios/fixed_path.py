@@ -15,27 +15,30 @@ run, first token at the client (an SSE client attached right after the 202). The
 - deliver: first token appended → first token at the client (the server's wake and write).
 
 One run: sequential runs of the `chat` graph with the fake model (delay 0), each on a new
-thread, after a warm-up. With `--against REV`, REV's server and worker run beside this tree's
-(bench/revision.py) and the one-run steps are taken on both, run by run in turns: each step's
-median against REV's. Sequential blocks of runs per tree moved by a millisecond between
-invocations of one tree (2026-12-07); in turns both trees share the machine's moments, and an
-A/A run (REV = this tree) put the total within 4% (a step of a millisecond or less, which the
-Redis id's resolution rounds, within 20%). Burst: N runs submitted together (`burst`'s clients
-and moments), N = 50 and 200 (`--quick`: 50), this tree only. Redis ids have millisecond
+thread, after a warm-up. Burst: N runs submitted together (`burst`'s clients and moments), N =
+50 and 200 (`--quick`: 50). With `--against REV`, REV's server and worker run beside this
+tree's (bench/revision.py) and both are measured run by run, and burst by burst, in turns (four
+bursts of each size per side, `--quick` one): each step's median against REV's, and the median
+of the bursts' p99s against REV's. Sequential blocks of runs per tree moved by a millisecond
+between invocations of one tree (2026-12-07); in turns both trees share the machine's moments,
+and an A/A run (REV = this tree) put the one-run total within 4% (a step of a millisecond or
+less, which the Redis id's resolution rounds, within 20%). Redis ids have millisecond
 resolution, the others microseconds: a step under 1 ms reads as 0 or 1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
 from bench import revision
 from bench.api import TERMINAL_STATUSES, Api
 from bench.context import BenchContext
+from bench.launcher import Cluster, Process
 from bench.lean_client import LeanClient
 from bench.processes import Namespace
 from bench.report import summary
@@ -47,6 +50,7 @@ from .sizes import TTFT_TEXT
 NAME = "fixed_path"
 NEEDS: tuple[str, ...] = ()
 WARMUP = 10  # runs per side before the measured ones: a new worker's first claims are slower
+BURST_ROUNDS = 4  # bursts of each size per side with `--against` (`--quick`: 1)
 
 
 async def _recorded_and_claimed(
@@ -156,31 +160,70 @@ def report(
     ctx.note(NAME, **{label: details})
 
 
+class Side(NamedTuple):
+    """One tree's server and worker, as the steps are taken on them."""
+
+    namespace: Namespace
+    url: str
+    worker: Process
+
+
+async def _side(cluster: Cluster, namespace: Namespace, concurrency: int) -> Side:
+    server = await cluster.server()
+    worker = await cluster.ready_worker(concurrency=concurrency)
+    return Side(namespace, server.url, worker)
+
+
+async def burst_steps_in_turns(
+    sides: list[Side], size: int, rounds: int
+) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
+    """`rounds` bursts of `size` on each side, in turns: each side's steps over all its
+    bursts, and each burst's p99 submit → first token."""
+    steps: list[dict[str, list[float]]] = [{} for _ in sides]
+    p99s: list[list[float]] = [[] for _ in sides]
+    for i in range(rounds):
+        order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
+        for k in order:
+            side = sides[k]
+            async with LeanClient(side.url, connections=size) as client:
+                moments, _, _ = await burst(client, side.namespace, side.worker, size, "v1")
+            taken = burst_steps(moments)
+            for name, values in taken.items():
+                steps[k].setdefault(name, []).extend(values)
+            p99s[k].append(summary(taken["total"])["p99"])
+            await asyncio.sleep(1.0)  # the burst's runs finish before the next one
+    return steps, p99s
+
+
 async def run(ctx: BenchContext) -> None:
     sizes = [50] if ctx.quick else [50, 200]
-    n = ctx.size(40, 15)
-    async with ctx.cluster(NAME) as (namespace, cluster):
-        server = await cluster.server()
-        worker = await cluster.ready_worker(concurrency=max(sizes))
+    async with contextlib.AsyncExitStack() as stack:
+        namespace, cluster = await stack.enter_async_context(ctx.cluster(NAME))
+        sides = [await _side(cluster, namespace, max(sizes))]
         if ctx.against:
-            async with contextlib.AsyncExitStack() as stack:
-                root = stack.enter_context(revision.checkout(ctx.against))
-                rev_namespace, rev = await stack.enter_async_context(
-                    ctx.cluster(f"{NAME}_rev", root=root)
-                )
-                rev_server = await rev.server()
-                await rev.ready_worker(concurrency=max(sizes))
-                ours, theirs = await one_run_steps(
-                    [(namespace, server.url), (rev_namespace, rev_server.url)], n
-                )
-            report(ctx, "one run", ours, theirs)
-        else:
-            [ours] = await one_run_steps([(namespace, server.url)], n)
-            report(ctx, "one run", ours)
-        async with Api(server.url) as api:
-            warm = await api.submit("warm up", delay_ms=0)
-            await api.wait_status(warm["run_id"], TERMINAL_STATUSES)
+            root = stack.enter_context(revision.checkout(ctx.against))
+            rev_namespace, rev = await stack.enter_async_context(
+                ctx.cluster(f"{NAME}_rev", root=root)
+            )
+            sides.append(await _side(rev, rev_namespace, max(sizes)))
+        one_run = await one_run_steps([(s.namespace, s.url) for s in sides], ctx.size(40, 15))
+        report(ctx, "one run", one_run[0], one_run[1] if ctx.against else None)
+        for side in sides:
+            async with Api(side.url) as api:
+                warm = await api.submit("warm up", delay_ms=0)
+                await api.wait_status(warm["run_id"], TERMINAL_STATUSES)
         for size in sizes:
-            async with LeanClient(server.url, connections=size) as client:
-                moments, _, _ = await burst(client, namespace, worker, size, "v1")
-            report(ctx, f"burst of {size}", burst_steps(moments))
+            rounds = ctx.size(BURST_ROUNDS, 1) if ctx.against else 1
+            steps, p99s = await burst_steps_in_turns(sides, size, rounds)
+            label = f"burst of {size}"
+            report(ctx, label, steps[0], steps[1] if ctx.against else None)
+            if ctx.against:
+                ctx.figure(
+                    NAME,
+                    f"{label}: total, p99 (median of {rounds} bursts)",
+                    summary(p99s[0])["median"],
+                    "ms",
+                    baseline=summary(p99s[1])["median"],
+                    baseline_label=ctx.against,
+                )
+                ctx.note(NAME, **{f"{label}: p99 per burst": p99s})

@@ -111,20 +111,37 @@ async def steps_of(namespace: Namespace, seen: list[Seen]) -> dict[str, list[flo
     return steps
 
 
-async def one_run_steps(sides: list[tuple[Namespace, str]], n: int) -> list[dict[str, list[float]]]:
-    """Each side's (namespace, server URL) steps over `n` runs (after `WARMUP` more), the
-    sides run by run in turns, the first of a turn alternating."""
+class Side(NamedTuple):
+    """One tree's server and worker, as the steps are taken on them."""
+
+    namespace: Namespace
+    url: str
+    worker: Process
+
+
+async def _side(cluster: Cluster, namespace: Namespace, concurrency: int) -> Side:
+    server = await cluster.server()
+    worker = await cluster.ready_worker(concurrency=concurrency)
+    return Side(namespace, server.url, worker)
+
+
+def turn_order(turn: int, sides: int) -> list[int]:
+    """The sides' order in a turn: alternating which goes first."""
+    order = list(range(sides))
+    return order if turn % 2 == 0 else order[::-1]
+
+
+async def one_run_steps(sides: list[Side], n: int) -> list[dict[str, list[float]]]:
+    """Each side's steps over `n` runs (after `WARMUP` more), the sides run by run in turns."""
     seen: list[list[Seen]] = [[] for _ in sides]
     async with contextlib.AsyncExitStack() as stack:
-        apis = [await stack.enter_async_context(Api(url)) for _, url in sides]
+        apis = [await stack.enter_async_context(Api(side.url)) for side in sides]
         for i in range(WARMUP + n):
-            order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
-            for k in order:
-                moments = await one_run(apis[k], sides[k][1])
+            for k in turn_order(i, len(sides)):
+                moments = await one_run(apis[k], sides[k].url)
                 if i >= WARMUP:
                     seen[k].append(moments)
-    pairs = zip(sides, seen, strict=True)
-    return [await steps_of(namespace, runs) for (namespace, _), runs in pairs]
+    return [await steps_of(side.namespace, runs) for side, runs in zip(sides, seen, strict=True)]
 
 
 def burst_steps(moments: list[Moments]) -> dict[str, list[float]]:
@@ -151,27 +168,13 @@ def report(
             stats["median"],
             "ms",
             baseline=baseline,
-            baseline_label=ctx.against or "" if against else "",
+            baseline_label=(ctx.against or "") if against else "",
             stats=stats,
         )
     details: dict[str, Any] = {name: summary(values) for name, values in steps.items()}
     if against:
         details[f"against {ctx.against}"] = {n: summary(v) for n, v in against.items()}
     ctx.note(NAME, **{label: details})
-
-
-class Side(NamedTuple):
-    """One tree's server and worker, as the steps are taken on them."""
-
-    namespace: Namespace
-    url: str
-    worker: Process
-
-
-async def _side(cluster: Cluster, namespace: Namespace, concurrency: int) -> Side:
-    server = await cluster.server()
-    worker = await cluster.ready_worker(concurrency=concurrency)
-    return Side(namespace, server.url, worker)
 
 
 async def burst_steps_in_turns(
@@ -182,8 +185,7 @@ async def burst_steps_in_turns(
     steps: list[dict[str, list[float]]] = [{} for _ in sides]
     p99s: list[list[float]] = [[] for _ in sides]
     for i in range(rounds):
-        order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
-        for k in order:
+        for k in turn_order(i, len(sides)):
             side = sides[k]
             async with LeanClient(side.url, connections=size) as client:
                 moments, _, _ = await burst(client, side.namespace, side.worker, size, "v1")
@@ -206,8 +208,8 @@ async def run(ctx: BenchContext) -> None:
                 ctx.cluster(f"{NAME}_rev", root=root)
             )
             sides.append(await _side(rev, rev_namespace, max(sizes)))
-        one_run = await one_run_steps([(s.namespace, s.url) for s in sides], ctx.size(40, 15))
-        report(ctx, "one run", one_run[0], one_run[1] if ctx.against else None)
+        runs = await one_run_steps(sides, ctx.size(40, 15))
+        report(ctx, "one run", runs[0], runs[1] if ctx.against else None)
         for side in sides:
             async with Api(side.url) as api:
                 warm = await api.submit("warm up", delay_ms=0)

@@ -8,6 +8,7 @@ arrives and reads to `done`. The first few runs warm the processes up and are no
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from bench.api import Api
 from bench.context import BenchContext
@@ -21,10 +22,22 @@ NEEDS = ("floor",)
 WARMUP = 3
 
 
-async def one_first_token(api: Api, server_url: str, text: str) -> tuple[float, float]:
-    """(submit → first token, POST → 202) in ms of one run of `text`, its stream attached
-    right after the 202 and read to its end."""
-    start = time.perf_counter()
+class AttachedRun(NamedTuple):
+    """One run as a client attached right after its 202 saw it."""
+
+    run_id: str
+    submitted: float  # Unix seconds, before the POST: comparable with what the product records
+    accepted_ms: float  # POST → 202 (a monotonic clock, as the next)
+    first_token_ms: float  # POST → the first `token` event
+
+
+async def attached_run(api: Api, server_url: str, text: str) -> AttachedRun:
+    """Submit a run of `text`, attach to its stream right after the 202 and read it to its end.
+
+    Raises:
+        AssertionError: the stream had no token or no terminal event.
+    """
+    submitted, start = time.time(), time.perf_counter()
     run = await api.submit(text, delay_ms=0)
     accepted = time.perf_counter()
     first = 0.0
@@ -38,7 +51,13 @@ async def one_first_token(api: Api, server_url: str, text: str) -> tuple[float, 
                 terminal = terminal or event.event in TERMINAL
     if not (first and terminal):
         raise AssertionError(f"run {run['run_id']}: no token or no terminal event")
-    return (first - start) * 1000, (accepted - start) * 1000
+    return AttachedRun(run["run_id"], submitted, (accepted - start) * 1000, (first - start) * 1000)
+
+
+async def one_first_token(api: Api, server_url: str, text: str) -> tuple[float, float]:
+    """(submit → first token, POST → 202) in ms of one run of `text` (`attached_run`)."""
+    run = await attached_run(api, server_url, text)
+    return run.first_token_ms, run.accepted_ms
 
 
 async def first_token_times(server_url: str, n: int) -> tuple[list[float], list[float]]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any, NamedTuple
 
 import psycopg
@@ -43,8 +42,8 @@ from bench.lean_client import LeanClient
 from bench.processes import Namespace
 from bench.report import summary
 from bench.scenarios.burst import Moments, burst, first_token_ms
-from bench.sse import TERMINAL, SseStream
 
+from .first_token import AttachedRun, attached_run
 from .sizes import TTFT_TEXT
 
 NAME = "fixed_path"
@@ -69,36 +68,20 @@ async def _recorded_and_claimed(
 
 
 STEPS = ("record", "answer", "claim", "start", "deliver", "total")
-# One run's moments: (run id, submit, 202 at the client, first token at the client), Unix s.
-Seen = tuple[str, float, float, float]
 
 
-async def one_run(api: Api, server_url: str) -> Seen:
-    """Submit a one-word run and read its stream to the end."""
-    submitted = time.time()
-    run = await api.submit(TTFT_TEXT, delay_ms=0)
-    accepted = time.time()
-    first = 0.0
-    async with await SseStream.open(server_url, run["stream_url"]) as sse:
-        async for batch in sse.batches():
-            now = time.time()
-            for event in batch:
-                if event.event == b"token" and not first:
-                    first = now
-            if any(event.event in TERMINAL for event in batch):
-                break
-    return run["run_id"], submitted, accepted, first
-
-
-async def steps_of(namespace: Namespace, seen: list[Seen]) -> dict[str, list[float]]:
+async def steps_of(namespace: Namespace, seen: list[AttachedRun]) -> dict[str, list[float]]:
     """Each step's milliseconds over the runs `seen` (the moments the product recorded)."""
-    run_ids = [run_id for run_id, *_ in seen]
+    run_ids = [run.run_id for run in seen]
     rows = await _recorded_and_claimed(namespace, run_ids)
     appended = await first_token_ms(namespace, run_ids)
     steps: dict[str, list[float]] = {name: [] for name in STEPS}
-    for run_id, submitted, accepted, first in seen:
-        created, claimed = rows[run_id]
-        token = appended[run_id] / 1000
+    for run in seen:
+        created, claimed = rows[run.run_id]
+        token = appended[run.run_id] / 1000
+        submitted = run.submitted
+        accepted = submitted + run.accepted_ms / 1000
+        first = submitted + run.first_token_ms / 1000
         for name, value in (
             ("record", created - submitted),
             ("answer", accepted - created),
@@ -133,12 +116,12 @@ def turn_order(turn: int, sides: int) -> list[int]:
 
 async def one_run_steps(sides: list[Side], n: int) -> list[dict[str, list[float]]]:
     """Each side's steps over `n` runs (after `WARMUP` more), the sides run by run in turns."""
-    seen: list[list[Seen]] = [[] for _ in sides]
+    seen: list[list[AttachedRun]] = [[] for _ in sides]
     async with contextlib.AsyncExitStack() as stack:
         apis = [await stack.enter_async_context(Api(side.url)) for side in sides]
         for i in range(WARMUP + n):
             for k in turn_order(i, len(sides)):
-                moments = await one_run(apis[k], sides[k].url)
+                moments = await attached_run(apis[k], sides[k].url, TTFT_TEXT)
                 if i >= WARMUP:
                     seen[k].append(moments)
     return [await steps_of(side.namespace, runs) for side, runs in zip(sides, seen, strict=True)]

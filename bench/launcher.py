@@ -37,6 +37,7 @@ __all__ = [
     "child_env",
     "cpu_seconds",
     "free_port",
+    "listening_socket",
     "rss_bytes",
 ]
 
@@ -49,9 +50,23 @@ class ProcessError(RuntimeError):
 
 
 def free_port() -> int:
+    """A port free now, for a child that binds it itself (Redis, PgBouncer): another process
+    may take it before the child does, so such a child must be checked to be the one that
+    answers there. A runstream server gets a socket instead (`listening_socket`)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def listening_socket(port: int = 0) -> socket.socket:
+    """A listening loopback socket on `port` (0: one the kernel picks), to hand to a child
+    (`runstream serve --fd`): the port is never free between being picked and being served,
+    so a server can never answer another test's requests, nor its readiness check."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart on the same port
+    sock.bind(("127.0.0.1", port))
+    sock.listen(2048)
+    return sock
 
 
 def rss_bytes(pid: int) -> int:
@@ -91,13 +106,14 @@ class Process:
         *,
         log_prefix: str = "rs-",
         cwd: Path = ROOT,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix=f"{log_prefix}{name}-", suffix=".log", delete=False
         )
         self.proc = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT
+            argv, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=pass_fds
         )
 
     @property
@@ -163,6 +179,11 @@ class Server(NamedTuple):
     process: Process
     url: str
 
+    @property
+    def port(self) -> int:
+        """Its port: pass it to `Cluster.server` to start a server in its place."""
+        return int(self.url.rsplit(":", 1)[1])
+
 
 class Cluster:
     """The servers and workers of one test or scenario; `stop()` ends them all.
@@ -188,8 +209,12 @@ class Cluster:
         self.log_prefix = log_prefix
         self.ready_timeout_s = ready_timeout_s
         self.processes: list[Process] = []
+        # a tree from before `serve --fd` (`bench --against` an older revision) binds its port
+        self.serves_on_fd = '"--fd"' in (root / "server/processes/cli.py").read_text()
 
-    def _spawn(self, kind: str, argv: list[str], env: dict[str, str]) -> Process:
+    def _spawn(
+        self, kind: str, argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()
+    ) -> Process:
         name = f"{kind}{len(self.processes)}"
         if self.root != ROOT:  # `python -m` finds the package in its cwd; imports follow it
             env = {"PYTHONPATH": str(self.root), **env}
@@ -199,28 +224,36 @@ class Cluster:
             child_env(self.config(), **env),
             log_prefix=self.log_prefix,
             cwd=self.root,
+            pass_fds=pass_fds,
         )
         self.processes.append(process)
         return process
 
-    async def server(self, port: int | None = None, processes: int = 1, **env: str) -> Server:
-        """A ready `runstream serve` on `port` (default a free one; pass the same one to
-        replace a server), with `--processes` when more than one."""
-        port = port or free_port()
-        argv = [sys.executable, "-m", "server.processes.cli", "serve", "--port", str(port)]
+    def _spawn_server(self, port: int, processes: int, env: dict[str, str]) -> Server:
+        """`runstream serve` on a socket bound here (`listening_socket`), closed here once the
+        child holds it: when the child dies, nothing listens on the port."""
+        argv = [sys.executable, "-m", "server.processes.cli", "serve"]
         if processes > 1:
             argv += ["--processes", str(processes)]
-        server = Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}")
+        if not self.serves_on_fd:
+            port = port or free_port()
+            process = self._spawn("server", [*argv, "--port", str(port)], env)
+            return Server(process, f"http://127.0.0.1:{port}")
+        with listening_socket(port) as sock:
+            fd = sock.fileno()
+            process = self._spawn("server", [*argv, "--fd", str(fd)], env, pass_fds=(fd,))
+            return Server(process, f"http://127.0.0.1:{sock.getsockname()[1]}")
+
+    async def server(self, port: int = 0, processes: int = 1, **env: str) -> Server:
+        """A ready `runstream serve` on `port` (default one the kernel picks; pass a server's
+        `.port` to start one in its place), with `--processes` when more than one."""
+        server = self._spawn_server(port, processes, env)
         await self._wait_server(server)
         return server
 
     async def servers(self, count: int, **env: str) -> list[Server]:
-        """`count` servers on free ports, started together."""
-        started = []
-        for _ in range(count):
-            port = free_port()
-            argv = [sys.executable, "-m", "server.processes.cli", "serve", "--port", str(port)]
-            started.append(Server(self._spawn("server", argv, env), f"http://127.0.0.1:{port}"))
+        """`count` servers on ports the kernel picks, started together."""
+        started = [self._spawn_server(0, 1, env) for _ in range(count)]
         await asyncio.gather(*(self._wait_server(s) for s in started))
         return started
 

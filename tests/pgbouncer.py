@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from bench.launcher import free_port
 
@@ -51,10 +50,18 @@ class PgBouncer:
             raise RuntimeError(
                 "pgbouncer is not installed: apt-get install pgbouncer (./scripts/test does)"
             )
-        target = urlsplit(database_url)
-        self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="rs-test-pgbouncer-"))
         os.chmod(self._dir, 0o755)  # as root it runs as postgres, who must read its config
+        # pgbouncer binds its port itself: a port picked free may be taken by another test
+        # process first, so a start counts only when its own log says it listens there
+        for _ in range(5):
+            self.port = free_port()
+            self._process = self._spawn(binary, urlsplit(database_url))
+            if self._listening():
+                return
+        raise RuntimeError("pgbouncer found no free port in five tries")
+
+    def _spawn(self, binary: str, target: SplitResult) -> subprocess.Popen[bytes]:
         config = self._dir / "pgbouncer.ini"
         config.write_text(
             _CONFIG.format(
@@ -64,7 +71,7 @@ class PgBouncer:
                 # the embedded PostgreSQL's password (server/processes/embedded.py), when it has one
                 password=f" password={target.password}" if target.password else "",
                 listen=self.port,
-                log=self._dir / "pgbouncer.log",
+                log=self._log,
             )
         )
         os.chmod(config, 0o600)  # it may hold the embedded PostgreSQL's password
@@ -73,10 +80,11 @@ class PgBouncer:
             command[1:1] = ["-u", "postgres"]  # pgbouncer refuses to run as root
             os.chown(config, pwd.getpwnam("postgres").pw_uid, -1)
             os.chmod(self._dir, 0o777)  # ... and writes its log here as postgres
-        self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-        )
-        self._wait_until_listening()
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    @property
+    def _log(self) -> Path:
+        return self._dir / "pgbouncer.log"
 
     def url(self, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -89,15 +97,19 @@ class PgBouncer:
             self._process.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def _wait_until_listening(self) -> None:
+    def _listening(self) -> bool:
+        """Whether it listens on `self.port`, as its log says; False when another process
+        holds the port (it exited: "Address already in use")."""
         deadline = time.monotonic() + 10
+        listening = f"listening on 127.0.0.1:{self.port}"
         while time.monotonic() < deadline:
+            log = self._log.read_text() if self._log.exists() else ""
+            if listening in log:
+                return True
             if self._process.poll() is not None:
-                log = self._dir / "pgbouncer.log"
-                raise RuntimeError(f"pgbouncer exited: {log.read_text() if log.exists() else ''}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
+                if "Address already in use" in log:
+                    self._log.unlink()
+                    return False
+                raise RuntimeError(f"pgbouncer exited: {log}")
+            time.sleep(0.05)
         raise RuntimeError("pgbouncer did not start listening in 10 s")

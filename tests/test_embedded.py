@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ import pytest
 import redis
 from redis import Redis
 
+from server.processes import embedded
 from server.processes.embedded import EmbeddedServices
 
 pytestmark = pytest.mark.skipif(
@@ -175,6 +177,34 @@ def test_both_services_take_a_password_kept_in_the_data_folder(base: Path) -> No
         assert f":{secret}@" in str(redis_url) and f":{secret}@" in str(database_url)
     finally:
         again.stop()
+
+
+def test_a_port_another_process_takes_first_is_never_joined(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each service's port is picked free and bound by the service: when another process
+    listens there first, the service is started again on another port, not taken to be the
+    process answering there."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port, 0, port])  # each service's first pick (0: a free one)
+        free_port = embedded._free_port
+        monkeypatch.setattr(embedded, "_free_port", lambda: next(picks, 0) or free_port())
+        services = EmbeddedServices(base / "rs")
+        try:
+            redis_url, database_url = services.start()
+            assert redis_url and database_url
+            assert urlsplit(redis_url).port not in (None, port)
+            assert urlsplit(database_url).port not in (None, port)
+            assert Redis.from_url(redis_url).ping()
+            psycopg.connect(database_url).close()
+            assert [name for name, _ in services.processes] == ["valkey", "postgres"]
+            assert all(process.poll() is None for _, process in services.processes)
+        finally:
+            services.stop()
+        assert next(picks, None) is None  # each service was offered the taken port first
 
 
 # Run as another local account with the system Python and its standard library only (the

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.launcher import Process, child_env, free_port
+from bench.launcher import Process, child_env, listening_socket
 from tests.processes import Cluster
 from tests.sse import read_events
 
@@ -51,11 +51,13 @@ async def wait_for(predicate: object, what: str, timeout_s: float = 60) -> None:
 async def test_two_servers_on_one_port_and_two_workers_run_and_stop_together(
     cluster: Cluster,
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = child_env(cluster.config(), RUNSTREAM_FAKE_TOKEN_DELAY_MS="25")
     exe = [sys.executable, "-m", "server.processes.cli"]
-    servers = Process("servers", [*exe, "serve", "--port", str(port), "--processes", "2"], env)
+    # on a socket bound here and handed down (`serve --fd`), as a supervisor would
+    with listening_socket() as sock:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        serve = [*exe, "serve", "--fd", str(sock.fileno()), "--processes", "2"]
+        servers = Process("servers", serve, env, pass_fds=(sock.fileno(),))
     # One run at a time per worker process: runs submitted together must use both.
     workers = Process("workers", [*exe, "worker", "--processes", "2", "--concurrency", "1"], env)
     cluster.processes += [servers, workers]

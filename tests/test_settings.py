@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
 
+from bench.launcher import ROOT, child_env, listening_socket
 from server.processes.commands import serve, up
+from server.processes.multiprocess import inherited_socket
 from stream_store import settings_docs
 from stream_store.settings import GROUPS, Settings, SettingsError, declarations
 
@@ -245,6 +251,39 @@ class TestServeRefusesOpenBinds:
     def test_missing_service_urls_are_named(self) -> None:
         with pytest.raises(SettingsError, match="RUNSTREAM_REDIS_URL and RUNSTREAM_DATABASE_URL"):
             Settings().require_services()
+
+
+class TestServeOnAnInheritedSocket:
+    """`serve --fd N`: the server takes its starter's socket (the port never free in between);
+    a descriptor that is no TCP socket, or one given with an address, is refused up front.
+    Every test that starts `runstream serve` (tests/processes.py) serves this way."""
+
+    def serve(self, *args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "server.processes.cli", "serve", *args]
+        env = child_env({"RUNSTREAM_CONFIG": "none"})
+        return subprocess.run(
+            argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, pass_fds=pass_fds
+        )
+
+    def test_an_address_beside_the_socket_is_refused(self) -> None:
+        with listening_socket() as sock:
+            fd = sock.fileno()
+            done = self.serve("--fd", str(fd), "--port", "8000", pass_fds=(fd,))
+        assert done.returncode == 2, done.stderr
+        assert "--fd serves on the socket's own address: no --host or --port" in done.stderr
+
+    def test_a_descriptor_that_is_not_open_is_refused(self) -> None:
+        done = self.serve("--fd", "97")
+        assert done.returncode == 2, done.stderr
+        assert "--fd 97: not an open socket" in done.stderr
+
+    def test_a_descriptor_that_is_not_a_tcp_socket_is_refused(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            fd = os.dup(udp.fileno())
+        with pytest.raises(SettingsError, match=f"--fd {fd}: not a TCP socket"):
+            inherited_socket(fd)
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed by the refusal: nothing is kept open
 
 
 class TestSigningKeys:

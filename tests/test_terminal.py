@@ -13,7 +13,7 @@ import pexpect
 import pytest
 
 from runner.job_loop import JobLoop
-from tests.conftest import ServerHandle, StartWorker, free_port
+from tests.conftest import ServerHandle, StartWorker
 from tests.processes import ROOT, Cluster
 
 pytestmark = pytest.mark.slow  # starts the whole product: ./scripts/test runs it
@@ -117,8 +117,8 @@ class TestTerminalChat:
         self, cluster: Cluster, start_worker: StartWorker
     ) -> None:
         await start_worker(fake_token_delay_ms=100)
-        port = free_port()
-        first, url = await cluster.server(port=port)
+        started = await cluster.server()
+        first, url = started
         text = " ".join(f"piece{i}" for i in range(80))  # about 8 s of tokens
         child = spawn_chat(url)
         child.logfile_read = screen = io.StringIO()
@@ -131,7 +131,7 @@ class TestTerminalChat:
             shown = screen.getvalue()
             echo_end = shown.index(text + "\r\n") + len(text) + 2
             assert "piece79" not in shown[echo_end:]  # killed mid-answer, not after it
-            _, again = await cluster.server(port=port)
+            _, again = await cluster.server(port=started.port)
             assert again == url
             await expect(child, "piece79\r\n> ", within_s=120)  # the whole answer, then a prompt
             answer = screen.getvalue()[echo_end:].removesuffix("\r\n> ")

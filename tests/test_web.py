@@ -28,7 +28,7 @@ from playwright.async_api import (
 
 from runner.job_loop import JobLoop
 from server.page import WEB_DIR
-from tests.conftest import ServerHandle, StartServer, StartWorker, free_port
+from tests.conftest import ServerHandle, StartServer, StartWorker
 from tests.processes import Cluster
 from tests.sse import read_events
 
@@ -271,8 +271,8 @@ async def test_answer_finishes_in_both_tabs_after_the_server_is_killed(
     cluster: Cluster, start_worker: StartWorker, tabs: Tabs
 ) -> None:
     await start_worker(fake_token_delay_ms=100)
-    port = free_port()
-    first, url = await cluster.server(port=port)
+    started = await cluster.server()
+    first, url = started
     text = words(80, "piece")  # about 8 s of tokens
     one = await tabs.open(url)
     await send(one, text)
@@ -291,7 +291,7 @@ async def test_answer_finishes_in_both_tabs_after_the_server_is_killed(
     await tabs.screenshot(one, "tab1-reconnecting")
     await tabs.screenshot(two, "tab2-reconnecting")
 
-    _, again = await cluster.server(port=port)
+    _, again = await cluster.server(port=started.port)
     assert again == url
     for page in (one, two):
         await assert_whole_answer_once(page, text)
@@ -585,8 +585,8 @@ async def test_reconnecting_then_live_again_when_the_server_returns(
     cluster: Cluster, start_worker: StartWorker, tabs: Tabs
 ) -> None:
     await start_worker(fake_token_delay_ms=100)
-    port = free_port()
-    first, url = await cluster.server(port=port)
+    started = await cluster.server()
+    first, url = started
     # about 30 s of tokens: the run outlasts the restart (CI, busy, once took over 12 s)
     text = words(300, "bit")
     page = await tabs.open(url)
@@ -605,7 +605,7 @@ async def test_reconnecting_then_live_again_when_the_server_returns(
     await tabs.screenshot(page, "reconnecting")
     before = await shown_words(page)
 
-    await cluster.server(port=port)
+    await cluster.server(port=started.port)
     await expect(connection).to_have_attribute("data-state", "live")
     await expect(connection).to_have_text("● live")
     await status(page, "running")

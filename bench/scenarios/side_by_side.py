@@ -188,7 +188,7 @@ async def tree(
             "OPENAI_API_KEY": user_graph.API_KEY,
         }
         server, worker = await asyncio.gather(
-            cluster.server(None, 1, **env), cluster.ready_worker(max(BURST_RATIOS), **env)
+            cluster.server(0, 1, **env), cluster.ready_worker(max(BURST_RATIOS), **env)
         )
         async with Api(server.url) as api:
             warm = await api.submit("warm up", delay_ms=0)

@@ -17,8 +17,9 @@ from importlib.resources import files
 from stream_store.settings import Settings, SettingsError
 
 from . import operator_cli
-from .commands import evaluate, migrate, serve, up, worker
+from .commands import evaluate, migrate, serve, serve_on, up, worker
 from .logs import configure_logging
+from .multiprocess import inherited_socket
 
 __all__ = ["BUNDLED_PROJECT", "NO_PROJECT", "main", "with_project"]
 
@@ -57,6 +58,15 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--host", default=None, help="default RUNSTREAM_HOST or 127.0.0.1")
         sub.add_argument("--port", type=int, default=None, help="default RUNSTREAM_PORT or 8000")
+        if name == "serve":
+            sub.add_argument(
+                "--fd",
+                type=int,
+                default=None,
+                help="serve on the socket inherited as this file descriptor (bound by whoever"
+                " started the server, as systemd's socket activation does; --host and --port"
+                " are then the socket's)",
+            )
         sub.add_argument(
             "--processes",
             type=_positive,
@@ -129,6 +139,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.command in ("serve", "worker", "up", "migrate"):
         settings = with_project(settings, args.config)
     if args.command == "serve":
+        if args.fd is not None:
+            if args.host is not None or args.port is not None:
+                raise SettingsError("--fd serves on the socket's own address: no --host or --port")
+            return serve_on(settings, inherited_socket(args.fd), args.processes or 1)
         host, port = args.host or settings.host, args.port or settings.port
         return serve(settings, host, port, args.processes or 1)
     if args.command == "worker":

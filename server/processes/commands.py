@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from .embedded import EmbeddedServices
 
-__all__ = ["KEEP_ALIVE_S", "evaluate", "migrate", "serve", "up", "worker"]
+__all__ = ["KEEP_ALIVE_S", "evaluate", "migrate", "serve", "serve_on", "up", "worker"]
 
 # How long the server keeps an idle HTTP connection open: past httpx's pool expiry (5 s, what
 # LangGraph's Python SDK uses) and undici's (4 s), so that the client, not the server, closes
@@ -102,6 +102,19 @@ def _check_sign_in(settings: Settings, graphs: GraphRegistry) -> None:
 
 def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     """The HTTP server; with `processes` > 1, that many server processes on one port."""
+    return _serve(settings, host, port, processes, sock=None)
+
+
+def serve_on(settings: Settings, sock: socket.socket, processes: int = 1) -> int:
+    """The HTTP server on a socket its starter bound (`serve --fd`): a port the starter had
+    the kernel pick is never free between being picked and being served."""
+    host, port = sock.getsockname()[:2]
+    return _serve(settings, host, port, processes, sock)
+
+
+def _serve(
+    settings: Settings, host: str, port: int, processes: int, sock: socket.socket | None
+) -> int:
     project = _read_project(settings)  # the sign-in decided on the read the graphs come from
     project_auth = project is not None and project.auth is not None
     if not (settings.auth_enabled or project_auth):
@@ -130,8 +143,8 @@ def serve(settings: Settings, host: str, port: int, processes: int = 1) -> int:
         processes=processes,
     )
     if processes == 1:
-        return _serve_process(settings, host, port, graphs)
-    sock = listening_socket(host, port)
+        return _serve_process(settings, host, port, graphs, sock)
+    sock = sock or listening_socket(host, port)
     children = [(settings, project, host, port, index, sock) for index in range(processes)]
     return run_processes("server", _serve_child, children, stop_timeout_s=30)
 
@@ -158,8 +171,8 @@ def _serve_process(
     graphs: GraphRegistry,
     sock: socket.socket | None = None,
 ) -> int:
-    """One server process, its `graphs` loaded: on `sock` when given (shared with its
-    siblings), else it binds."""
+    """One server process, its `graphs` loaded: on `sock` when given (inherited, or shared
+    with its siblings), else it binds."""
     import uvicorn
 
     from server.app import create_app, serving

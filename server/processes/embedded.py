@@ -31,6 +31,7 @@ in the services' user's 0700 `run/`, needs none.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pwd
 import shutil
@@ -58,6 +59,7 @@ __all__ = ["EmbeddedServices"]
 logger = structlog.get_logger()
 
 UNPRIVILEGED = "nobody"
+_PORT_TRIES = 5
 
 
 _HOME_PREFIX = "runstream-pg-"
@@ -105,16 +107,45 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class _PortTaken(RuntimeError):
+    """Another process took the port picked for a service before the service bound it."""
+
+
+def _listens_on(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds a listening TCP socket on `port`, from Linux's /proc (None
+    where there is no /proc to ask): a port that merely answers may be another process's."""
+    try:
+        tables = Path("/proc/net/tcp").read_text() + Path("/proc/net/tcp6").read_text()
+        held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+    except OSError:
+        return None
+    listening = (line.split() for line in tables.splitlines())
+    return any(
+        len(fields) > 9
+        and fields[3] == "0A"  # LISTEN
+        and fields[1].endswith(f":{port:04X}")
+        and f"socket:[{fields[9]}]" in held
+        for fields in listening
+    )
+
+
 def _wait_for_port(
     port: int, process: subprocess.Popen[bytes], what: str, timeout_s: float
 ) -> None:
+    """Until `process` listens on `port`; `_PortTaken` when another process holds it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    raise _PortTaken(f"{what}'s port {port} was taken by another process")
             raise RuntimeError(f"{what} exited with {process.returncode} while starting")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        owned = _listens_on(process.pid, port)
+        if owned is None:  # no /proc: whatever answers there
+            with socket.socket() as sock:
+                owned = sock.connect_ex(("127.0.0.1", port)) == 0
+        if owned:
+            return
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start within {timeout_s:.0f} s")
 
@@ -130,6 +161,17 @@ def _wait_for_connection(url: str, timeout_s: float) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        # SIGINT: postgres "fast" shutdown; valkey saves and exits
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 class EmbeddedServices:
@@ -273,10 +315,9 @@ class EmbeddedServices:
         binary = self._binary(next(binaries.glob("*/valkey-server")), "valkey-server")
         data = self._folder(self.data_dir / "valkey", service=True)
         self._adopt(data)
-        port = _free_port()
-        self._launch(
+        port = self._launch(
             "valkey",
-            [
+            lambda port: [
                 str(binary),
                 "-",  # its configuration on stdin, then these: the password is not in `ps`
                 "--port",
@@ -291,7 +332,6 @@ class EmbeddedServices:
                 "--save",
                 "",
             ],
-            port=port,
             timeout_s=20,
             stdin=f"requirepass {self.secret}\n".encode(),
             cwd=data,
@@ -325,10 +365,9 @@ class EmbeddedServices:
                 capture_output=True,
                 **child,
             )
-        port = _free_port()
-        self._launch(
+        port = self._launch(
             "postgres",
-            [
+            lambda port: [
                 str(bin_dir / "postgres"),
                 "-D",
                 str(data),
@@ -341,7 +380,6 @@ class EmbeddedServices:
                 "-c",
                 f"hba_file={self._hba_file()}",
             ],
-            port=port,
             timeout_s=60,
             **child,
         )
@@ -368,18 +406,19 @@ class EmbeddedServices:
     def _launch(
         self,
         name: str,
-        argv: list[str],
+        argv_on: Callable[[int], list[str]],
         *,
-        port: int,
         timeout_s: float,
         stdin: bytes | None = None,
         **popen: Any,
-    ) -> None:
-        """Start one service as our child, its output appended to `logs/<name>.log` (ours,
-        opened by us, never through a link), `stdin` written to its input; wait for its port."""
+    ) -> int:
+        """Start one service as our child on a free port (`argv_on(port)`), its output
+        appended to `logs/<name>.log` (ours, opened by us, never through a link), `stdin`
+        written to its input; wait until it listens. Its port, which is picked free and bound
+        by the service: if another process takes it in between, on another port."""
         log = self.data_dir / "logs" / f"{name}.log"
 
-        def spawn() -> subprocess.Popen[bytes]:
+        def spawn(argv: list[str]) -> subprocess.Popen[bytes]:
             # its own process group: a Ctrl-C in the terminal reaches `up`, which stops the
             # server and worker before the services they use
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -398,11 +437,23 @@ class EmbeddedServices:
                     process.stdin.write(stdin)
             return process
 
-        process = spawn()
-        self.processes.append((name, process))
-        self._spawners[name] = spawn
-        _wait_for_port(port, process, name, timeout_s)
-        logger.info(f"embedded {name} up", port=port, pid=process.pid, log=str(log))
+        for _ in range(_PORT_TRIES):
+            port = _free_port()
+            argv = argv_on(port)
+            process = spawn(argv)
+            try:
+                _wait_for_port(port, process, name, timeout_s)
+            except _PortTaken as exc:
+                logger.warning(f"embedded {name}: starting again on another port", reason=str(exc))
+                continue
+            except BaseException:
+                _stop(process)
+                raise
+            self.processes.append((name, process))
+            self._spawners[name] = functools.partial(spawn, argv)
+            logger.info(f"embedded {name} up", port=port, pid=process.pid, log=str(log))
+            return port
+        raise RuntimeError(f"{name}: another process took each of {_PORT_TRIES} free ports")
 
     def relaunch(self, name: str) -> subprocess.Popen[bytes]:
         """Start the service `name` again, on its port and data, after it exited; without
@@ -414,14 +465,7 @@ class EmbeddedServices:
 
     def stop(self) -> None:
         for name, process in reversed(self.processes):
-            if process.poll() is None:
-                # SIGINT: postgres "fast" shutdown; valkey saves and exits
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+            _stop(process)
             logger.info("embedded service stopped", service=name)
         self.processes.clear()
         self._spawners.clear()

@@ -29,7 +29,9 @@ from typing import Any
 
 import structlog
 
-__all__ = ["listening_socket", "run_processes"]
+from stream_store.settings import SettingsError
+
+__all__ = ["inherited_socket", "listening_socket", "run_processes"]
 
 logger = structlog.get_logger()
 
@@ -42,6 +44,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def inherited_socket(fd: int) -> socket.socket:
+    """The socket a starter handed down as file descriptor `fd` (`serve --fd`)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise SettingsError(f"--fd {fd}: not an open socket ({exc.strerror})") from None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.close()
+        raise SettingsError(f"--fd {fd}: not a TCP socket")
     sock.set_inheritable(True)
     return sock
 

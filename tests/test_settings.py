@@ -7,7 +7,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -286,6 +286,27 @@ class TestServeOnAnInheritedSocket:
             os.fstat(fd)  # closed by the refusal: nothing is kept open
 
 
+class TestUpHoldsItsPort:
+    """`up` binds its port before it starts anything and holds it for its life (each server
+    child serves on it, `serve --fd`): a port another process listens on is refused at once."""
+
+    def test_a_port_in_use_is_refused_before_anything_starts(self, tmp_path: Path) -> None:
+        with listening_socket() as taken:
+            port = taken.getsockname()[1]
+            env = child_env({"RUNSTREAM_DATA_DIR": str(tmp_path / "rs")})
+            done = subprocess.run(
+                [sys.executable, "-m", "server.processes.cli", "up", "--port", str(port)],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        assert done.returncode == 2, done.stderr
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+        assert not (tmp_path / "rs").exists()  # no data folder, no service started
+
+
 class TestSigningKeys:
     """Stream-token keys (issue 9): `RUNSTREAM_SIGNING_KEYS=id:secret,...`, the first signing,
     or one `RUNSTREAM_SIGNING_KEY`; errors name the setting and never echo a secret."""
@@ -357,14 +378,16 @@ class TestProductionNeedsASigningKey:
     """With API keys configured, `serve` and `up` refuse to start without a signing key: stream
     URLs must not be signed with a key derived from, or guessed without, a secret (issue 9)."""
 
-    @pytest.mark.parametrize("command", [serve, up], ids=["serve", "up"])
-    def test_api_keys_without_a_signing_key_refuse_to_start(
-        self, command: Callable[[Settings, str, int], int]
-    ) -> None:
+    @pytest.mark.parametrize("command", ["serve", "up"])
+    def test_api_keys_without_a_signing_key_refuse_to_start(self, command: str) -> None:
         settings = Settings(
             redis_url="redis://127.0.0.1:1/0",
             database_url="postgresql://127.0.0.1:1/none",
             api_keys={"k": "alice"},
         )
         with pytest.raises(SettingsError, match="RUNSTREAM_SIGNING_KEY"):
-            command(settings, "127.0.0.1", 8000)
+            if command == "serve":
+                serve(settings, "127.0.0.1", 8000)
+            else:
+                with listening_socket() as sock:
+                    up(settings, sock)

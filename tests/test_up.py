@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.launcher import listening_socket
 from tests.conftest import free_port
 from tests.processes import ROOT
 from tests.sse import read_events
@@ -34,15 +35,21 @@ def up_env(data_dir: Path) -> dict[str, str]:
 
 
 def launch_up(data_dir: Path, port: int, args: tuple[str, ...], log: Path | None) -> Popen:
-    """`runstream up`, its output piped, or appended to `log` (a pipe nobody reads while
-    the test runs fills up and blocks it)."""
-    with open(log, "ab") if log is not None else contextlib.nullcontext() as output:
+    """`runstream up` on `port`, bound here and handed down (`--fd`, which `up` holds for its
+    life), its output piped, or appended to `log` (a pipe nobody reads while the test runs
+    fills up and blocks it)."""
+    with (
+        listening_socket(port) as sock,
+        open(log, "ab") if log is not None else contextlib.nullcontext() as output,
+    ):
+        fd = str(sock.fileno())
         return subprocess.Popen(
-            [sys.executable, "-m", "server.processes.cli", "up", "--port", str(port), *args],
+            [sys.executable, "-m", "server.processes.cli", "up", "--fd", fd, *args],
             cwd=ROOT,
             env=up_env(data_dir),
             stdout=output if output is not None else subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            pass_fds=(sock.fileno(),),
         )
 
 

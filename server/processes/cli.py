@@ -19,7 +19,7 @@ from stream_store.settings import Settings, SettingsError
 from . import operator_cli
 from .commands import evaluate, migrate, serve, serve_on, up, worker
 from .logs import configure_logging
-from .multiprocess import inherited_socket
+from .multiprocess import bound_socket, inherited_socket
 
 __all__ = ["BUNDLED_PROJECT", "NO_PROJECT", "main", "with_project"]
 
@@ -58,15 +58,14 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--host", default=None, help="default RUNSTREAM_HOST or 127.0.0.1")
         sub.add_argument("--port", type=int, default=None, help="default RUNSTREAM_PORT or 8000")
-        if name == "serve":
-            sub.add_argument(
-                "--fd",
-                type=int,
-                default=None,
-                help="serve on the socket inherited as this file descriptor (bound by whoever"
-                " started the server, as systemd's socket activation does; --host and --port"
-                " are then the socket's)",
-            )
+        sub.add_argument(
+            "--fd",
+            type=int,
+            default=None,
+            help="serve on the socket inherited as this file descriptor (bound by whoever"
+            " started it, as systemd's socket activation does; --host and --port are then the"
+            " socket's)",
+        )
         sub.add_argument(
             "--processes",
             type=_positive,
@@ -138,11 +137,14 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     """The parsed command, run with the process's settings."""
     if args.command in ("serve", "worker", "up", "migrate"):
         settings = with_project(settings, args.config)
+    sock = None
+    if args.command in ("serve", "up") and args.fd is not None:
+        if args.host is not None or args.port is not None:
+            raise SettingsError("--fd serves on the socket's own address: no --host or --port")
+        sock = inherited_socket(args.fd)
     if args.command == "serve":
-        if args.fd is not None:
-            if args.host is not None or args.port is not None:
-                raise SettingsError("--fd serves on the socket's own address: no --host or --port")
-            return serve_on(settings, inherited_socket(args.fd), args.processes or 1)
+        if sock is not None:
+            return serve_on(settings, sock, args.processes or 1)
         host, port = args.host or settings.host, args.port or settings.port
         return serve(settings, host, port, args.processes or 1)
     if args.command == "worker":
@@ -156,7 +158,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.command in operator_cli.COMMANDS:
         return operator_cli.run_command(settings, args)
     processes = args.processes or os.cpu_count() or 1
-    return up(settings, args.host or settings.host, args.port or settings.port, processes)
+    if sock is None:
+        host, port = args.host or settings.host, args.port or settings.port
+        sock = bound_socket(host, port)
+    return up(settings, sock, processes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

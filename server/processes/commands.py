@@ -337,10 +337,15 @@ def _prepare_store(graphs: GraphRegistry, settings: Settings) -> None:
     asyncio.run(run())
 
 
-def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
+def up(settings: Settings, sock: socket.socket, processes: int = 1) -> int:
     """Server and worker as supervised child processes (`server/processes/supervisor.py`), each with
     `processes` processes of its own, and private Redis/Postgres if none are set; until
-    SIGINT or SIGTERM."""
+    SIGINT or SIGTERM.
+
+    The server's socket (`sock`, bound by the caller or inherited) is held here for `up`'s
+    life and handed to each server child (`serve --fd`): a server restarted by the supervisor
+    finds its port still ours, and a client connecting meanwhile waits in the socket's queue
+    for the next server instead of being refused."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -356,6 +361,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
     # one `up` per data folder, for this process's life: before anything is started there
     data_dir = Path(settings.data_dir).resolve()
     lock = hold_data_folder(data_dir)
+    host, port = sock.getsockname()[:2]
     address = f"http://{host}:{port}"
     env = dict(os.environ)
     services = EmbeddedServices(data_dir)
@@ -391,7 +397,7 @@ def up(settings: Settings, host: str, port: int, processes: int = 1) -> int:
             )
             env.update(settings.environment("redis_url", "database_url"))
             print(f"embedded services under {services.data_dir} (kept for the next start)")
-        return _up(settings, project, host, port, env, processes, services)
+        return _up(settings, project, sock, env, processes, services)
     except KeyboardInterrupt:
         return 0  # stopped during start-up, as asked
     finally:
@@ -408,8 +414,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def _up(
     settings: Settings,
     project: Project | None,
-    host: str,
-    port: int,
+    sock: socket.socket,
     env: dict[str, str],
     processes: int,
     services: EmbeddedServices,
@@ -430,10 +435,16 @@ def _up(
     # not look for a default of their own
     each += ["--config", settings.config_path or "none"]
 
-    def launcher(*argv: str) -> Callable[[], subprocess.Popen[bytes]]:
+    def launcher(
+        *argv: str, pass_fds: tuple[int, ...] = ()
+    ) -> Callable[[], subprocess.Popen[bytes]]:
         stop_with_up = signal_when_parent_dies(signal.SIGTERM)
         return lambda: subprocess.Popen(
-            [*exe, *argv, *each], env=env, process_group=0, preexec_fn=stop_with_up
+            [*exe, *argv, *each],
+            env=env,
+            process_group=0,
+            preexec_fn=stop_with_up,
+            pass_fds=pass_fds,
         )
 
     embedded = [
@@ -451,12 +462,15 @@ def _up(
     # own `--processes N` parents.
     app = [
         SupervisedChild(
-            "server", launcher("serve", "--host", host, "--port", str(port)), stop_timeout_s=40
+            "server",
+            launcher("serve", "--fd", str(sock.fileno()), pass_fds=(sock.fileno(),)),
+            stop_timeout_s=40,
         ),
         SupervisedChild(
             "worker", launcher("worker"), stop_timeout_s=settings.shutdown_grace_s + 40
         ),
     ]
+    host, port = sock.getsockname()[:2]
     supervisor = Supervisor([embedded, app])
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

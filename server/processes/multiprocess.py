@@ -31,7 +31,7 @@ import structlog
 
 from stream_store.settings import SettingsError
 
-__all__ = ["inherited_socket", "listening_socket", "run_processes"]
+__all__ = ["bound_socket", "inherited_socket", "listening_socket", "run_processes"]
 
 logger = structlog.get_logger()
 
@@ -46,6 +46,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """`listening_socket`, or a clear refusal when another process holds the address."""
+    try:
+        return listening_socket(host, port)
+    except OSError as exc:
+        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def inherited_socket(fd: int) -> socket.socket:

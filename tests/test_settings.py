@@ -287,8 +287,9 @@ class TestServeOnAnInheritedSocket:
 
 
 class TestUpHoldsItsPort:
-    """`up` binds its port before it starts anything and holds it for its life (each server
-    child serves on it, `serve --fd`): a port another process listens on is refused at once."""
+    """`up` binds its port once the data folder is its own, before it starts anything, and
+    holds it for its life (each server child serves on it, `serve --fd`): a port another
+    process listens on is refused at once."""
 
     def test_a_port_in_use_is_refused_before_anything_starts(self, tmp_path: Path) -> None:
         with listening_socket() as taken:
@@ -304,7 +305,7 @@ class TestUpHoldsItsPort:
             )
         assert done.returncode == 2, done.stderr
         assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
-        assert not (tmp_path / "rs").exists()  # no data folder, no service started
+        assert not (tmp_path / "rs" / "services-secret").exists()  # no service started
 
 
 class TestSigningKeys:
@@ -389,5 +390,4 @@ class TestProductionNeedsASigningKey:
             if command == "serve":
                 serve(settings, "127.0.0.1", 8000)
             else:
-                with listening_socket() as sock:
-                    up(settings, sock)
+                up(settings, "127.0.0.1", 8000)

@@ -19,7 +19,7 @@ from stream_store.settings import Settings, SettingsError
 from . import operator_cli
 from .commands import evaluate, migrate, serve, serve_on, up, worker
 from .logs import configure_logging
-from .multiprocess import bound_socket, inherited_socket
+from .multiprocess import inherited_socket
 
 __all__ = ["BUNDLED_PROJECT", "NO_PROJECT", "main", "with_project"]
 
@@ -158,10 +158,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.command in operator_cli.COMMANDS:
         return operator_cli.run_command(settings, args)
     processes = args.processes or os.cpu_count() or 1
-    if sock is None:
-        host, port = args.host or settings.host, args.port or settings.port
-        sock = bound_socket(host, port)
-    return up(settings, sock, processes)
+    return up(settings, args.host or settings.host, args.port or settings.port, processes, sock)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

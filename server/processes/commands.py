@@ -25,7 +25,7 @@ from stream_store.tracing import tracer_provider_from_env
 
 from .heap import settle_heap
 from .logs import configure_logging
-from .multiprocess import listening_socket, run_processes
+from .multiprocess import bound_socket, listening_socket, run_processes
 
 if TYPE_CHECKING:
     from project.langgraph_json import Project
@@ -337,15 +337,21 @@ def _prepare_store(graphs: GraphRegistry, settings: Settings) -> None:
     asyncio.run(run())
 
 
-def up(settings: Settings, sock: socket.socket, processes: int = 1) -> int:
+def up(
+    settings: Settings,
+    host: str,
+    port: int,
+    processes: int = 1,
+    sock: socket.socket | None = None,
+) -> int:
     """Server and worker as supervised child processes (`server/processes/supervisor.py`), each with
     `processes` processes of its own, and private Redis/Postgres if none are set; until
     SIGINT or SIGTERM.
 
-    The server's socket (`sock`, bound by the caller or inherited) is held here for `up`'s
-    life and handed to each server child (`serve --fd`): a server restarted by the supervisor
-    finds its port still ours, and a client connecting meanwhile waits in the socket's queue
-    for the next server instead of being refused."""
+    The server's socket (bound here on `host`:`port` once the data folder is ours, or `sock`,
+    inherited) is held for `up`'s life and handed to each server child (`serve --fd`): a
+    server restarted by the supervisor finds its port still ours, and a client connecting
+    meanwhile waits in the socket's queue for the next server instead of being refused."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -361,6 +367,11 @@ def up(settings: Settings, sock: socket.socket, processes: int = 1) -> int:
     # one `up` per data folder, for this process's life: before anything is started there
     data_dir = Path(settings.data_dir).resolve()
     lock = hold_data_folder(data_dir)
+    try:
+        sock = sock or bound_socket(host, port)
+    except SettingsError:
+        lock.release()
+        raise
     host, port = sock.getsockname()[:2]
     address = f"http://{host}:{port}"
     env = dict(os.environ)

@@ -1,10 +1,11 @@
 """Sending the calls of one stream script for many runs together, one pipeline per round trip.
 
-A worker starting a burst of runs would otherwise make one round trip per run (`claim`); a
-pipeline costs the client a fraction of that per command. Each run has at most one call in
-flight (its caller waits for it). Event appends have a sender of their own, which takes no
-task or future per call (`append_sender.py`).
-"""
+A worker starting a burst of runs would otherwise make one round trip per run (`claim`), and a
+server taking a burst of submits one per run and script (a stream opened, a job queued); a
+pipeline costs the client a fraction of that per command (here 12-14 µs of CPU a call in a
+pipeline of ten, 75-95 µs alone; a pipeline of one costs what a lone call does). Each run has
+at most one call in flight (its caller waits for it). Event appends have a sender of their own,
+which takes no task or future per call (`append_sender.py`)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ _Call = tuple[str, list[str], list[Any]]
 class BatchSender:
     """Calls one script for every run waiting when the previous pipeline returned."""
 
-    def __init__(self, redis: StoreRedis, script: AsyncScript) -> None:
+    def __init__(self, redis: StoreRedis, script: AsyncScript, name: str = "the event log") -> None:
         self.redis = redis
         self.script = script
-        self._calls: Coalescer[_Call, str] = Coalescer(self._send, name="the event log")
+        self._calls: Coalescer[_Call, str] = Coalescer(self._send, name=name)
 
     async def send(self, run_id: str, keys: list[str], args: list[Any]) -> str:
         """The script's reply to this call (as text), sent with whatever other calls are

@@ -109,7 +109,8 @@ class EventLog:
         self._append = register_script(redis, _APPEND)
         # Every attempt's plain events go out together, from one task (`appends`).
         self._appends = AppendSender(redis, register_script(redis, _APPEND_BATCH))
-        self._open = register_script(redis, _OPEN)
+        # Every submit's stream opens with the others' of that moment (a burst of submits).
+        self._opens = BatchSender(redis, register_script(redis, _OPEN))
         # Every run's start goes out with the others starting at that moment (a burst).
         self._claims = BatchSender(redis, register_script(redis, _CLAIM))
         self._take_over = register_script(redis, _TAKE_OVER)
@@ -126,6 +127,7 @@ class EventLog:
         """Stop sending batches (process shutdown); callers still waiting get StoreUnavailable."""
         await self._appends.aclose()
         await self._claims.aclose()
+        await self._opens.aclose()
 
     async def open(
         self,
@@ -141,7 +143,7 @@ class EventLog:
         """Create the run record and write the stream's first event; a no-op if it exists."""
         keys = [self.keys.run_record(run_id), self.keys.run_events(run_id)]
         args: list[str | bytes | int] = [owner, thread_id, attempt, event, data, status]
-        return await self._call(self._open, run_id, keys, args)
+        return await self._opens.send(run_id, keys, args)
 
     async def append(
         self,

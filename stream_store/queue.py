@@ -18,7 +18,7 @@ from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
 
-from .errors import redis_errors
+from .batch_sender import BatchSender
 from .keys import KeySpace
 from .run_records import RunRecord, RunRecords
 
@@ -36,7 +36,12 @@ class RunQueue:
         self.keys = keys
         self.queue_name = keys.queue()
         self.wake_channel = keys.wake_channel()
-        self._enqueue = redis.register_script(_ENQUEUE_JOB)
+        # Every run's job is queued with the others' of that moment (a burst of submits).
+        self._enqueues = BatchSender(redis, redis.register_script(_ENQUEUE_JOB), "the queue")
+
+    async def aclose(self) -> None:
+        """Stop sending (process shutdown); callers still waiting get StoreUnavailable."""
+        await self._enqueues.aclose()
 
     async def enqueue(self, run: RunRecord) -> None:
         """Queue the run's job and wake the workers, unless its job is queued or running
@@ -61,8 +66,7 @@ class RunQueue:
             self.wake_channel,
             run.run_id,
         ]
-        with redis_errors(run.run_id):
-            await self._enqueue(keys=keys, args=args)
+        await self._enqueues.send(run.run_id, keys, args)
 
     async def dispatch_next(self, thread_id: str) -> None:
         """Hand the thread's next queued run (multitask `enqueue`) to the workers, if it may go."""

@@ -104,6 +104,7 @@ async def open_services(
         )
         stack.push_async_callback(events.aclose)
         queue = RunQueue(clients.queue, keys, run_records)
+        stack.push_async_callback(queue.aclose)
         opened_store = await stack.enter_async_context(open_store(pool, store_options))
         yield Services(
             settings=settings,

@@ -367,17 +367,13 @@ def up(
     # one `up` per data folder, for this process's life: before anything is started there
     data_dir = Path(settings.data_dir).resolve()
     lock = hold_data_folder(data_dir)
-    try:
-        sock = sock or bound_socket(host, port)
-    except SettingsError:
-        lock.release()
-        raise
-    host, port = sock.getsockname()[:2]
-    address = f"http://{host}:{port}"
     env = dict(os.environ)
     services = EmbeddedServices(data_dir)
     record: Path | None = None
     try:
+        sock = sock or bound_socket(host, port)
+        host, port = sock.getsockname()[:2]
+        address = f"http://{host}:{port}"
         record = write_up_record(data_dir, UpRecord(pid=os.getpid(), address=address))
         if project_auth and not (settings.signing_key or settings.signing_keys):
             # the one-command local run: a key of its own, kept with its services' data
